@@ -1,0 +1,78 @@
+"""Python client for crucible, the RL environment server for GPU-kernel-generation agents.
+
+    from crucible_client import Env, Client
+    with Env("tcp://127.0.0.1:5555") as env:
+        obs = env.reset("llm/rms_norm")
+        obs, reward, terminated, truncated, info = env.step(open("kernel.cu").read())
+
+Client keeps many requests in flight from threads; AsyncClient does the same on asyncio.
+`crucible_client.gym_env.CrucibleGymEnv` wraps an episode as a gymnasium.Env (optional).
+"""
+
+from .client import DEFAULT_TIMEOUT_S, Client
+from .env import Env
+from .errors import (
+    ERROR_CLASSES,
+    BadRequest,
+    Busy,
+    CrucibleConnectionError,
+    CrucibleError,
+    CrucibleTimeout,
+    EpisodeDone,
+    InvalidArgument,
+    ProtocolError,
+    ServerInternalError,
+    ShuttingDown,
+    TooLarge,
+    UnknownEpisode,
+    UnknownOp,
+    UnknownTask,
+    UnsupportedVersion,
+    error_from_wire,
+)
+from .wire import DEFAULT_ENDPOINT, OPS, PROTOCOL_VERSION, STATUSES
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # Imported lazily so that asyncio and gymnasium are only loaded by those who use them.
+    if name == "AsyncClient":
+        from .aio import AsyncClient
+
+        return AsyncClient
+    if name == "CrucibleGymEnv":
+        from .gym_env import CrucibleGymEnv
+
+        return CrucibleGymEnv
+    raise AttributeError(f"module 'crucible_client' has no attribute {name!r}")
+
+
+__all__ = [
+    "AsyncClient",
+    "BadRequest",
+    "Busy",
+    "Client",
+    "CrucibleConnectionError",
+    "CrucibleError",
+    "CrucibleGymEnv",
+    "CrucibleTimeout",
+    "DEFAULT_ENDPOINT",
+    "DEFAULT_TIMEOUT_S",
+    "ERROR_CLASSES",
+    "Env",
+    "EpisodeDone",
+    "InvalidArgument",
+    "OPS",
+    "PROTOCOL_VERSION",
+    "ProtocolError",
+    "STATUSES",
+    "ServerInternalError",
+    "ShuttingDown",
+    "TooLarge",
+    "UnknownEpisode",
+    "UnknownOp",
+    "UnknownTask",
+    "UnsupportedVersion",
+    "error_from_wire",
+]

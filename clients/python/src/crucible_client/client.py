@@ -1,0 +1,432 @@
+"""Pipelined client: one DEALER socket, many requests in flight, replies matched by id."""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import socket
+import threading
+import time
+import weakref
+from concurrent.futures import Future
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from . import wire
+from .errors import CrucibleConnectionError, CrucibleError, CrucibleTimeout, ProtocolError
+
+__all__ = ["Client", "DEFAULT_TIMEOUT_S"]
+
+# Generous: a step compiles (seconds), checks correctness on every case and times both
+# kernels. Trainers that want a tighter bound pass their own.
+DEFAULT_TIMEOUT_S = 300.0
+
+_monitor_ids = itertools.count()
+
+
+class _Pending:
+    __slots__ = ("future", "deadline", "timeout", "op", "sent")
+
+    def __init__(self, future: Future, deadline: float, timeout: float, op: str):
+        self.future = future
+        self.deadline = deadline
+        self.timeout = timeout
+        self.op = op
+        self.sent = False
+
+
+class _Pipeline:
+    """The I/O thread's state. Only the thread touches the sockets after start().
+
+    Kept apart from Client so the thread holds no reference to the Client, and a Client that
+    is garbage collected still shuts its thread down (weakref.finalize).
+    """
+
+    def __init__(self, sock: zmq.Socket, monitor: Optional[zmq.Socket], endpoint: str):
+        self.sock = sock
+        self.monitor = monitor
+        self.endpoint = endpoint
+        self.lock = threading.Lock()
+        self.outbox: collections.deque = collections.deque()  # (id, frame)
+        self.pending: Dict[wire.RequestId, _Pending] = {}
+        self.deadlines: List[Tuple[float, wire.RequestId]] = []
+        self.closing = False
+        self.dropped_replies = 0  # replies that matched no pending request
+        self.protocol_violations = 0  # frames that could not be read as a reply at all
+        self.disconnects = 0
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        self.thread = threading.Thread(target=self.run, name="crucible-client-io", daemon=True)
+
+    # -- called from user threads -------------------------------------------------------
+    def enqueue(self, rid: wire.RequestId, frame: bytes, entry: _Pending) -> None:
+        with self.lock:
+            if self.closing:
+                raise CrucibleConnectionError(None, "the client is closed")
+            self.pending[rid] = entry
+            heapq.heappush(self.deadlines, (entry.deadline, rid))
+            self.outbox.append((rid, frame))
+        self.wake()
+
+    def wake(self) -> None:
+        try:
+            self.wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # the buffer is full of wake-ups already, or the thread is gone
+
+    def shutdown(self) -> None:
+        with self.lock:
+            if self.closing:
+                return
+            self.closing = True
+        self.wake()
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join(timeout=5.0)
+
+    # -- the I/O thread -----------------------------------------------------------------
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.wake_r, zmq.POLLIN)
+        if self.monitor is not None:
+            poller.register(self.monitor, zmq.POLLIN)
+        try:
+            while True:
+                with self.lock:
+                    if self.closing:
+                        break
+                    want_out = bool(self.outbox)
+                poller.register(self.sock, zmq.POLLIN | (zmq.POLLOUT if want_out else 0))
+                events = dict(poller.poll(self._poll_ms()))
+                if self.wake_r.fileno() in events or self.wake_r in events:
+                    self._drain_wake()
+                if self.monitor is not None and self.monitor in events:
+                    self._read_monitor()
+                if events.get(self.sock, 0) & zmq.POLLIN:
+                    self._read_replies()
+                self._flush_outbox()
+                self._expire(time.monotonic())
+        finally:
+            self._fail_all(CrucibleConnectionError(None, "the client was closed"))
+            if self.monitor is not None:
+                try:
+                    self.sock.disable_monitor()
+                except zmq.ZMQError:
+                    pass
+                self.monitor.close(linger=0)
+            self.sock.close(linger=0)
+            self.wake_r.close()
+            self.wake_w.close()
+
+    def _poll_ms(self) -> int:
+        with self.lock:
+            while self.deadlines and self.deadlines[0][1] not in self.pending:
+                heapq.heappop(self.deadlines)
+            if not self.deadlines:
+                return 1000
+            wait = self.deadlines[0][0] - time.monotonic()
+        return max(0, min(1000, int(wait * 1000) + 1))
+
+    def _drain_wake(self) -> None:
+        try:
+            while self.wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _flush_outbox(self) -> None:
+        while True:
+            with self.lock:
+                if not self.outbox:
+                    return
+                rid, frame = self.outbox[0]
+                entry = self.pending.get(rid)
+                if entry is None:  # timed out before it could be sent
+                    self.outbox.popleft()
+                    continue
+            try:
+                self.sock.send(frame, zmq.NOBLOCK)
+            except zmq.Again:
+                return  # high-water mark: wait for POLLOUT
+            except zmq.ZMQError as exc:
+                with self.lock:
+                    self.outbox.popleft()
+                    self.pending.pop(rid, None)
+                _settle(entry.future, exc=CrucibleConnectionError(None, f"send failed: {exc}"))
+                continue
+            with self.lock:
+                self.outbox.popleft()
+                entry.sent = True
+
+    def _read_replies(self) -> None:
+        while True:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            try:
+                reply = wire.decode_frames(frames)
+            except ProtocolError:
+                self.protocol_violations += 1
+                continue
+            rid = wire.reply_id(reply)
+            with self.lock:
+                entry = self.pending.pop(rid, None) if rid is not None else None
+            if entry is None:
+                if isinstance(reply, dict):
+                    self.dropped_replies += 1
+                else:
+                    self.protocol_violations += 1
+                continue
+            try:
+                _settle(entry.future, result=wire.check_reply(reply))
+            except CrucibleError as exc:
+                _settle(entry.future, exc=exc)
+
+    def _read_monitor(self) -> None:
+        while True:
+            try:
+                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError:
+                return
+            if event.get("event") == zmq.EVENT_DISCONNECTED:
+                self.disconnects += 1
+                # The server's replies to anything already sent went to the lost connection;
+                # waiting for them would only run out the timeout.
+                self._fail_sent(
+                    CrucibleConnectionError(
+                        None,
+                        f"lost the connection to {self.endpoint} with the request in flight "
+                        "(server restarted, or it dropped this client for an oversized frame)",
+                    )
+                )
+
+    def _expire(self, now: float) -> None:
+        expired: List[_Pending] = []
+        with self.lock:
+            while self.deadlines and self.deadlines[0][0] <= now:
+                _, rid = heapq.heappop(self.deadlines)
+                entry = self.pending.pop(rid, None)
+                if entry is not None:
+                    expired.append(entry)
+        for entry in expired:
+            where = "queued on the socket" if entry.sent else "never queued: the socket was full"
+            _settle(
+                entry.future,
+                exc=CrucibleTimeout(
+                    None,
+                    f"no reply to '{entry.op}' from {self.endpoint} within {entry.timeout:g} s "
+                    f"({where})",
+                ),
+            )
+
+    def _fail_sent(self, exc: CrucibleError) -> None:
+        with self.lock:
+            lost = [rid for rid, entry in self.pending.items() if entry.sent]
+            entries = [self.pending.pop(rid) for rid in lost]
+        for entry in entries:
+            _settle(entry.future, exc=exc)
+
+    def _fail_all(self, exc: CrucibleError) -> None:
+        with self.lock:
+            entries = list(self.pending.values())
+            self.pending.clear()
+            self.outbox.clear()
+        for entry in entries:
+            _settle(entry.future, exc=exc)
+
+
+def _settle(future: Future, result: Any = None, exc: Optional[BaseException] = None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
+ScoreItem = Union[Tuple[str, Union[str, bytes]], Mapping[str, Any]]
+
+
+class Client:
+    """A connection to one crucible server that keeps many requests in flight.
+
+    `submit()` returns a `concurrent.futures.Future` whose result is the full reply map
+    ({v, id, ok: true, ...}) or whose exception is a CrucibleError: the subclass for the wire
+    error code, CrucibleTimeout when no reply came within the request's timeout, or
+    CrucibleConnectionError when the connection carrying it was lost. Request ids are integers
+    counted per client; replies may arrive in any order and are matched by id.
+
+    One background thread owns the socket; every public method is thread-safe.
+    `max_frame_bytes` (None: unchecked) refuses oversized requests before they are sent,
+    because the server drops a peer that sends a frame over its transport limit.
+    """
+
+    def __init__(
+        self,
+        endpoint: str = wire.DEFAULT_ENDPOINT,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_frame_bytes: Optional[int] = wire.MAX_FRAME_BYTES,
+        context: Optional[zmq.Context] = None,
+        detect_disconnect: bool = True,
+    ):
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.endpoint = endpoint
+        self.timeout = float(timeout)
+        self.max_frame_bytes = max_frame_bytes
+        self._context = context or zmq.Context.instance()
+        self._ids = itertools.count(1)
+        self._id_lock = threading.Lock()
+        sock = self._context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        monitor = None
+        try:
+            if detect_disconnect:
+                address = f"inproc://crucible-client-monitor-{id(self)}-{next(_monitor_ids)}"
+                sock.monitor(address, zmq.EVENT_DISCONNECTED)
+                monitor = self._context.socket(zmq.PAIR)
+                monitor.setsockopt(zmq.LINGER, 0)
+                monitor.connect(address)
+            sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            if monitor is not None:
+                monitor.close(linger=0)
+            sock.close(linger=0)
+            raise CrucibleConnectionError(None, f"cannot connect to {endpoint!r}: {exc}") from None
+        self._pipeline = _Pipeline(sock, monitor, endpoint)
+        self._pipeline.thread.start()
+        self._finalizer = weakref.finalize(self, self._pipeline.shutdown)
+
+    # -- requests -------------------------------------------------------------------------
+    def submit(self, op: str, *, timeout: Optional[float] = None, **fields: Any) -> Future:
+        """Sends one request and returns at once; see the class docstring for the Future.
+
+        Fields set to None are left out of the request. Raises TooLarge (before sending) when
+        the frame is over `max_frame_bytes`, CrucibleConnectionError when the client is closed.
+        """
+        with self._id_lock:
+            rid = next(self._ids)
+        frame = wire.encode_request(rid, op, fields, self.max_frame_bytes)
+        wait = self.timeout if timeout is None else float(timeout)
+        future: Future = Future()
+        future.set_running_or_notify_cancel()  # in flight: cannot be cancelled
+        entry = _Pending(future, time.monotonic() + wait, wait, op)
+        self._pipeline.enqueue(rid, frame, entry)
+        return future
+
+    def request(self, op: str, *, timeout: Optional[float] = None, **fields: Any) -> Dict[str, Any]:
+        """Sends one request and waits for its reply (the full reply map)."""
+        return self.submit(op, timeout=timeout, **fields).result()
+
+    def score_many(
+        self,
+        items: Iterable[ScoreItem],
+        *,
+        max_inflight: int = 64,
+        timeout: Optional[float] = None,
+        return_exceptions: bool = False,
+        **common: Any,
+    ) -> List[Any]:
+        """Scores many sources with up to `max_inflight` requests outstanding.
+
+        Each item is `(task, source)` or a map of score fields ({task, source, plan?, seed?,
+        reward?}); `common` fields apply to every item unless the item sets them. Returns the
+        reply bodies ({task, result, reward}) in the order of `items`. With
+        `return_exceptions`, a failed item's CrucibleError takes its place in the list;
+        otherwise the first failure (in item order) is raised after every request settles.
+        """
+        if max_inflight < 1:
+            raise ValueError("max_inflight must be at least 1")
+        requests = [self._score_fields(item, common) for item in items]
+        futures: List[Optional[Future]] = [None] * len(requests)
+        window: collections.deque = collections.deque()
+        for index, fields in enumerate(requests):
+            while len(window) >= max_inflight:
+                _wait_first(window)
+            try:
+                futures[index] = self.submit("score", timeout=timeout, **fields)
+            except CrucibleError as exc:  # e.g. too large: fail this item, keep going
+                failed: Future = Future()
+                failed.set_exception(exc)
+                futures[index] = failed
+            window.append(futures[index])
+        out: List[Any] = []
+        first_error: Optional[BaseException] = None
+        for future in futures:
+            assert future is not None
+            exc = future.exception()
+            if exc is None:
+                out.append(wire.body(future.result()))
+            else:
+                out.append(exc)
+                first_error = first_error or exc
+        if first_error is not None and not return_exceptions:
+            raise first_error
+        return out
+
+    @staticmethod
+    def _score_fields(item: ScoreItem, common: Mapping[str, Any]) -> Dict[str, Any]:
+        if isinstance(item, Mapping):
+            fields = dict(common)
+            fields.update(item)
+        else:
+            task, source = item
+            fields = dict(common)
+            fields.update(task=task, source=source)
+        if "source" in fields and fields["source"] is not None:
+            fields["source"] = wire.source_text(fields["source"])
+        return fields
+
+    # -- bookkeeping ----------------------------------------------------------------------
+    @property
+    def inflight(self) -> int:
+        """Requests submitted and not yet settled."""
+        with self._pipeline.lock:
+            return len(self._pipeline.pending)
+
+    @property
+    def dropped_replies(self) -> int:
+        """Replies that matched no pending request (e.g. arrived after their timeout)."""
+        return self._pipeline.dropped_replies
+
+    @property
+    def protocol_violations(self) -> int:
+        """Frames from the server that could not be read as a reply map at all."""
+        return self._pipeline.protocol_violations
+
+    @property
+    def disconnects(self) -> int:
+        """Times the connection to the server was lost (it reconnects by itself)."""
+        return self._pipeline.disconnects
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Fails outstanding requests with CrucibleConnectionError and closes the socket."""
+        self._finalizer()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+def _wait_first(window: "collections.deque[Future]") -> None:
+    """Blocks until some future in the window settles, then drops the settled ones."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    wait(list(window), return_when=FIRST_COMPLETED)
+    for _ in range(len(window)):
+        future = window.popleft()
+        if not future.done():
+            window.append(future)

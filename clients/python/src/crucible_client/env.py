@@ -1,0 +1,148 @@
+"""Env: a gym-style, one-episode-at-a-time view of a crucible server."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import zmq
+
+from . import wire
+from .client import DEFAULT_TIMEOUT_S, Client
+from .errors import CrucibleError
+
+__all__ = ["Env"]
+
+StepReturn = Tuple[Dict[str, Any], float, bool, bool, Dict[str, Any]]
+
+
+class Env:
+    """One agent's connection: reset an episode on a task, step it with CUDA sources.
+
+    Every method blocks until its reply arrives (or `timeout` seconds pass, raising
+    CrucibleTimeout) and raises the CrucibleError subclass for an error reply. For many
+    requests in flight use `Env.client` (a Client) or `Client` directly.
+
+        with Env("tcp://127.0.0.1:5555") as env:
+            obs = env.reset("llm/rms_norm", seed=0, max_steps=4)
+            obs, reward, terminated, truncated, info = env.step(source)
+    """
+
+    def __init__(
+        self,
+        endpoint: str = wire.DEFAULT_ENDPOINT,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        *,
+        client_name: str = "crucible_client.Env",
+        context: Optional[zmq.Context] = None,
+    ):
+        self.client = Client(endpoint, timeout=timeout, context=context)
+        self.client_name = client_name
+        self.episode: Optional[str] = None  # id of the open episode, if any
+        self.task_id: Optional[str] = None
+        self.max_steps: Optional[int] = None
+        self.steps = 0
+
+    # -- stateless ops ----------------------------------------------------------------------
+    def hello(self) -> Dict[str, Any]:
+        """Server identity, GPUs, enabled stages, limits and task count."""
+        return wire.body(self.client.request("hello", client=self.client_name))
+
+    def tasks(self, category: Optional[str] = None) -> List[Dict[str, Any]]:
+        """[{id, category, module, title}], optionally only one category."""
+        return self.client.request("tasks", category=category)["tasks"]
+
+    def task(self, task_id: str) -> Dict[str, Any]:
+        """The agent's view of one task (description, tensors, visible cases, reference...)."""
+        return self.client.request("task", task=task_id)["task"]
+
+    def score(
+        self,
+        task: str,
+        source: Union[str, bytes],
+        plan: Any = None,
+        seed: Optional[int] = None,
+        reward: Optional[Dict[str, Any]] = None,
+    ) -> Dict[str, Any]:
+        """Scores one source without an episode: returns {task, result, reward}."""
+        reply = self.client.request(
+            "score", task=task, source=wire.source_text(source), plan=plan, seed=seed,
+            reward=reward,
+        )
+        return wire.body(reply)
+
+    def stats(self) -> Dict[str, Any]:
+        """Server counters: requests, replies, errors per code, statuses, open episodes..."""
+        return wire.body(self.client.request("stats"))
+
+    # -- the episode ------------------------------------------------------------------------
+    def reset(
+        self,
+        task: str,
+        seed: Optional[int] = None,
+        options: Optional[Dict[str, Any]] = None,
+        max_steps: Optional[int] = None,
+        reward: Optional[Dict[str, Any]] = None,
+    ) -> Dict[str, Any]:
+        """Opens a new episode (closing the previous one) and returns the observation.
+
+        The observation is the reply body: {episode, task: <agent view>, max_steps, step: 0}.
+        """
+        if self.episode is not None:
+            self.close_episode()
+        reply = self.client.request(
+            "reset", task=task, seed=seed, max_steps=max_steps, reward=reward, options=options
+        )
+        observation = wire.body(reply)
+        self.episode = observation["episode"]
+        self.task_id = task
+        self.max_steps = observation.get("max_steps")
+        self.steps = observation.get("step", 0)
+        return observation
+
+    def step(self, source: Union[str, bytes], plan: Any = None) -> StepReturn:
+        """Submits one action; returns (observation, reward, terminated, truncated, info).
+
+        observation is the step's result map ({status, message, reward, stages, compile,
+        correctness, timing}) plus `step`; info is the full reply, including `best`.
+        """
+        if self.episode is None:
+            raise RuntimeError("step() needs an open episode: call reset() first")
+        reply = self.client.request(
+            "step", episode=self.episode, source=wire.source_text(source), plan=plan
+        )
+        observation = dict(reply.get("result") or {})
+        observation["step"] = reply.get("step")
+        self.steps = reply.get("step", self.steps)
+        return (
+            observation,
+            float(reply.get("reward", 0.0)),
+            bool(reply.get("terminated", False)),
+            bool(reply.get("truncated", False)),
+            reply,
+        )
+
+    def close_episode(self) -> Optional[Dict[str, Any]]:
+        """Closes the open episode; returns {episode, steps, best} or None if none was open."""
+        if self.episode is None:
+            return None
+        episode, self.episode = self.episode, None
+        return wire.body(self.client.request("close", episode=episode))
+
+    def close(self) -> Optional[Dict[str, Any]]:
+        """Closes the open episode (if any) and the connection; returns the close reply."""
+        if self.client.closed:
+            return None
+        try:
+            return self.close_episode()
+        finally:
+            self.client.close()
+
+    def __enter__(self) -> "Env":
+        return self
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+        try:
+            self.close()
+        except CrucibleError:
+            if exc_type is None:
+                raise  # otherwise the exception already leaving the block matters more

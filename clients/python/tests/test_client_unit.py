@@ -1,0 +1,332 @@
+"""Client behaviour against a hand-driven ROUTER: envelopes, id matching, errors, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import msgpack
+import pytest
+
+from crucible_client import (
+    ERROR_CLASSES,
+    AsyncClient,
+    Client,
+    CrucibleConnectionError,
+    CrucibleError,
+    CrucibleTimeout,
+    Env,
+    EpisodeDone,
+    ProtocolError,
+    TooLarge,
+    UnknownTask,
+)
+from crucible_client.wire import MAX_FRAME_BYTES
+
+SERVER_CODES = [
+    "bad_request", "unsupported_version", "unknown_op", "unknown_task", "unknown_episode",
+    "episode_done", "too_large", "invalid_argument", "busy", "shutting_down", "internal",
+]
+
+
+def test_request_envelope_has_version_op_and_a_fresh_integer_id(fake_server):
+    with Client(fake_server.endpoint, timeout=5) as client:
+        client.submit("reset", task="llm/rms_norm", seed=7, max_steps=None)
+        client.submit("hello")
+        _, first = fake_server.recv()
+        _, second = fake_server.recv()
+    assert first == {"v": 1, "id": first["id"], "op": "reset", "task": "llm/rms_norm", "seed": 7}
+    assert "max_steps" not in first, "fields set to None must be left out"
+    assert isinstance(first["id"], int) and isinstance(second["id"], int)
+    assert second["id"] != first["id"]
+
+
+def test_replies_out_of_order_reach_the_request_they_answer(fake_server):
+    with Client(fake_server.endpoint, timeout=5) as client:
+        futures = [client.submit("task", task=f"t{i}") for i in range(3)]
+        requests = [fake_server.recv() for _ in range(3)]
+        for peer, request in reversed(requests):
+            fake_server.reply(peer, request["id"], task={"id": request["task"]})
+        for i, future in enumerate(futures):
+            assert future.result(timeout=5)["task"]["id"] == f"t{i}"
+
+
+def test_a_reply_for_an_unknown_id_is_dropped_and_counted(fake_server):
+    with Client(fake_server.endpoint, timeout=5) as client:
+        future = client.submit("hello")
+        peer, request = fake_server.recv()
+        fake_server.reply(peer, request["id"] + 1000, server="stray")
+        fake_server.reply(peer, "not-an-id-we-sent", server="stray")
+        fake_server.reply(peer, request["id"], server="crucible")
+        assert future.result(timeout=5)["server"] == "crucible"
+        assert client.dropped_replies == 2
+
+
+@pytest.mark.parametrize("code", SERVER_CODES)
+def test_each_wire_error_code_raises_its_own_exception(fake_server, code):
+    with Client(fake_server.endpoint, timeout=5) as client:
+        future = client.submit("hello")
+        peer, request = fake_server.recv()
+        fake_server.error(peer, request["id"], code, f"the {code} message")
+        with pytest.raises(CrucibleError) as caught:
+            future.result(timeout=5)
+    assert type(caught.value) is ERROR_CLASSES[code]
+    assert caught.value.code == code
+    assert caught.value.message == f"the {code} message"
+    assert caught.value.reply["id"] == request["id"]
+
+
+def test_an_unknown_error_code_keeps_its_name(fake_server):
+    with Client(fake_server.endpoint, timeout=5) as client:
+        future = client.submit("hello")
+        peer, request = fake_server.recv()
+        fake_server.error(peer, request["id"], "quota_exceeded", "slow down")
+        with pytest.raises(CrucibleError) as caught:
+            future.result(timeout=5)
+    assert type(caught.value) is CrucibleError
+    assert caught.value.code == "quota_exceeded"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"v": 1, "ok": "yes"},
+        {"v": 2, "ok": True},
+        {"v": 1, "ok": False},
+        {"v": 1, "ok": False, "error": {"code": 3, "message": "x"}},
+        {"v": 1},
+    ],
+    ids=["ok-not-bool", "wrong-version", "error-missing", "error-code-not-str", "ok-missing"],
+)
+def test_a_malformed_reply_raises_protocol_error(fake_server, reply):
+    with Client(fake_server.endpoint, timeout=5) as client:
+        future = client.submit("hello")
+        peer, request = fake_server.recv()
+        fake_server.send(peer, dict(reply, id=request["id"]))
+        with pytest.raises(ProtocolError):
+            future.result(timeout=5)
+
+
+def test_undecodable_frames_are_counted_and_the_request_still_times_out(fake_server):
+    with Client(fake_server.endpoint, timeout=0.5) as client:
+        future = client.submit("hello")
+        peer, _ = fake_server.recv()
+        fake_server.send(peer, b"\xc1\xc1")  # 0xc1 is never valid msgpack
+        fake_server.send(peer, msgpack.packb([1, 2]))
+        with pytest.raises(CrucibleTimeout):
+            future.result(timeout=5)
+        assert client.protocol_violations == 2
+
+
+def test_no_reply_raises_timeout_and_a_late_reply_is_dropped(fake_server):
+    with Client(fake_server.endpoint, timeout=0.3) as client:
+        started = time.monotonic()
+        future = client.submit("score", task="t", source="x")
+        peer, request = fake_server.recv()
+        with pytest.raises(CrucibleTimeout) as caught:
+            future.result(timeout=5)
+        elapsed = time.monotonic() - started
+        assert 0.25 <= elapsed < 2.0
+        assert isinstance(caught.value, TimeoutError) and caught.value.code == "timeout"
+        fake_server.reply(peer, request["id"], result={})
+        deadline = time.monotonic() + 2
+        while client.dropped_replies == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert client.dropped_replies == 1
+        assert client.inflight == 0
+
+
+def test_per_request_timeout_overrides_the_client_default(fake_server):
+    with Client(fake_server.endpoint, timeout=60) as client:
+        future = client.submit("hello", timeout=0.2)
+        fake_server.recv()
+        with pytest.raises(CrucibleTimeout):
+            future.result(timeout=5)
+
+
+def test_an_oversized_request_is_refused_before_sending(fake_server):
+    with Client(fake_server.endpoint, timeout=5) as client:
+        with pytest.raises(TooLarge) as caught:
+            client.submit("score", task="t", source="x" * MAX_FRAME_BYTES)
+        assert "not sent" in caught.value.message
+        assert fake_server.recv_nothing()
+        assert client.inflight == 0
+
+
+def test_losing_the_connection_fails_requests_in_flight_without_waiting_for_timeout(fake_server):
+    with Client(fake_server.endpoint, timeout=60) as client:
+        future = client.submit("step", episode="e", source="x")
+        fake_server.recv()
+        started = time.monotonic()
+        fake_server.close()
+        with pytest.raises(CrucibleConnectionError) as caught:
+            future.result(timeout=10)
+        assert time.monotonic() - started < 5
+        assert isinstance(caught.value, ConnectionError) and caught.value.code == "io"
+        assert client.disconnects >= 1
+
+
+def test_closing_the_client_fails_pending_requests_and_refuses_new_ones(fake_server):
+    client = Client(fake_server.endpoint, timeout=60)
+    future = client.submit("hello")
+    fake_server.recv()
+    client.close()
+    with pytest.raises(CrucibleConnectionError):
+        future.result(timeout=5)
+    with pytest.raises(CrucibleConnectionError):
+        client.submit("hello")
+    assert client.closed
+
+
+def test_score_many_keeps_at_most_max_inflight_and_returns_results_in_order(fake_server):
+    items = [("task/a" if i % 2 else "task/b", f"source {i}") for i in range(10)]
+    results = {}
+
+    def run():
+        with Client(fake_server.endpoint, timeout=10) as client:
+            results["out"] = client.score_many(items, max_inflight=3, seed=5)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    answered = 0
+    while answered < len(items):
+        batch = [fake_server.recv()]
+        while not fake_server.recv_nothing(0.15):
+            batch.append(fake_server.recv())
+        assert len(batch) <= 3, f"{len(batch)} requests in flight with max_inflight=3"
+        for peer, request in reversed(batch):
+            assert request["op"] == "score" and request["seed"] == 5
+            fake_server.reply(peer, request["id"], task=request["task"],
+                              result={"status": "ok", "message": request["source"]}, reward=1.0)
+            answered += 1
+    worker.join(timeout=10)
+    assert [r["result"]["message"] for r in results["out"]] == [s for _, s in items]
+    assert [r["task"] for r in results["out"]] == [t for t, _ in items]
+
+
+def test_score_many_can_return_failures_in_place(fake_server):
+    results = {}
+
+    def run():
+        with Client(fake_server.endpoint, timeout=10) as client:
+            results["out"] = client.score_many(
+                [("good", "a"), ("missing", "b"), ("good", "c")], return_exceptions=True)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    for _ in range(3):
+        peer, request = fake_server.recv()
+        if request["task"] == "missing":
+            fake_server.error(peer, request["id"], "unknown_task", "no task 'missing'")
+        else:
+            fake_server.reply(peer, request["id"], task="good", result={}, reward=0.0)
+    worker.join(timeout=10)
+    out = results["out"]
+    assert out[0]["task"] == "good" and out[2]["task"] == "good"
+    assert isinstance(out[1], UnknownTask)
+
+
+def test_many_threads_share_one_client(fake_server):
+    stop = threading.Event()
+
+    def echo():
+        while not stop.is_set():
+            if fake_server.socket.poll(50):
+                peer, request = fake_server.recv()
+                fake_server.reply(peer, request["id"], echo=request["client"])
+
+    server_thread = threading.Thread(target=echo)
+    server_thread.start()
+    failures = []
+    try:
+        with Client(fake_server.endpoint, timeout=10) as client:
+            def worker(n):
+                futures = {f"{n}-{i}": client.submit("hello", client=f"{n}-{i}") for i in range(16)}
+                for name, future in futures.items():
+                    if future.result()["echo"] != name:
+                        failures.append(name)
+
+            threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=20)
+    finally:
+        stop.set()
+        server_thread.join()
+    assert failures == []
+
+
+def test_env_step_returns_the_gym_five_tuple(fake_server):
+    result = {"status": "infra_error", "message": "no CUDA device on this server",
+              "reward": {"total": 0.0, "terms": {}, "preset": "default", "infra": True},
+              "stages": {}, "compile": None, "correctness": None, "timing": None}
+    with Env(fake_server.endpoint, timeout=5) as env:
+        with pytest.raises(RuntimeError):
+            env.step("__global__ void k() {}")
+        outcome = {}
+        worker = threading.Thread(target=lambda: outcome.update(obs=env.reset("t", seed=3, max_steps=2)))
+        worker.start()
+        peer, request = fake_server.recv()
+        assert request["op"] == "reset" and request["max_steps"] == 2 and request["seed"] == 3
+        fake_server.reply(peer, request["id"], episode="ep-1", task={"id": "t"}, max_steps=2, step=0)
+        worker.join(timeout=5)
+        assert outcome["obs"] == {"episode": "ep-1", "task": {"id": "t"}, "max_steps": 2, "step": 0}
+
+        worker = threading.Thread(target=lambda: outcome.update(step=env.step(b"src")))
+        worker.start()
+        peer, request = fake_server.recv()
+        assert request == {"v": 1, "id": request["id"], "op": "step", "episode": "ep-1", "source": "src"}
+        fake_server.reply(peer, request["id"], episode="ep-1", step=2, result=result, reward=0.0,
+                          terminated=False, truncated=True, best=None)
+        worker.join(timeout=5)
+        observation, reward, terminated, truncated, info = outcome["step"]
+        assert observation["status"] == "infra_error" and observation["step"] == 2
+        assert reward == 0.0 and isinstance(reward, float)
+        assert (terminated, truncated) == (False, True)
+        assert info["result"] == result and info["best"] is None
+
+        # Leaving the block closes the episode: answer that close so __exit__ finishes cleanly.
+        closer = threading.Thread(target=env.close)
+        closer.start()
+        peer, request = fake_server.recv()
+        assert request["op"] == "close" and request["episode"] == "ep-1"
+        fake_server.reply(peer, request["id"], episode="ep-1", steps=2, best=None)
+        closer.join(timeout=5)
+    assert env.client.closed
+
+
+def test_env_maps_episode_done_to_its_exception(fake_server):
+    with Client(fake_server.endpoint, timeout=5) as client:
+        future = client.submit("step", episode="e", source="s")
+        peer, request = fake_server.recv()
+        fake_server.error(peer, request["id"], "episode_done", "episode e took its 2 steps")
+        with pytest.raises(EpisodeDone):
+            future.result(timeout=5)
+
+
+def test_async_client_matches_out_of_order_replies_and_maps_errors(fake_server):
+    async def scenario():
+        async with AsyncClient(fake_server.endpoint, timeout=5) as client:
+            first = asyncio.ensure_future(client.request("task", task="a"))
+            second = asyncio.ensure_future(client.request("task", task="b"))
+            third = asyncio.ensure_future(client.request("task", task="c"))
+            requests = []
+            while len(requests) < 3:
+                await asyncio.sleep(0.01)
+                while fake_server.socket.poll(0):
+                    requests.append(fake_server.recv())
+            for peer, request in reversed(requests):
+                if request["task"] == "c":
+                    fake_server.error(peer, request["id"], "unknown_task", "no task c")
+                else:
+                    fake_server.reply(peer, request["id"], task={"id": request["task"]})
+            assert (await first)["task"]["id"] == "a"
+            assert (await second)["task"]["id"] == "b"
+            with pytest.raises(UnknownTask):
+                await third
+            with pytest.raises(CrucibleTimeout):
+                await client.request("hello", timeout=0.2)
+
+    asyncio.run(scenario())
