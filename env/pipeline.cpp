@@ -1,0 +1,79 @@
+// Pipeline execution and the stages that need nothing but the server.
+#include "env/pipeline.hpp"
+
+#include <chrono>
+#include <exception>
+
+namespace crucible::env {
+
+core::Value StepResult::to_value() const {
+  core::Value out{{"status", core::step_status_name(status)},
+                  {"message", message},
+                  {"reward", reward.to_value()},
+                  {"stages", stages},
+                  {"compile", compile},
+                  {"correctness", correctness},
+                  {"timing", timing}};
+  if (speedup) out["speedup"] = *speedup;
+  return out;
+}
+
+void Pipeline::add(std::unique_ptr<Stage> stage) { stages_.push_back(std::move(stage)); }
+
+StepResult Pipeline::run(const StepJob& job) const {
+  StepResult result;
+  result.status = core::StepStatus::kOk;
+  for (const auto& stage : stages_) {
+    const auto start = std::chrono::steady_clock::now();
+    bool keep_going = false;
+    try {
+      keep_going = stage->run(job, result);
+    } catch (const std::exception& e) {
+      result.status = core::StepStatus::kInfraError;
+      result.message = std::string(stage->name()) + " stage failed inside the server: " + e.what();
+    }
+    const std::chrono::duration<double, std::milli> elapsed =
+        std::chrono::steady_clock::now() - start;
+    result.stages[std::string(stage->name())] = elapsed.count();
+    if (!keep_going) {
+      if (result.status == core::StepStatus::kOk) {
+        // A stage that stops the step must say why; treat silence as the server's fault.
+        result.status = core::StepStatus::kInfraError;
+        result.message = std::string(stage->name()) + " stage stopped without a status";
+      }
+      break;
+    }
+  }
+  result.reward = rewards::compute_reward(job.reward_spec, {result.status, result.speedup});
+  return result;
+}
+
+core::Value Pipeline::describe() const {
+  core::Value out = core::Value::object();
+  for (const auto& stage : stages_) out[std::string(stage->name())] = stage->available();
+  return out;
+}
+
+bool ValidateStage::run(const StepJob& job, StepResult& result) {
+  if (job.source.find('\0') != std::string::npos) {
+    result.status = core::StepStatus::kInvalidAction;
+    result.message = "the source contains a NUL byte; send plain CUDA C++ text";
+    return false;
+  }
+  if (job.source.find("__global__") == std::string::npos) {
+    result.status = core::StepStatus::kInvalidAction;
+    result.message =
+        "the source declares no kernel: define at least one __global__ function and launch it "
+        "with a // @launch directive";
+    return false;
+  }
+  return true;
+}
+
+bool UnavailableStage::run(const StepJob& /*job*/, StepResult& result) {
+  result.status = core::StepStatus::kInfraError;
+  result.message = reason_;
+  return false;
+}
+
+}  // namespace crucible::env

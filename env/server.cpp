@@ -1,0 +1,722 @@
+// Server implementation. Threads: one loop thread owns the ROUTER socket and all episode
+// bookkeeping that must be ordered; N worker threads run the pipeline and send their replies
+// back to the loop through an inproc PUSH/PULL pair (ZeroMQ sockets are single-threaded).
+#include "env/server.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+#include <zmq.hpp>
+
+#include "core/log.hpp"
+#include "core/msgpack_codec.hpp"
+#include "env/trajectory_log.hpp"
+
+#ifndef CRUCIBLE_VERSION
+#define CRUCIBLE_VERSION "0.0.0"
+#endif
+
+namespace crucible::env {
+
+using core::ErrorCode;
+using core::Value;
+using Clock = std::chrono::steady_clock;
+
+bool is_local_endpoint(std::string_view endpoint) {
+  if (endpoint.starts_with("ipc://") || endpoint.starts_with("inproc://")) return true;
+  if (!endpoint.starts_with("tcp://")) return false;
+  std::string_view host = endpoint.substr(6);
+  if (host.starts_with("[")) {
+    const auto close = host.find(']');
+    return close != std::string_view::npos && host.substr(1, close - 1) == "::1";
+  }
+  host = host.substr(0, host.rfind(':'));
+  if (host == "localhost") return true;
+  if (!host.starts_with("127.")) return false;
+  // Only digits and dots: "127.0.0.1", not "127.example.com".
+  return host.find_first_not_of("0123456789.") == std::string_view::npos;
+}
+
+namespace {
+
+// Routing frames of a request (identity, and the empty delimiter REQ sockets add) kept so the
+// reply can be addressed.
+struct Route {
+  std::vector<std::string> frames;
+};
+
+struct Episode {
+  std::string id;
+  const tasks::Task* task = nullptr;
+  std::uint64_t seed = 0;
+  std::uint32_t max_steps = 0;
+  rewards::RewardSpec reward_spec;
+  Value reward_spec_value;
+  Value options;
+  bool stop_on_ok = false;
+  std::uint32_t steps_reserved = 0;  // steps accepted (some may still be running)
+  std::uint32_t steps_done = 0;
+  bool finished = false;             // terminated by stop_on_ok
+  Value best = nullptr;              // {step, reward, status, speedup?}
+  Clock::time_point last_active;
+};
+
+// A bounded queue of closures run by a fixed set of threads.
+class WorkQueue {
+ public:
+  explicit WorkQueue(std::size_t capacity) : capacity_(capacity) {}
+  bool try_push(std::function<void()> job) {
+    std::lock_guard lock(mutex_);
+    if (closed_ || jobs_.size() >= capacity_) return false;
+    jobs_.push_back(std::move(job));
+    ready_.notify_one();
+    return true;
+  }
+  // Blocks until a job is available or the queue is closed and empty.
+  bool pop(std::function<void()>& job) {
+    std::unique_lock lock(mutex_);
+    ready_.wait(lock, [&] { return closed_ || !jobs_.empty(); });
+    if (jobs_.empty()) return false;
+    job = std::move(jobs_.front());
+    jobs_.pop_front();
+    return true;
+  }
+  void close() {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    ready_.notify_all();
+  }
+
+ private:
+  std::size_t capacity_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;
+  bool closed_ = false;
+};
+
+std::string random_hex(std::mt19937_64& rng, int bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < bytes; ++i) {
+    const auto byte = static_cast<unsigned>(rng() & 0xFFu);
+    out.push_back(kHex[byte >> 4]);
+    out.push_back(kHex[byte & 0xF]);
+  }
+  return out;
+}
+
+std::string utc_now_text() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+}  // namespace
+
+class Server::Impl {
+ public:
+  Impl(ServerOptions options, const tasks::Registry& registry, Pipeline pipeline)
+      : options_(std::move(options)),
+        registry_(registry),
+        pipeline_(std::move(pipeline)),
+        context_(1),
+        router_(context_, zmq::socket_type::router),
+        replies_(context_, zmq::socket_type::pull),
+        queue_(options_.max_queued),
+        rng_(std::random_device{}()),
+        started_(Clock::now()) {}
+
+  core::Status start() {
+    if (!options_.allow_remote && !is_local_endpoint(options_.bind)) {
+      return core::Error{ErrorCode::kInvalidArgument,
+                         "refusing to bind " + options_.bind +
+                             ": the server has no authentication, so a non-loopback address "
+                             "needs --allow-remote"};
+    }
+    auto log = TrajectoryLog::open(options_.log_path, options_.log_sync);
+    if (!log) return log.error();
+    log_ = std::move(log).value();
+    if (log_->recovered_tail_bytes() > 0) {
+      core::log_warn("trajectory log " + log_->path().string() + ": cut a torn tail of " +
+                     std::to_string(log_->recovered_tail_bytes()) + " bytes left by a crash");
+    }
+    try {
+      router_.set(zmq::sockopt::linger, 0);
+      router_.set(zmq::sockopt::router_mandatory, 1);
+      // Frames over this hard cap make ZeroMQ drop the connection before buffering them; frames
+      // between the protocol limit and the cap are read and answered with `too_large`.
+      router_.set(zmq::sockopt::maxmsgsize,
+                  static_cast<std::int64_t>(options_.limits.max_frame_bytes * 4 + 4096));
+      router_.set(zmq::sockopt::sndhwm, 0);
+      router_.set(zmq::sockopt::rcvhwm, 0);
+      router_.bind(options_.bind);
+      endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+      replies_endpoint_ = "inproc://crucible-replies";
+      replies_.set(zmq::sockopt::linger, 0);
+      replies_.set(zmq::sockopt::rcvhwm, 0);
+      replies_.bind(replies_endpoint_);
+    } catch (const zmq::error_t& e) {
+      return core::Error{ErrorCode::kIo, "cannot bind " + options_.bind + ": " + e.what()};
+    }
+    int workers = options_.workers;
+    if (workers <= 0) workers = std::max(2u, std::thread::hardware_concurrency());
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker_main(); });
+    return {};
+  }
+
+  ~Impl() {
+    queue_.close();
+    for (auto& thread : threads_) {
+      if (thread.joinable()) thread.join();
+    }
+  }
+
+  const std::string& endpoint() const { return endpoint_; }
+  void stop() { stop_requested_.store(true); }
+  void run();
+
+ private:
+  // --- loop thread ---
+  void handle_request(Route route, const std::string& payload);
+  void dispatch(const Route& route, const Value& id, core::Op op, const Value& frame);
+  void send(const Route& route, const Value& reply);
+  void send_error(const Route& route, const Value& id, ErrorCode code, const std::string& message);
+  void forward_replies();
+  void expire_episodes();
+  Value hello_reply(const Value& id) const;
+  Value stats_reply(const Value& id) const;
+  void start_job(const Route& route, const Value& id, core::Op op, StepJob job,
+                 std::shared_ptr<Episode> episode, std::uint32_t step);
+  const tasks::Task* find_task(const Route& route, const Value& id, const std::string& name);
+
+  // --- worker threads ---
+  void worker_main();
+
+  void count_error(ErrorCode code) {
+    std::lock_guard lock(stats_mutex_);
+    ++errors_[std::string(core::error_code_name(code))];
+  }
+
+  ServerOptions options_;
+  const tasks::Registry& registry_;
+  Pipeline pipeline_;
+  zmq::context_t context_;
+  zmq::socket_t router_;
+  zmq::socket_t replies_;
+  std::string endpoint_;
+  std::string replies_endpoint_;
+  std::unique_ptr<TrajectoryLog> log_;
+  WorkQueue queue_;
+  std::vector<std::thread> threads_;
+  std::mt19937_64 rng_;
+  Clock::time_point started_;
+  std::atomic<bool> stop_requested_{false};
+
+  // Episodes are created, reserved and erased by the loop thread; workers update best/steps_done
+  // under episodes_mutex_.
+  mutable std::mutex episodes_mutex_;
+  std::unordered_map<std::string, std::shared_ptr<Episode>> episodes_;
+
+  std::atomic<std::uint64_t> requests_{0};
+  std::atomic<std::uint64_t> replies_sent_{0};
+  std::atomic<std::uint64_t> dropped_replies_{0};
+  std::atomic<std::uint64_t> inflight_{0};
+  std::atomic<std::uint64_t> steps_{0};
+  std::atomic<std::uint64_t> scores_{0};
+  mutable std::mutex stats_mutex_;
+  std::map<std::string, std::uint64_t> errors_;
+  std::map<std::string, std::uint64_t> statuses_;
+};
+
+void Server::Impl::run() {
+  core::log_info("listening on " + endpoint_);
+  bool draining = false;
+  Clock::time_point drain_deadline;
+  Clock::time_point next_sweep = Clock::now() + std::chrono::seconds(1);
+  while (true) {
+    if (!draining && stop_requested_.load()) {
+      draining = true;
+      drain_deadline = Clock::now() + options_.drain_timeout;
+      core::log_info("stopping: " + std::to_string(inflight_.load()) +
+                     " requests in flight; new requests are refused");
+    }
+    if (draining && (inflight_.load() == 0 || Clock::now() >= drain_deadline)) break;
+    zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                               {replies_.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(50));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      throw;
+    }
+    if (items[1].revents & ZMQ_POLLIN) forward_replies();
+    if (items[0].revents & ZMQ_POLLIN) {
+      // Read a bounded batch so replies keep flowing under a flood of requests.
+      for (int i = 0; i < 256; ++i) {
+        std::vector<zmq::message_t> parts;
+        zmq::message_t part;
+        bool got = false;
+        try {
+          while (true) {
+            const auto received = router_.recv(part, zmq::recv_flags::dontwait);
+            if (!received) break;
+            got = true;
+            const bool more = part.more();
+            parts.push_back(std::move(part));
+            if (!more) break;
+          }
+        } catch (const zmq::error_t& e) {
+          core::log_warn(std::string("receive failed: ") + e.what());
+          break;
+        }
+        if (!got) break;
+        ++requests_;
+        Route route;
+        if (parts.size() == 2) {
+          route.frames.push_back(parts[0].to_string());
+        } else if (parts.size() == 3 && parts[1].size() == 0) {
+          route.frames.push_back(parts[0].to_string());
+          route.frames.emplace_back();
+        } else {
+          route.frames.push_back(parts[0].to_string());
+          send_error(route, nullptr, ErrorCode::kBadRequest,
+                     "a request must be one frame holding one msgpack map, got " +
+                         std::to_string(parts.size() - 1) + " frames");
+          continue;
+        }
+        if (draining) {
+          const auto frame = core::decode_msgpack(parts.back().to_string_view(),
+                                                  options_.limits.decode_limits());
+          const Value id = frame ? core::recover_id(*frame, options_.limits) : Value(nullptr);
+          send_error(route, id, ErrorCode::kShuttingDown, "the server is shutting down");
+          continue;
+        }
+        try {
+          handle_request(std::move(route), parts.back().to_string());
+        } catch (const std::exception& e) {
+          // One bad request must never take the server down.
+          core::log_error(std::string("request handler failed: ") + e.what());
+        }
+      }
+    }
+    if (Clock::now() >= next_sweep) {
+      expire_episodes();
+      next_sweep = Clock::now() + std::chrono::seconds(1);
+    }
+  }
+  queue_.close();
+  for (auto& thread : threads_) thread.join();
+  threads_.clear();
+  forward_replies();
+  core::log_info("stopped; " + std::to_string(log_->records_written()) +
+                 " trajectory records written to " + log_->path().string());
+}
+
+void Server::Impl::handle_request(Route route, const std::string& payload) {
+  if (payload.size() > options_.limits.max_frame_bytes) {
+    send_error(route, nullptr, ErrorCode::kTooLarge,
+               "frame of " + std::to_string(payload.size()) + " bytes exceeds the limit of " +
+                   std::to_string(options_.limits.max_frame_bytes));
+    return;
+  }
+  auto frame = core::decode_msgpack(payload, options_.limits.decode_limits());
+  if (!frame) {
+    send_error(route, nullptr, frame.error().code, frame.error().message);
+    return;
+  }
+  auto envelope = core::parse_envelope(*frame, options_.limits);
+  if (!envelope) {
+    send_error(route, core::recover_id(*frame, options_.limits), envelope.error().code,
+               envelope.error().message);
+    return;
+  }
+  try {
+    dispatch(route, envelope->id, envelope->op, *frame);
+  } catch (const std::exception& e) {
+    core::log_error(std::string("internal error in ") + std::string(core::op_name(envelope->op)) +
+                    ": " + e.what());
+    send_error(route, envelope->id, ErrorCode::kInternal,
+               std::string("internal server error: ") + e.what());
+  }
+}
+
+const tasks::Task* Server::Impl::find_task(const Route& route, const Value& id,
+                                           const std::string& name) {
+  const tasks::Task* task = registry_.find(name);
+  if (task == nullptr) {
+    send_error(route, id, ErrorCode::kUnknownTask,
+               "unknown task '" + name + "'; the `tasks` op lists the " +
+                   std::to_string(registry_.all().size()) + " tasks this server has");
+  }
+  return task;
+}
+
+void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, const Value& frame) {
+  const auto& limits = options_.limits;
+  switch (op) {
+    case core::Op::kHello: {
+      auto request = core::parse_hello(frame, limits);
+      if (!request) return send_error(route, id, request.error().code, request.error().message);
+      return send(route, hello_reply(id));
+    }
+    case core::Op::kStats:
+      return send(route, stats_reply(id));
+    case core::Op::kTasks: {
+      auto request = core::parse_tasks(frame, limits);
+      if (!request) return send_error(route, id, request.error().code, request.error().message);
+      Value list = Value::array();
+      for (const auto& task : registry_.all()) {
+        if (request->category && task.category != *request->category) continue;
+        list.push_back(tasks::task_summary(task));
+      }
+      Value reply = core::ok_reply(id);
+      reply["tasks"] = std::move(list);
+      return send(route, reply);
+    }
+    case core::Op::kTask: {
+      auto request = core::parse_task(frame, limits);
+      if (!request) return send_error(route, id, request.error().code, request.error().message);
+      const auto* task = find_task(route, id, request->task);
+      if (task == nullptr) return;
+      Value reply = core::ok_reply(id);
+      reply["task"] = tasks::agent_view(*task);
+      return send(route, reply);
+    }
+    case core::Op::kReset: {
+      auto request = core::parse_reset(frame, limits);
+      if (!request) return send_error(route, id, request.error().code, request.error().message);
+      const auto* task = find_task(route, id, request->task);
+      if (task == nullptr) return;
+      auto spec = rewards::parse_reward_spec(request->reward);
+      if (!spec) return send_error(route, id, ErrorCode::kInvalidArgument, spec.error().message);
+      auto episode = std::make_shared<Episode>();
+      episode->task = task;
+      episode->seed = request->seed ? *request->seed : rng_();
+      episode->max_steps = request->max_steps ? *request->max_steps : options_.default_max_steps;
+      episode->reward_spec = std::move(spec).value();
+      episode->reward_spec_value = rewards::reward_spec_to_value(episode->reward_spec);
+      episode->options = request->options.is_null() ? Value::object() : request->options;
+      if (const auto it = episode->options.find("stop_on_ok"); it != episode->options.end()) {
+        if (!it->is_boolean()) {
+          return send_error(route, id, ErrorCode::kBadRequest,
+                            "field 'options.stop_on_ok' must be a boolean, got " +
+                                std::string(core::value_type_name(*it)));
+        }
+        episode->stop_on_ok = it->get<bool>();
+      }
+      episode->last_active = Clock::now();
+      {
+        std::lock_guard lock(episodes_mutex_);
+        if (episodes_.size() >= options_.max_episodes) {
+          return send_error(route, id, ErrorCode::kBusy,
+                            "the server holds " + std::to_string(episodes_.size()) +
+                                " open episodes, its limit; close some first");
+        }
+        do {
+          episode->id = "ep-" + random_hex(rng_, 8);
+        } while (episodes_.count(episode->id) > 0);
+        episodes_[episode->id] = episode;
+      }
+      Value reply = core::ok_reply(id);
+      reply["episode"] = episode->id;
+      reply["task"] = tasks::agent_view(*task);
+      reply["max_steps"] = episode->max_steps;
+      reply["step"] = 0;
+      reply["reward_spec"] = episode->reward_spec_value;
+      return send(route, reply);
+    }
+    case core::Op::kStep: {
+      auto request = core::parse_step(frame, limits);
+      if (!request) return send_error(route, id, request.error().code, request.error().message);
+      std::shared_ptr<Episode> episode;
+      std::uint32_t step = 0;
+      {
+        std::lock_guard lock(episodes_mutex_);
+        const auto it = episodes_.find(request->episode);
+        if (it == episodes_.end()) {
+          return send_error(route, id, ErrorCode::kUnknownEpisode,
+                            "unknown episode '" + request->episode.substr(0, 64) +
+                                "': it was never opened, was closed, or expired after " +
+                                std::to_string(options_.episode_idle_timeout.count()) +
+                                " s idle; call reset");
+        }
+        episode = it->second;
+        if (episode->finished || episode->steps_reserved >= episode->max_steps) {
+          return send_error(route, id, ErrorCode::kEpisodeDone,
+                            "episode '" + episode->id + "' is over (" +
+                                std::to_string(episode->steps_reserved) + " of " +
+                                std::to_string(episode->max_steps) +
+                                " steps used); call reset for a new one");
+        }
+        step = ++episode->steps_reserved;
+        episode->last_active = Clock::now();
+      }
+      StepJob job{episode->task, std::move(request->source), std::move(request->plan),
+                  episode->seed, episode->reward_spec};
+      return start_job(route, id, op, std::move(job), std::move(episode), step);
+    }
+    case core::Op::kScore: {
+      auto request = core::parse_score(frame, limits);
+      if (!request) return send_error(route, id, request.error().code, request.error().message);
+      const auto* task = find_task(route, id, request->task);
+      if (task == nullptr) return;
+      auto spec = rewards::parse_reward_spec(request->reward);
+      if (!spec) return send_error(route, id, ErrorCode::kInvalidArgument, spec.error().message);
+      StepJob job{task, std::move(request->source), std::move(request->plan),
+                  request->seed ? *request->seed : rng_(), std::move(spec).value()};
+      return start_job(route, id, op, std::move(job), nullptr, 0);
+    }
+    case core::Op::kClose: {
+      auto request = core::parse_close(frame, limits);
+      if (!request) return send_error(route, id, request.error().code, request.error().message);
+      std::shared_ptr<Episode> episode;
+      {
+        std::lock_guard lock(episodes_mutex_);
+        const auto it = episodes_.find(request->episode);
+        if (it == episodes_.end()) {
+          return send_error(route, id, ErrorCode::kUnknownEpisode,
+                            "unknown episode '" + request->episode.substr(0, 64) + "'");
+        }
+        episode = it->second;
+        episodes_.erase(it);
+      }
+      Value reply = core::ok_reply(id);
+      std::lock_guard lock(episodes_mutex_);
+      reply["episode"] = episode->id;
+      reply["steps"] = episode->steps_reserved;
+      reply["best"] = episode->best;
+      return send(route, reply);
+    }
+  }
+}
+
+void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, StepJob job,
+                             std::shared_ptr<Episode> episode, std::uint32_t step) {
+  ++inflight_;
+  auto work = [this, route, id, op, job = std::move(job), episode, step]() {
+    StepResult result = pipeline_.run(job);
+    Value reply = core::ok_reply(id);
+    Value record{{"kind", core::op_name(op)},
+                 {"time", utc_now_text()},
+                 {"server_version", CRUCIBLE_VERSION},
+                 {"arch", options_.arch},
+                 {"gpus", options_.gpus},
+                 {"task", job.task->id},
+                 {"seed", job.seed},
+                 {"source", job.source},
+                 {"plan", job.plan},
+                 {"reward_spec", rewards::reward_spec_to_value(job.reward_spec)},
+                 {"result", result.to_value()},
+                 {"reward", result.reward.total}};
+    reply["result"] = record["result"];
+    reply["reward"] = result.reward.total;
+    if (episode) {
+      bool terminated = false;
+      bool truncated = false;
+      Value best;
+      {
+        std::lock_guard lock(episodes_mutex_);
+        ++episode->steps_done;
+        episode->last_active = Clock::now();
+        if (episode->best.is_null() || result.reward.total > episode->best["reward"].get<double>()) {
+          episode->best = Value{{"step", step},
+                                {"reward", result.reward.total},
+                                {"status", core::step_status_name(result.status)}};
+          if (result.speedup) episode->best["speedup"] = *result.speedup;
+        }
+        if (episode->stop_on_ok && result.status == core::StepStatus::kOk) {
+          episode->finished = true;
+          terminated = true;
+        }
+        truncated = !terminated && step >= episode->max_steps;
+        best = episode->best;
+      }
+      reply["episode"] = episode->id;
+      reply["step"] = step;
+      reply["terminated"] = terminated;
+      reply["truncated"] = truncated;
+      reply["best"] = best;
+      record["episode"] = episode->id;
+      record["step"] = step;
+      ++steps_;
+    } else {
+      reply["task"] = job.task->id;
+      ++scores_;
+    }
+    {
+      std::lock_guard lock(stats_mutex_);
+      ++statuses_[std::string(core::step_status_name(result.status))];
+    }
+    // The record is in the log before the reply leaves, so an answered step is never lost.
+    if (auto logged = log_->append(record); !logged) {
+      core::log_error("trajectory log append failed: " + logged.error().message);
+      reply = core::error_reply(id, ErrorCode::kInternal,
+                                "the step ran but could not be logged: " + logged.error().message);
+    }
+    return std::make_pair(route, std::move(reply));
+  };
+  // The closure is wrapped so the worker thread can send through its own socket.
+  auto wrapped = [this, work = std::move(work)]() mutable {
+    auto [reply_route, reply] = work();
+    thread_local std::unique_ptr<zmq::socket_t> push;
+    if (!push) {
+      push = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::push);
+      push->set(zmq::sockopt::linger, 0);
+      push->set(zmq::sockopt::sndhwm, 0);
+      push->connect(replies_endpoint_);
+    }
+    for (const auto& frame : reply_route.frames) {
+      push->send(zmq::buffer(frame), zmq::send_flags::sndmore);
+    }
+    const std::string payload = core::encode_msgpack(reply);
+    push->send(zmq::buffer(payload), zmq::send_flags::none);
+  };
+  if (!queue_.try_push(std::move(wrapped))) {
+    --inflight_;
+    if (episode) {
+      std::lock_guard lock(episodes_mutex_);
+      --episode->steps_reserved;
+    }
+    send_error(route, id, ErrorCode::kBusy,
+               "the server has " + std::to_string(options_.max_queued) +
+                   " requests queued, its limit; retry later");
+  }
+}
+
+void Server::Impl::worker_main() {
+  std::function<void()> job;
+  while (queue_.pop(job)) {
+    try {
+      job();
+    } catch (const std::exception& e) {
+      core::log_error(std::string("worker job failed: ") + e.what());
+    }
+    job = nullptr;
+  }
+}
+
+void Server::Impl::forward_replies() {
+  while (true) {
+    std::vector<zmq::message_t> parts;
+    zmq::message_t part;
+    bool got = false;
+    while (true) {
+      const auto received = replies_.recv(part, zmq::recv_flags::dontwait);
+      if (!received) break;
+      got = true;
+      const bool more = part.more();
+      parts.push_back(std::move(part));
+      if (!more) break;
+    }
+    if (!got) return;
+    --inflight_;
+    try {
+      for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+        router_.send(parts[i], zmq::send_flags::sndmore);
+      }
+      router_.send(parts.back(), zmq::send_flags::none);
+      ++replies_sent_;
+    } catch (const zmq::error_t& e) {
+      // EHOSTUNREACH: the client left before its reply was ready (ROUTER_MANDATORY).
+      ++dropped_replies_;
+      core::log_debug(std::string("reply dropped: ") + e.what());
+    }
+  }
+}
+
+void Server::Impl::send(const Route& route, const Value& reply) {
+  const std::string payload = core::encode_msgpack(reply);
+  try {
+    for (const auto& frame : route.frames) router_.send(zmq::buffer(frame), zmq::send_flags::sndmore);
+    router_.send(zmq::buffer(payload), zmq::send_flags::none);
+    ++replies_sent_;
+  } catch (const zmq::error_t& e) {
+    ++dropped_replies_;
+    core::log_debug(std::string("reply dropped: ") + e.what());
+  }
+}
+
+void Server::Impl::send_error(const Route& route, const Value& id, ErrorCode code,
+                              const std::string& message) {
+  count_error(code);
+  send(route, core::error_reply(id, code, message));
+}
+
+void Server::Impl::expire_episodes() {
+  const auto cutoff = Clock::now() - options_.episode_idle_timeout;
+  std::lock_guard lock(episodes_mutex_);
+  for (auto it = episodes_.begin(); it != episodes_.end();) {
+    const bool busy = it->second->steps_done < it->second->steps_reserved;
+    if (!busy && it->second->last_active < cutoff) {
+      it = episodes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+Value Server::Impl::hello_reply(const Value& id) const {
+  Value reply = core::ok_reply(id);
+  reply["server"] = "crucible";
+  reply["version"] = CRUCIBLE_VERSION;
+  reply["protocol"] = core::kProtocolVersion;
+  reply["arch"] = options_.arch;
+  reply["gpus"] = options_.gpus;
+  reply["stages"] = pipeline_.describe();
+  reply["limits"] = Value{{"max_frame_bytes", options_.limits.max_frame_bytes},
+                          {"max_source_bytes", options_.limits.max_source_bytes},
+                          {"max_steps_cap", options_.limits.max_steps_cap}};
+  reply["tasks"] = registry_.all().size();
+  return reply;
+}
+
+Value Server::Impl::stats_reply(const Value& id) const {
+  Value reply = core::ok_reply(id);
+  const std::chrono::duration<double> uptime = Clock::now() - started_;
+  reply["uptime_s"] = uptime.count();
+  reply["requests"] = requests_.load();
+  reply["replies"] = replies_sent_.load();
+  reply["dropped_replies"] = dropped_replies_.load();
+  reply["inflight"] = inflight_.load();
+  reply["steps"] = steps_.load();
+  reply["scores"] = scores_.load();
+  {
+    std::lock_guard lock(stats_mutex_);
+    reply["errors"] = errors_;
+    reply["statuses"] = statuses_;
+  }
+  {
+    std::lock_guard lock(episodes_mutex_);
+    reply["episodes_open"] = episodes_.size();
+  }
+  reply["stages"] = pipeline_.describe();
+  reply["log"] = Value{{"path", log_->path().string()}, {"records", log_->records_written()}};
+  return reply;
+}
+
+core::Result<std::unique_ptr<Server>> Server::create(ServerOptions options,
+                                                     const tasks::Registry& registry,
+                                                     Pipeline pipeline) {
+  auto impl = std::make_unique<Impl>(std::move(options), registry, std::move(pipeline));
+  if (auto started = impl->start(); !started) return started.error();
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() = default;
+const std::string& Server::endpoint() const { return impl_->endpoint(); }
+void Server::run() { impl_->run(); }
+void Server::stop() { impl_->stop(); }
+
+}  // namespace crucible::env

@@ -1,0 +1,27 @@
+// StepResult: everything a step produced, the observation an agent and a trainer receive.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/step_status.hpp"
+#include "core/value.hpp"
+#include "rewards/reward.hpp"
+
+namespace crucible::env {
+
+struct StepResult {
+  core::StepStatus status = core::StepStatus::kInfraError;
+  std::string message;                 // one line an agent can act on
+  core::Value compile = nullptr;       // compile stage report, when it ran
+  core::Value correctness = nullptr;   // per-case correctness, when the GPU stage ran
+  core::Value timing = nullptr;        // per-case timing, when the GPU stage ran
+  std::optional<double> speedup;       // weighted geometric mean over timing cases
+  core::Value stages = core::Value::object();  // stage name -> wall milliseconds
+  rewards::RewardBreakdown reward;
+
+  // {status, message, reward, stages, compile, correctness, timing, speedup?}
+  core::Value to_value() const;
+};
+
+}  // namespace crucible::env

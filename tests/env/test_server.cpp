@@ -1,0 +1,410 @@
+// Integration: a real server driven over loopback by the C++ client and by raw sockets.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <set>
+#include <thread>
+#include <zmq.hpp>
+
+#include "clients/cpp/client.hpp"
+#include "core/msgpack_codec.hpp"
+#include "env/trajectory_log.hpp"
+#include "server_fixture.hpp"
+
+using namespace crucible;
+using core::ErrorCode;
+using core::Op;
+using core::Value;
+using testing::RunningServer;
+
+namespace {
+
+constexpr const char* kKernel = R"(
+extern "C" __global__ void copy_kernel(__nv_bfloat16* out, const __nv_bfloat16* input) {}
+// @launch copy_kernel<<<num_tokens, 256>>>(out, input)
+)";
+
+clients::Client connect(const RunningServer& server, int timeout_ms = 20000) {
+  clients::ClientOptions options;
+  options.endpoint = server.endpoint();
+  options.timeout = std::chrono::milliseconds(timeout_ms);
+  auto client = clients::Client::connect(options);
+  REQUIRE(client.ok());
+  return std::move(client).value();
+}
+
+// A raw DEALER for frames the typed client would never send.
+struct RawSocket {
+  zmq::context_t context{1};
+  zmq::socket_t socket{context, zmq::socket_type::dealer};
+  explicit RawSocket(const std::string& endpoint) {
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::rcvtimeo, 10000);
+    socket.connect(endpoint);
+  }
+  void send(const std::string& bytes) { socket.send(zmq::buffer(bytes), zmq::send_flags::none); }
+  Value receive() {
+    zmq::message_t message;
+    const auto got = socket.recv(message);
+    REQUIRE(got.has_value());
+    auto value = core::decode_msgpack(message.to_string_view(), core::DecodeLimits{});
+    REQUIRE(value.ok());
+    return *value;
+  }
+};
+
+void check_error(const core::Result<Value>& reply, ErrorCode code, const std::string& needle) {
+  REQUIRE_FALSE(reply.ok());
+  CHECK(reply.error().code == code);
+  CHECK_MESSAGE(reply.error().message.find(needle) != std::string::npos, reply.error().message);
+}
+
+// A stage that takes its time, to hold requests in flight.
+class SlowStage final : public env::Stage {
+ public:
+  explicit SlowStage(int ms) : ms_(ms) {}
+  std::string_view name() const override { return "slow"; }
+  bool available() const override { return true; }
+  bool run(const env::StepJob&, env::StepResult&) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    return true;
+  }
+
+ private:
+  int ms_;
+};
+
+env::Pipeline slow_pipeline(int ms) {
+  env::Pipeline pipeline;
+  pipeline.add(std::make_unique<SlowStage>(ms));
+  pipeline.add(std::make_unique<env::UnavailableStage>("gpu", "no CUDA device on this server"));
+  return pipeline;
+}
+
+}  // namespace
+
+TEST_CASE("server: hello, tasks, task and stats describe the server truthfully") {
+  RunningServer server;
+  auto client = connect(server);
+  const auto hello = client.hello();
+  REQUIRE(hello.ok());
+  CHECK((*hello)["server"] == "crucible");
+  CHECK((*hello)["protocol"] == 1);
+  CHECK((*hello)["gpus"].empty());
+  CHECK((*hello)["stages"]["validate"] == true);
+  CHECK((*hello)["stages"]["gpu"] == false);
+  CHECK((*hello)["limits"]["max_source_bytes"] == 256 * 1024);
+
+  const auto tasks = client.tasks();
+  REQUIRE(tasks.ok());
+  bool found = false;
+  for (const auto& task : (*tasks)["tasks"]) found |= task["id"] == "llm/rms_norm";
+  CHECK(found);
+  const auto filtered = client.tasks(std::string("no-such-category"));
+  REQUIRE(filtered.ok());
+  CHECK((*filtered)["tasks"].empty());
+
+  const auto task = client.task("llm/rms_norm");
+  REQUIRE(task.ok());
+  CHECK((*task)["task"]["id"] == "llm/rms_norm");
+  CHECK(core::to_json_text((*task)["task"]).find("hidden") == std::string::npos);
+
+  const auto stats = client.stats();
+  REQUIRE(stats.ok());
+  CHECK((*stats)["requests"].get<std::uint64_t>() >= 4);
+  CHECK((*stats)["episodes_open"] == 0);
+}
+
+TEST_CASE("server: an episode runs reset -> step -> close and every step is logged first") {
+  RunningServer server;
+  auto client = connect(server);
+  const auto reset = client.reset("llm/rms_norm", 7, 2);
+  REQUIRE(reset.ok());
+  const std::string episode = (*reset)["episode"];
+  CHECK((*reset)["max_steps"] == 2);
+  CHECK((*reset)["step"] == 0);
+  CHECK((*reset)["task"]["id"] == "llm/rms_norm");
+
+  const auto first = client.step(episode, kKernel);
+  REQUIRE(first.ok());
+  CHECK((*first)["step"] == 1);
+  CHECK((*first)["truncated"] == false);
+  CHECK((*first)["terminated"] == false);
+  // Without a GPU the step is answered truthfully: the server's fault, no penalty.
+  CHECK((*first)["result"]["status"] == "infra_error");
+  CHECK((*first)["result"]["reward"]["infra"] == true);
+  CHECK((*first)["reward"] == 0.0);
+
+  const auto invalid = client.step(episode, "int main() { return 0; }");
+  REQUIRE(invalid.ok());
+  CHECK((*invalid)["result"]["status"] == "invalid_action");
+  CHECK((*invalid)["reward"] == -1.0);
+  CHECK((*invalid)["truncated"] == true);
+  CHECK((*invalid)["best"]["step"] == 1);
+
+  check_error(client.step(episode, kKernel), ErrorCode::kEpisodeDone,
+              "is over (2 of 2 steps used); call reset for a new one");
+  const auto closed = client.close(episode);
+  REQUIRE(closed.ok());
+  CHECK((*closed)["steps"] == 2);
+  check_error(client.step(episode, kKernel), ErrorCode::kUnknownEpisode, "unknown episode");
+  check_error(client.close(episode), ErrorCode::kUnknownEpisode, "unknown episode");
+
+  const auto scored = client.score("llm/rms_norm", kKernel, nullptr, 3);
+  REQUIRE(scored.ok());
+  CHECK((*scored)["task"] == "llm/rms_norm");
+  CHECK((*scored)["result"]["status"] == "infra_error");
+
+  server.stop();
+  std::vector<Value> records;
+  auto report = env::read_trajectory_log(server.log_path(), [&](Value&& record) {
+    records.push_back(std::move(record));
+    return true;
+  });
+  REQUIRE(report.ok());
+  REQUIRE(records.size() == 3);
+  CHECK(records[0]["kind"] == "step");
+  CHECK(records[0]["episode"] == episode);
+  CHECK(records[0]["seed"] == 7);
+  CHECK(records[0]["source"] == kKernel);
+  CHECK(records[1]["result"]["status"] == "invalid_action");
+  CHECK(records[2]["kind"] == "score");
+  CHECK(records[2]["seed"] == 3);
+  CHECK_FALSE(report->torn_tail);
+}
+
+TEST_CASE("server: every client-reachable error code comes back with a clear message") {
+  env::ServerOptions options;
+  options.limits.max_source_bytes = 1024;
+  RunningServer server(options);
+  auto client = connect(server);
+
+  check_error(client.task("llm/nope"), ErrorCode::kUnknownTask, "unknown task 'llm/nope'");
+  check_error(client.reset("llm/nope"), ErrorCode::kUnknownTask, "unknown task 'llm/nope'");
+  check_error(client.score("llm/nope", kKernel), ErrorCode::kUnknownTask, "unknown task");
+  check_error(client.step("ep-0000", kKernel), ErrorCode::kUnknownEpisode, "unknown episode");
+  check_error(client.call(Op::kStep, Value{{"episode", "e"}}), ErrorCode::kBadRequest,
+              "missing field 'source'");
+  check_error(client.call(Op::kTask, Value{{"task", 5}}), ErrorCode::kBadRequest,
+              "field 'task' must be a string, got integer");
+  check_error(client.score("llm/rms_norm", std::string(2000, 'x')), ErrorCode::kTooLarge,
+              "field 'source' is 2000 bytes; the limit is 1024");
+  check_error(client.reset("llm/rms_norm", std::nullopt, 20000), ErrorCode::kInvalidArgument,
+              "at most 10000");
+  check_error(client.reset("llm/rms_norm", std::nullopt, std::nullopt, Value{{"preset", "x"}}),
+              ErrorCode::kInvalidArgument, "unknown preset 'x'");
+  check_error(client.reset("llm/rms_norm", std::nullopt, std::nullopt, nullptr,
+                           Value{{"stop_on_ok", "yes"}}),
+              ErrorCode::kBadRequest, "options.stop_on_ok");
+
+  RawSocket raw(server.endpoint());
+  raw.send(core::encode_msgpack(Value{{"v", 1}, {"id", 9}, {"op", "dance"}}));
+  auto reply = raw.receive();
+  CHECK(reply["id"] == 9);
+  CHECK(reply["error"]["code"] == "unknown_op");
+  raw.send(core::encode_msgpack(Value{{"v", 3}, {"id", "x"}, {"op", "hello"}}));
+  reply = raw.receive();
+  CHECK(reply["id"] == "x");
+  CHECK(reply["error"]["code"] == "unsupported_version");
+  raw.send("\xc1 not msgpack");
+  reply = raw.receive();
+  CHECK(reply["id"].is_null());
+  CHECK(reply["error"]["code"] == "bad_request");
+  raw.send(core::encode_msgpack(Value{{"v", 1}, {"id", 1}, {"op", "hello"}, {"pad", std::string(2 << 20, 'p')}}));
+  reply = raw.receive();
+  CHECK(reply["error"]["code"] == "too_large");
+  raw.socket.send(zmq::str_buffer("part one"), zmq::send_flags::sndmore);
+  raw.socket.send(zmq::str_buffer("part two"), zmq::send_flags::none);
+  reply = raw.receive();
+  CHECK(reply["error"]["code"] == "bad_request");
+  CHECK(reply["error"]["message"] == "a request must be one frame holding one msgpack map, got 2 frames");
+  // And the server is still answering.
+  CHECK(client.hello().ok());
+  const auto stats = client.stats();
+  REQUIRE(stats.ok());
+  CHECK((*stats)["errors"]["unknown_task"] == 3);
+  CHECK((*stats)["errors"]["too_large"] == 2);
+}
+
+TEST_CASE("server: 64 clients x 16 pipelined requests, every reply matched to its request") {
+  RunningServer server;
+  constexpr int kClients = 64;
+  constexpr int kRequests = 16;
+  std::atomic<int> matched{0};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      clients::ClientOptions options;
+      options.endpoint = server.endpoint();
+      options.timeout = std::chrono::milliseconds(60000);
+      auto client = clients::Client::connect(options);
+      if (!client) {
+        ++failures;
+        return;
+      }
+      std::vector<std::pair<clients::Future, int>> futures;
+      for (int r = 0; r < kRequests; ++r) {
+        // Mix cheap ops and pipeline work; the task name carries the request's identity.
+        if (r % 2 == 0) {
+          futures.emplace_back(client->submit(Op::kTask, Value{{"task", "llm/rms_norm"}}), r);
+        } else {
+          futures.emplace_back(
+              client->submit(Op::kScore, Value{{"task", "llm/rms_norm"},
+                                               {"source", std::string(kKernel) + "// " +
+                                                              std::to_string(c * 100 + r)},
+                                               {"seed", c * 100 + r}}),
+              r);
+        }
+      }
+      // Collect in reverse to exercise out-of-order matching.
+      for (auto it = futures.rbegin(); it != futures.rend(); ++it) {
+        auto reply = it->first.get();
+        if (!reply) {
+          ++failures;
+          continue;
+        }
+        const bool is_score = it->second % 2 == 1;
+        const bool ok = (*reply)["id"] == it->first.id() &&
+                        (is_score ? (*reply)["result"]["status"] == "infra_error"
+                                  : (*reply)["task"]["id"] == "llm/rms_norm");
+        if (ok) {
+          ++matched;
+        } else {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(failures.load() == 0);
+  CHECK(matched.load() == kClients * kRequests);
+  auto client = connect(server);
+  const auto stats = client.stats();
+  REQUIRE(stats.ok());
+  CHECK((*stats)["scores"] == kClients * kRequests / 2);
+  CHECK((*stats)["dropped_replies"] == 0);
+}
+
+TEST_CASE("server: 1,000 random frames from a fixed seed, and the server still answers") {
+  RunningServer server;
+  RawSocket raw(server.endpoint());
+  std::mt19937_64 rng(20261129);
+  int replies = 0;
+  for (int i = 0; i < 1000; ++i) {
+    std::string frame;
+    switch (i % 4) {
+      case 0: {  // pure noise
+        frame.resize(1 + rng() % 64);
+        for (auto& ch : frame) ch = static_cast<char>(rng());
+        break;
+      }
+      case 1: {  // a valid request with bytes flipped
+        frame = core::encode_msgpack(
+            Value{{"v", 1}, {"id", i}, {"op", "score"}, {"task", "llm/rms_norm"}, {"source", kKernel}});
+        for (int k = 0; k < 3; ++k) frame[rng() % frame.size()] = static_cast<char>(rng());
+        break;
+      }
+      case 2: {  // a valid request cut short
+        frame = core::encode_msgpack(Value{{"v", 1}, {"id", i}, {"op", "reset"}, {"task", "llm/rms_norm"}});
+        frame.resize(rng() % frame.size() + 1);
+        break;
+      }
+      default: {  // well-formed msgpack with random field types
+        const Value choices[] = {1, -1, "x", nullptr, Value::array({1}), Value::object(), 2.5, true};
+        Value request{{"v", choices[rng() % 8]}, {"id", choices[rng() % 8]}, {"op", choices[rng() % 8]}};
+        request["task"] = choices[rng() % 8];
+        frame = core::encode_msgpack(request);
+      }
+    }
+    raw.send(frame);
+  }
+  // Every frame gets exactly one reply (some valid ones are real requests).
+  raw.socket.set(zmq::sockopt::rcvtimeo, 20000);
+  for (int i = 0; i < 1000; ++i) {
+    zmq::message_t message;
+    if (!raw.socket.recv(message)) break;
+    auto reply = core::decode_msgpack(message.to_string_view(), core::DecodeLimits{});
+    REQUIRE(reply.ok());
+    CHECK(reply->contains("ok"));
+    ++replies;
+  }
+  CHECK(replies == 1000);
+  auto client = connect(server);
+  const auto hello = client.hello();
+  CHECK(hello.ok());
+}
+
+TEST_CASE("server: a client that disconnects mid-request does not disturb the others") {
+  RunningServer server({}, slow_pipeline(300));
+  {
+    auto leaver = connect(server);
+    leaver.submit(Op::kScore, Value{{"task", "llm/rms_norm"}, {"source", kKernel}});
+    // Leaving scope closes the socket with linger 0 while the score is still running.
+  }
+  auto stayer = connect(server);
+  const auto score = stayer.score("llm/rms_norm", kKernel);
+  REQUIRE(score.ok());
+  CHECK((*score)["result"]["status"] == "infra_error");
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const auto stats = stayer.stats();
+  REQUIRE(stats.ok());
+  CHECK((*stats)["dropped_replies"] == 1);
+  CHECK((*stats)["scores"] == 2);
+}
+
+TEST_CASE("server: a full queue answers busy, and shutdown refuses new work but finishes old") {
+  env::ServerOptions options;
+  options.max_queued = 2;
+  options.workers = 1;
+  RunningServer server(options, slow_pipeline(400));
+  auto client = connect(server);
+  std::vector<clients::Future> futures;
+  for (int i = 0; i < 4; ++i) {
+    futures.push_back(client.submit(Op::kScore, Value{{"task", "llm/rms_norm"}, {"source", kKernel}}));
+  }
+  int busy = 0;
+  int done = 0;
+  for (auto& future : futures) {
+    auto reply = future.get();
+    if (reply.ok()) {
+      ++done;
+    } else if (reply.error().code == ErrorCode::kBusy) {
+      ++busy;
+    }
+  }
+  CHECK(done >= 2);
+  CHECK(busy >= 1);
+  CHECK(done + busy == 4);
+
+  auto in_flight = client.submit(Op::kScore, Value{{"task", "llm/rms_norm"}, {"source", kKernel}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::thread stopper([&] { server.stop(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto refused = client.hello();
+  check_error(refused, ErrorCode::kShuttingDown, "shutting down");
+  const auto finished = in_flight.get();
+  REQUIRE(finished.ok());
+  CHECK((*finished)["result"]["status"] == "infra_error");
+  stopper.join();
+}
+
+TEST_CASE("server: a non-loopback bind is refused without --allow-remote") {
+  CHECK(env::is_local_endpoint("tcp://127.0.0.1:5555"));
+  CHECK(env::is_local_endpoint("tcp://127.3.2.1:1"));
+  CHECK(env::is_local_endpoint("tcp://localhost:5555"));
+  CHECK(env::is_local_endpoint("tcp://[::1]:5555"));
+  CHECK(env::is_local_endpoint("ipc:///tmp/crucible.sock"));
+  CHECK_FALSE(env::is_local_endpoint("tcp://0.0.0.0:5555"));
+  CHECK_FALSE(env::is_local_endpoint("tcp://*:5555"));
+  CHECK_FALSE(env::is_local_endpoint("tcp://127.evil.com:5555"));
+  CHECK_FALSE(env::is_local_endpoint("tcp://10.0.0.1:5555"));
+  env::ServerOptions options;
+  options.bind = "tcp://0.0.0.0:0";
+  options.log_path = std::filesystem::temp_directory_path() / "crucible-refused.log";
+  auto server = env::Server::create(options, testing::shared_registry(), testing::no_gpu_pipeline());
+  REQUIRE_FALSE(server.ok());
+  CHECK(server.error().message.find("--allow-remote") != std::string::npos);
+}
