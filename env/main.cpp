@@ -12,6 +12,7 @@
 #include "env/stages.hpp"
 #include "env/trajectory_log.hpp"
 #include "sandbox/gpu_probe.hpp"
+#include "tasks/format.hpp"
 #include "tasks/registry.hpp"
 
 #ifndef CRUCIBLE_HOME_DEFAULT
