@@ -330,3 +330,56 @@ def test_async_client_matches_out_of_order_replies_and_maps_errors(fake_server):
                 await client.request("hello", timeout=0.2)
 
     asyncio.run(scenario())
+
+
+def test_env_reset_replaces_an_episode_that_expired_on_the_server(fake_server):
+    env = Env(fake_server.endpoint, timeout=5)
+    env.episode = "ep-old"
+    outcome = {}
+    worker = threading.Thread(target=lambda: outcome.update(obs=env.reset("t")))
+    worker.start()
+    peer, request = fake_server.recv()
+    assert request["op"] == "close" and request["episode"] == "ep-old"
+    fake_server.error(peer, request["id"], "unknown_episode", "expired")
+    peer, request = fake_server.recv()
+    assert request["op"] == "reset"
+    fake_server.reply(peer, request["id"], episode="ep-new", task={"id": "t"}, max_steps=4, step=0)
+    worker.join(timeout=5)
+    assert outcome["obs"]["episode"] == "ep-new" == env.episode
+    env.client.close()
+
+
+def test_gym_wrapper_speaks_gymnasium(fake_server):
+    gymnasium = pytest.importorskip("gymnasium")
+    from crucible_client import CrucibleGymEnv
+
+    env = CrucibleGymEnv("llm/rms_norm", fake_server.endpoint, max_steps=1, timeout=5)
+    assert isinstance(env, gymnasium.Env)
+    assert env.action_space.contains("__global__ void k(float* x) {\n\tx[0] = 1.0f;\n}\n")
+    outcome = {}
+    worker = threading.Thread(target=lambda: outcome.update(reset=env.reset(seed=9)))
+    worker.start()
+    peer, request = fake_server.recv()
+    assert (request["op"], request["task"], request["seed"], request["max_steps"]) == (
+        "reset", "llm/rms_norm", 9, 1)
+    fake_server.reply(peer, request["id"], episode="ep-g", task={"id": "llm/rms_norm"},
+                      max_steps=1, step=0)
+    worker.join(timeout=5)
+    observation, info = outcome["reset"]
+    assert observation["episode"] == "ep-g" and info == {"episode": "ep-g"}
+
+    worker = threading.Thread(target=lambda: outcome.update(step=env.step("src")))
+    worker.start()
+    peer, request = fake_server.recv()
+    fake_server.reply(peer, request["id"], episode="ep-g", step=1, reward=-1.0,
+                      result={"status": "compile_error", "message": "x"},
+                      terminated=False, truncated=True, best=None)
+    worker.join(timeout=5)
+    observation, reward, terminated, truncated, info = outcome["step"]
+    assert observation["status"] == "compile_error" and reward == -1.0 and truncated
+
+    closer = threading.Thread(target=env.close)
+    closer.start()
+    peer, request = fake_server.recv()
+    fake_server.reply(peer, request["id"], episode="ep-g", steps=1, best=None)
+    closer.join(timeout=5)

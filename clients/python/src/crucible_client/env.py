@@ -8,7 +8,7 @@ import zmq
 
 from . import wire
 from .client import DEFAULT_TIMEOUT_S, Client
-from .errors import CrucibleError
+from .errors import CrucibleError, UnknownEpisode
 
 __all__ = ["Env"]
 
@@ -88,7 +88,10 @@ class Env:
         The observation is the reply body: {episode, task: <agent view>, max_steps, step: 0}.
         """
         if self.episode is not None:
-            self.close_episode()
+            try:
+                self.close_episode()
+            except UnknownEpisode:
+                pass  # it expired on the server; nothing left to close
         reply = self.client.request(
             "reset", task=task, seed=seed, max_steps=max_steps, reward=reward, options=options
         )
