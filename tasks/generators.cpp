@@ -1,0 +1,229 @@
+// Counter-based value generators and host float conversions.
+// Built with -ffp-contract=off (tasks/CMakeLists.txt): a fused multiply-add would change bits.
+#include "tasks/generators.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "tasks/random.hpp"
+
+namespace crucible::tasks {
+namespace {
+
+constexpr double kLn2 = 0.6931471805599453094;
+constexpr double kSqrtHalf = 0.70710678118654752440;
+// Rejections allowed per polar-method pair before giving up (probability 0.215^64: never).
+constexpr std::uint64_t kMaxPolarAttempts = 64;
+
+double randn_at(std::uint64_t seed, std::uint64_t index, double mean, double std_dev) {
+  const std::uint64_t pair = index >> 1;
+  for (std::uint64_t attempt = 0; attempt < kMaxPolarAttempts; ++attempt) {
+    const std::uint64_t counter = (pair * kMaxPolarAttempts + attempt) * 2;
+    const double u = 2.0 * unit_double(stream_bits(seed, counter)) - 1.0;
+    const double v = 2.0 * unit_double(stream_bits(seed, counter + 1)) - 1.0;
+    const double radius2 = u * u + v * v;
+    if (radius2 <= 0.0 || radius2 >= 1.0) continue;
+    const double factor = std::sqrt(-2.0 * portable_log(radius2) / radius2);
+    const double z = (index & 1) == 0 ? u * factor : v * factor;
+    return mean + std_dev * z;
+  }
+  return mean;
+}
+
+template <class T>
+void store(std::byte* out, T value) {
+  std::memcpy(out, &value, sizeof value);
+}
+
+template <class T>
+T clamp_to(double value) {
+  constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
+  if (std::isnan(value)) return T{0};
+  if (value <= lo) return std::numeric_limits<T>::min();
+  if (value >= hi) return std::numeric_limits<T>::max();
+  return static_cast<T>(value);
+}
+
+// Integer rounding: uniform draws floor into [lo, hi); everything else rounds to nearest.
+double integer_value(const GeneratorSpec& spec, double value) {
+  if (spec.kind == GeneratorKind::kUniform) {
+    const double floored = std::floor(value);
+    const double top = std::ceil(spec.hi) - 1.0;
+    return floored > top ? top : floored;
+  }
+  return std::round(value);
+}
+
+core::Status convert(const GeneratorSpec& spec, core::DType dtype, double value, std::byte* out) {
+  switch (dtype) {
+    case core::DType::kF64: store(out, value); return {};
+    case core::DType::kF32: store(out, static_cast<float>(value)); return {};
+    case core::DType::kBF16: store(out, bf16_from_float(static_cast<float>(value))); return {};
+    case core::DType::kF16: store(out, f16_from_float(static_cast<float>(value))); return {};
+    case core::DType::kI8: store(out, clamp_to<std::int8_t>(integer_value(spec, value))); return {};
+    case core::DType::kU8: store(out, clamp_to<std::uint8_t>(integer_value(spec, value))); return {};
+    case core::DType::kI16:
+      store(out, clamp_to<std::int16_t>(integer_value(spec, value)));
+      return {};
+    case core::DType::kI32:
+      store(out, clamp_to<std::int32_t>(integer_value(spec, value)));
+      return {};
+    case core::DType::kI64:
+      store(out, clamp_to<std::int64_t>(integer_value(spec, value)));
+      return {};
+    case core::DType::kBool:
+      store(out, static_cast<std::uint8_t>(integer_value(spec, value) != 0.0 ? 1 : 0));
+      return {};
+    case core::DType::kFP8E4M3:
+    case core::DType::kFP8E5M2:
+      break;
+  }
+  return core::Error{core::ErrorCode::kInvalidArgument,
+                     "no host generator for " + std::string(core::dtype_name(dtype)) +
+                         " values; use captured values"};
+}
+
+}  // namespace
+
+double portable_log(double x) {
+  if (!(x > 0.0)) return x == 0.0 ? -std::numeric_limits<double>::infinity()
+                                  : std::numeric_limits<double>::quiet_NaN();
+  if (std::isinf(x)) return x;
+  int exponent = 0;
+  double mantissa = std::frexp(x, &exponent);  // exact: x = mantissa * 2^exponent, [0.5, 1)
+  if (mantissa < kSqrtHalf) {
+    mantissa *= 2.0;  // exact
+    --exponent;
+  }
+  // ln(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.1716; the series to s^27 is exact to
+  // well below one ulp of the result.
+  const double s = (mantissa - 1.0) / (mantissa + 1.0);
+  const double s2 = s * s;
+  double series = 1.0 / 27.0;
+  for (int k = 25; k >= 1; k -= 2) series = 1.0 / k + s2 * series;
+  return static_cast<double>(exponent) * kLn2 + 2.0 * s * series;
+}
+
+double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint64_t index) {
+  switch (spec.kind) {
+    case GeneratorKind::kRandn:
+      return randn_at(seed, index, spec.mean, spec.std);
+    case GeneratorKind::kUniform:
+      return spec.lo + (spec.hi - spec.lo) * unit_double(stream_bits(seed, index));
+    case GeneratorKind::kConstant:
+      return spec.value;
+    case GeneratorKind::kOnes:
+      return 1.0;
+    case GeneratorKind::kZeros:
+      return 0.0;
+    case GeneratorKind::kPositions: {
+      const auto max = static_cast<std::uint64_t>(spec.max > 0 ? spec.max : 1);
+      const std::uint64_t start = stream_bits(seed, ~std::uint64_t{0}) % max;
+      return static_cast<double>((start + index % max) % max);
+    }
+    case GeneratorKind::kRouting:
+    case GeneratorKind::kCaptured:
+      break;
+  }
+  return 0.0;
+}
+
+core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::uint64_t seed,
+                           std::span<std::byte> out, std::uint64_t first_index) {
+  if (spec.kind == GeneratorKind::kCaptured || spec.kind == GeneratorKind::kRouting) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "'" + std::string(generator_name(spec.kind)) +
+                           "' values are not generated on the host (captured values come from "
+                           "the safetensors reader)"};
+  }
+  const std::size_t size = core::dtype_size(dtype);
+  if (out.size() % size != 0) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "buffer of " + std::to_string(out.size()) +
+                           " bytes is not a whole number of " +
+                           std::string(core::dtype_name(dtype)) + " elements"};
+  }
+  const std::size_t count = out.size() / size;
+  for (std::size_t i = 0; i < count; ++i) {
+    const double value = generated_value(spec, seed, first_index + i);
+    if (auto status = convert(spec, dtype, value, out.data() + i * size); !status) return status;
+  }
+  return {};
+}
+
+core::Result<std::vector<std::byte>> generate(const GeneratorSpec& spec, core::DType dtype,
+                                              std::int64_t count, std::uint64_t seed) {
+  if (count < 0) {
+    return core::Error{core::ErrorCode::kInvalidArgument, "negative element count"};
+  }
+  std::vector<std::byte> bytes(static_cast<std::size_t>(count) * core::dtype_size(dtype));
+  if (auto status = generate_into(spec, dtype, seed, bytes); !status) return status.error();
+  return bytes;
+}
+
+core::Result<std::vector<std::byte>> generate_tensor(const Case& c, const TensorSpec& tensor,
+                                                     std::uint64_t case_seed_value,
+                                                     std::uint64_t draw) {
+  const auto spec = c.values.find(tensor.name);
+  if (spec == c.values.end()) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "tensor '" + tensor.name + "' has no values in case '" + c.name +
+                           "' (outputs are poisoned by the runner, not generated)"};
+  }
+  const auto count = element_count(tensor, c);
+  if (!count) return count.error();
+  return generate(spec->second, tensor.dtype, *count,
+                  tensor_seed(case_seed_value, tensor.name, draw));
+}
+
+std::uint16_t bf16_from_float(float value) {
+  const auto bits = std::bit_cast<std::uint32_t>(value);
+  if (std::isnan(value)) return static_cast<std::uint16_t>((bits >> 16) | 0x0040);  // quiet
+  const std::uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);
+  return static_cast<std::uint16_t>((bits + rounding) >> 16);
+}
+
+float bf16_to_float(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+
+std::uint16_t f16_from_float(float value) {
+  const auto bits = std::bit_cast<std::uint32_t>(value);
+  const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000);
+  const std::uint32_t magnitude = bits & 0x7FFFFFFF;
+  if (magnitude > 0x7F800000) return static_cast<std::uint16_t>(sign | 0x7E00);  // NaN
+  if (magnitude >= 0x477FF000) return static_cast<std::uint16_t>(sign | 0x7C00);  // >= 65520
+  if (magnitude < 0x38800000) {
+    // Subnormal half (or zero): value = mantissa * 2^-24, rounded to nearest even.
+    if (magnitude < 0x33000000) return sign;  // below half of the smallest subnormal
+    const std::uint32_t exponent = magnitude >> 23;
+    const std::uint32_t mantissa = (magnitude & 0x7FFFFF) | 0x800000;
+    const std::uint32_t shift = 126 - exponent;  // 14..24: value = mantissa * 2^(exponent - 150)
+    std::uint32_t half = mantissa >> shift;
+    const std::uint32_t rest = mantissa & ((1u << shift) - 1);
+    const std::uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (half & 1) != 0)) ++half;
+    return static_cast<std::uint16_t>(sign | half);
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits.
+  std::uint32_t rebased = magnitude - (std::uint32_t{112} << 23);
+  rebased += 0x0FFF + ((rebased >> 13) & 1);
+  return static_cast<std::uint16_t>(sign | (rebased >> 13));
+}
+
+float f16_to_float(std::uint16_t bits) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000) << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1F;
+  const std::uint32_t mantissa = bits & 0x3FF;
+  if (exponent == 0) {
+    const float magnitude = static_cast<float>(mantissa) * 0x1.0p-24f;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  if (exponent == 31) return std::bit_cast<float>(sign | 0x7F800000 | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+}  // namespace crucible::tasks

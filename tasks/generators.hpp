@@ -1,0 +1,57 @@
+// Deterministic host-side input values: the same (spec, dtype, seed) gives the same bytes on
+// every machine, compiler and thread count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/result.hpp"
+#include "tasks/task.hpp"
+
+namespace crucible::tasks {
+
+// How values are made. Every element is a pure function of (seed, flat index), computed with
+// a counter-based SplitMix64 stream (tasks/random.hpp), so a tensor can be filled in parallel
+// slices and any slice is reproducible on its own. randn uses the polar form of Box-Muller on
+// pairs of elements (2k, 2k+1) with a logarithm built from IEEE-exact operations only (+ - * /
+// sqrt), so no libm difference can change a bit. Values are computed in double and rounded
+// once to the dtype: round-to-nearest-even for floating types (bf16 and f16 through f32),
+// rounding to nearest (uniform: floor) and clamping to the range for integer types.
+
+// The value of element `index` before rounding to a dtype. kCaptured and kRouting have no
+// generated values; they return 0.
+double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint64_t index);
+
+// Fills `out` with elements first_index, first_index + 1, ... of the stream; `out.size()` must be
+// a multiple of dtype_size(dtype). Errors (kInvalidArgument): a dtype without host conversion
+// (fp8), a captured or routing spec (captured values are read, not generated: the safetensors
+// reader belongs to core/), a size that is not a whole number of elements.
+// Thread-safe; writes only `out`.
+core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::uint64_t seed,
+                           std::span<std::byte> out, std::uint64_t first_index = 0);
+
+// A new buffer of `count` elements.
+core::Result<std::vector<std::byte>> generate(const GeneratorSpec& spec, core::DType dtype,
+                                              std::int64_t count, std::uint64_t seed);
+
+// The values of one input tensor of `c`: its shape, its effective generator and
+// tensor_seed(case_seed, tensor.name, draw). Errors as generate_into, plus kInvalidArgument for
+// an output tensor (it has no values; the runner poisons it).
+core::Result<std::vector<std::byte>> generate_tensor(const Case& c, const TensorSpec& tensor,
+                                                     std::uint64_t case_seed,
+                                                     std::uint64_t draw = 0);
+
+// Float conversions with round-to-nearest-even; NaN stays NaN, overflow becomes infinity.
+std::uint16_t bf16_from_float(float value);
+float bf16_to_float(std::uint16_t bits);
+std::uint16_t f16_from_float(float value);
+float f16_to_float(std::uint16_t bits);
+
+// Natural logarithm for x > 0 from IEEE-exact operations only; bit-identical everywhere.
+// Absolute error below 1e-15 on (0, 1]. Used by randn.
+double portable_log(double x);
+
+}  // namespace crucible::tasks

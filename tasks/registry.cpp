@@ -1,0 +1,78 @@
+// Registry loading: finds manifests, validates each, checks ids across tasks.
+#include "tasks/registry.hpp"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <system_error>
+
+#include "tasks/manifest.hpp"
+
+namespace crucible::tasks {
+
+namespace fs = std::filesystem;
+
+core::Result<Registry> Registry::load(const fs::path& home) {
+  const fs::path root = fs::absolute(home).lexically_normal();
+  const fs::path tasks_root = root / "tasks";
+  std::error_code ec;
+  if (!fs::is_directory(tasks_root, ec)) {
+    return core::Error{core::ErrorCode::kIo,
+                       "no tasks folder at " + tasks_root.string() +
+                           " (is --home / CRUCIBLE_HOME the repository root?)"};
+  }
+  std::vector<fs::path> manifests;
+  fs::recursive_directory_iterator it(tasks_root, fs::directory_options::none, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->path().filename() == "task.toml" && it->is_regular_file(ec)) {
+      manifests.push_back(it->path());
+    }
+  }
+  if (ec) {
+    return core::Error{core::ErrorCode::kIo,
+                       "cannot list " + tasks_root.string() + ": " + ec.message()};
+  }
+  std::sort(manifests.begin(), manifests.end());
+
+  Registry registry;
+  registry.home_ = root;
+  std::vector<std::string> errors;
+  std::map<std::string, fs::path> seen;
+  for (const auto& manifest : manifests) {
+    std::string id;
+    auto task = load_manifest(manifest, root, errors, &id);
+    if (!id.empty()) {
+      const auto [previous, fresh] = seen.emplace(id, manifest);
+      if (!fresh) {
+        errors.push_back(manifest.lexically_relative(root).generic_string() +
+                         ": id: duplicate id '" + id + "' (also in " +
+                         previous->second.lexically_relative(root).generic_string() + ")");
+        continue;
+      }
+    }
+    if (task) registry.tasks_.push_back(std::move(*task));
+  }
+  if (manifests.empty()) errors.push_back("tasks: no task.toml found under " + tasks_root.string());
+  if (!errors.empty()) {
+    std::string message;
+    for (const auto& line : errors) {
+      if (!message.empty()) message += '\n';
+      message += line;
+    }
+    return core::Error{core::ErrorCode::kInvalidArgument, std::move(message)};
+  }
+  std::sort(registry.tasks_.begin(), registry.tasks_.end(),
+            [](const Task& a, const Task& b) { return a.id < b.id; });
+  return registry;
+}
+
+const Task* Registry::find(std::string_view id) const {
+  const auto it = std::lower_bound(tasks_.begin(), tasks_.end(), id,
+                                   [](const Task& task, std::string_view key) {
+                                     return task.id < key;
+                                   });
+  if (it == tasks_.end() || it->id != id) return nullptr;
+  return &*it;
+}
+
+}  // namespace crucible::tasks

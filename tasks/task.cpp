@@ -1,0 +1,163 @@
+// Task vocabulary: role/generator names, lookups, shapes and seed derivation.
+#include "tasks/task.hpp"
+
+#include <array>
+#include <charconv>
+#include <limits>
+
+#include "tasks/random.hpp"
+
+namespace crucible::tasks {
+namespace {
+
+constexpr std::array<std::string_view, 3> kRoleNames{"in", "out", "inout"};
+constexpr std::array<std::string_view, 8> kGeneratorNames{
+    "randn", "uniform", "constant", "ones", "zeros", "positions", "routing", "captured"};
+
+// Shortest text that reads back as the same double ("1", "0.1", "1e-05").
+std::string number_text(double value) {
+  std::array<char, 32> buffer{};
+  const auto [end, ec] = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
+  if (ec != std::errc()) return "?";
+  return std::string(buffer.data(), end);
+}
+
+}  // namespace
+
+std::string_view role_name(Role role) { return kRoleNames.at(static_cast<std::size_t>(role)); }
+
+std::optional<Role> role_from_name(std::string_view name) {
+  for (std::size_t i = 0; i < kRoleNames.size(); ++i) {
+    if (kRoleNames[i] == name) return static_cast<Role>(i);
+  }
+  return std::nullopt;
+}
+
+const std::vector<std::string>& known_categories() {
+  static const std::vector<std::string> kCategories{
+      "llm", "ssm", "diffusion", "multimodal", "edge", "science", "recsys", "world"};
+  return kCategories;
+}
+
+std::string_view generator_name(GeneratorKind kind) {
+  return kGeneratorNames.at(static_cast<std::size_t>(kind));
+}
+
+std::optional<GeneratorKind> generator_from_name(std::string_view name) {
+  for (std::size_t i = 0; i < kGeneratorNames.size(); ++i) {
+    if (kGeneratorNames[i] == name) return static_cast<GeneratorKind>(i);
+  }
+  return std::nullopt;
+}
+
+std::string describe(const GeneratorSpec& spec) {
+  std::string text(generator_name(spec.kind));
+  switch (spec.kind) {
+    case GeneratorKind::kRandn:
+      text += "(mean=" + number_text(spec.mean) + ", std=" + number_text(spec.std) + ")";
+      break;
+    case GeneratorKind::kUniform:
+      text += "(lo=" + number_text(spec.lo) + ", hi=" + number_text(spec.hi) + ")";
+      break;
+    case GeneratorKind::kConstant:
+      text += "(value=" + number_text(spec.value) + ")";
+      break;
+    case GeneratorKind::kPositions:
+      text += "(max=" + std::to_string(spec.max) + ")";
+      break;
+    case GeneratorKind::kCaptured:
+      text += "(" + spec.file + "#" + spec.tensor + ")";
+      break;
+    case GeneratorKind::kOnes:
+    case GeneratorKind::kZeros:
+    case GeneratorKind::kRouting:
+      break;
+  }
+  if (!spec.note.empty()) text += ": " + spec.note;
+  return text;
+}
+
+const TensorSpec* Task::find_tensor(std::string_view name) const {
+  for (const auto& tensor : tensors) {
+    if (tensor.name == name) return &tensor;
+  }
+  return nullptr;
+}
+
+const ScalarSpec* Task::find_scalar(std::string_view name) const {
+  for (const auto& scalar : scalars) {
+    if (scalar.name == name) return &scalar;
+  }
+  return nullptr;
+}
+
+const Case* Task::find_case(std::string_view name) const {
+  for (const auto& c : cases) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+std::vector<const Case*> Task::visible_cases() const {
+  std::vector<const Case*> out;
+  for (const auto& c : cases) {
+    if (!c.hidden) out.push_back(&c);
+  }
+  return out;
+}
+
+std::vector<const Case*> Task::hidden_cases() const {
+  std::vector<const Case*> out;
+  for (const auto& c : cases) {
+    if (c.hidden) out.push_back(&c);
+  }
+  return out;
+}
+
+core::Result<std::vector<std::int64_t>> resolve_shape(const TensorSpec& tensor, const Case& c) {
+  std::vector<std::int64_t> dims;
+  dims.reserve(tensor.shape.size());
+  for (const auto& dim : tensor.shape) {
+    std::int64_t value = 0;
+    const auto [end, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), value);
+    if (ec == std::errc() && end == dim.data() + dim.size()) {
+      dims.push_back(value);
+      continue;
+    }
+    const auto it = c.symbols.find(dim);
+    if (it == c.symbols.end()) {
+      return core::Error{core::ErrorCode::kInvalidArgument,
+                         "tensor '" + tensor.name + "': case '" + c.name +
+                             "' has no value for symbol '" + dim + "'"};
+    }
+    dims.push_back(it->second);
+  }
+  return dims;
+}
+
+core::Result<std::int64_t> element_count(const TensorSpec& tensor, const Case& c) {
+  auto dims = resolve_shape(tensor, c);
+  if (!dims) return dims.error();
+  std::int64_t count = 1;
+  for (const auto dim : *dims) {
+    if (dim < 0 || (dim > 0 && count > std::numeric_limits<std::int64_t>::max() / dim)) {
+      return core::Error{core::ErrorCode::kInvalidArgument,
+                         "tensor '" + tensor.name + "': element count overflows in case '" +
+                             c.name + "'"};
+    }
+    count *= dim;
+  }
+  return count;
+}
+
+std::uint64_t case_seed(const Case& c, std::uint64_t episode_seed) {
+  if (c.seed) return *c.seed;
+  return mix_seeds(episode_seed, fnv1a64(c.name));
+}
+
+std::uint64_t tensor_seed(std::uint64_t case_seed_value, std::string_view tensor_name,
+                          std::uint64_t draw) {
+  return mix_seeds(mix_seeds(case_seed_value, fnv1a64(tensor_name)), draw);
+}
+
+}  // namespace crucible::tasks

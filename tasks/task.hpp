@@ -1,0 +1,152 @@
+// The validated, in-memory form of one task manifest (tasks/<category>/<name>/task.toml).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/expr.hpp"
+#include "core/result.hpp"
+
+namespace crucible::tasks {
+
+// How a kernel uses a tensor. kIn is read-only (the runner checks it is unchanged), kOut is
+// write-only (poisoned before the candidate runs; every element must be written), kInOut is
+// read and updated in place (e.g. fused_add_rms_norm's residual).
+enum class Role { kIn, kOut, kInOut };
+std::string_view role_name(Role role);  // "in", "out", "inout"
+std::optional<Role> role_from_name(std::string_view name);
+inline bool is_output(Role role) { return role != Role::kIn; }
+inline bool is_input(Role role) { return role != Role::kOut; }
+
+// The production categories of DESIGN.md §3, by manifest name:
+// "llm" (dense and MoE LLMs), "ssm" (linear attention and state-space models), "diffusion"
+// (vision/video/audio diffusion), "multimodal" (multimodal and encoders), "edge" (edge and
+// detection), "science" (3D, robotics and science), "recsys" (recommendation), "world" (world
+// models and diffusion LLMs).
+const std::vector<std::string>& known_categories();
+
+// Where a tensor's input values come from. Generated kinds are filled on the host by
+// tasks/generators.hpp from a seed; kCaptured names a tensor recorded from a real model run.
+enum class GeneratorKind {
+  kRandn,      // normal(mean, std)
+  kUniform,    // uniform in [lo, hi); integers: lo <= v < hi
+  kConstant,   // every element = value
+  kOnes,       // every element = 1
+  kZeros,      // every element = 0
+  kPositions,  // integer token positions: (start + i) % max, start drawn from the seed
+  kRouting,    // reserved: MoE expert ids with realistic skew (not implemented yet)
+  kCaptured,   // safetensors file + tensor name
+};
+std::string_view generator_name(GeneratorKind kind);
+std::optional<GeneratorKind> generator_from_name(std::string_view name);
+
+struct GeneratorSpec {
+  GeneratorKind kind = GeneratorKind::kRandn;
+  double mean = 0.0;  // randn
+  double std = 1.0;   // randn
+  double lo = 0.0;    // uniform
+  double hi = 1.0;    // uniform
+  double value = 0.0;           // constant
+  std::int64_t max = 0;         // positions: exclusive upper bound
+  std::string file;             // captured: path as written (relative to the task folder)
+  std::filesystem::path file_path;  // captured: resolved absolute path (checked to exist)
+  std::string tensor;           // captured: tensor name inside the file
+  std::string note;             // free-form provenance, e.g. "Llama-3.1-8B layer 0, ShareGPT"
+};
+// Provenance text shown in views and logs, e.g. "randn(mean=0, std=1)",
+// "captured(llama.safetensors#layers.0.input)". Never includes a seed.
+std::string describe(const GeneratorSpec& spec);
+
+// Per-output comparison: |candidate - reference| <= atol + rtol * |reference|, every element.
+struct Tolerance {
+  double atol = 0.0;
+  double rtol = 0.0;
+};
+
+struct SymbolSpec {
+  std::string name;
+  std::string description;
+  core::DType dtype = core::DType::kI32;  // C type the value is passed as to kernels: i32 or i64
+};
+
+struct TensorSpec {
+  std::string name;
+  core::DType dtype;
+  // Symbol names or decimal integer literals, outermost first; row-major, contiguous.
+  std::vector<std::string> shape;
+  Role role;
+  std::string description;
+  // Default value generator; required for kIn and kInOut, absent for kOut.
+  std::optional<GeneratorSpec> values;
+  // Set for kOut and kInOut: the per-output entry, else the task's default for the dtype.
+  std::optional<Tolerance> tolerance;
+};
+
+struct ScalarSpec {
+  std::string name;
+  core::DType dtype;  // f32, f64, i32 or i64
+  std::string description;
+  std::optional<double> default_value;  // used by cases that give no value
+};
+
+struct Case {
+  std::string name;
+  std::map<std::string, std::int64_t> symbols;  // every task symbol, each > 0
+  double weight = 1.0;                          // > 0; relative share of production calls
+  bool hidden = false;                          // correctness only, never shown to agents
+  std::map<std::string, double> scalars;        // every task scalar (defaults filled in)
+  // Effective generator for every kIn/kInOut tensor (case overrides applied).
+  std::map<std::string, GeneratorSpec> values;
+  // Seed policy: a fixed seed, or nullopt = derived from the episode seed (see case_seed).
+  std::optional<std::uint64_t> seed;
+  std::string note;  // where the shape comes from, e.g. "Llama-3-8B decode, batch 32"
+};
+
+struct Roofline {
+  std::string bytes;  // integer expression over the symbols: bytes moved to and from HBM
+  std::string flops;  // integer expression: floating-point operations
+  core::Expr bytes_expr;  // parsed forms, set by the registry
+  core::Expr flops_expr;
+};
+
+struct Task {
+  std::string id, category, module, title, description;
+  std::vector<std::string> symbols;          // symbol names in declaration order
+  std::vector<SymbolSpec> symbol_specs;      // same order, with descriptions and dtypes
+  std::vector<TensorSpec> tensors;           // kernel argument order of the production module
+  std::vector<ScalarSpec> scalars;
+  std::vector<Case> cases;                   // visible cases first, then hidden, manifest order
+  std::map<std::string, Tolerance> tolerance_defaults;  // by dtype name
+  Roofline roofline;
+  std::string reference_path;    // as in the manifest, relative to home: "kernels/llm/rms_norm.cu"
+  std::string reference_source;  // its text
+  std::filesystem::path manifest_path;  // absolute path of task.toml
+
+  const TensorSpec* find_tensor(std::string_view name) const;
+  const ScalarSpec* find_scalar(std::string_view name) const;
+  const Case* find_case(std::string_view name) const;
+  std::vector<const Case*> visible_cases() const;
+  std::vector<const Case*> hidden_cases() const;
+};
+
+// The concrete shape of `tensor` in `c`: literals parsed, symbols looked up.
+// Errors (kInvalidArgument) only for a Task that did not come from the registry.
+core::Result<std::vector<std::int64_t>> resolve_shape(const TensorSpec& tensor, const Case& c);
+// Product of resolve_shape (element count); kInvalidArgument on overflow.
+core::Result<std::int64_t> element_count(const TensorSpec& tensor, const Case& c);
+
+// Seed of a case's values for one episode: the case's fixed seed if it has one, else a mix of
+// `episode_seed` and the case name. Stable across machines and releases.
+std::uint64_t case_seed(const Case& c, std::uint64_t episode_seed);
+// Seed of one tensor's values: mix of the case seed, the tensor name and `draw` (0 for the
+// correctness run, 1 for the second run on different inputs, 2.. for timed calls).
+std::uint64_t tensor_seed(std::uint64_t case_seed, std::string_view tensor_name,
+                          std::uint64_t draw = 0);
+
+}  // namespace crucible::tasks

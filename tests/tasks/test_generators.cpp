@@ -1,0 +1,242 @@
+// Input generators: bit-for-bit determinism, sliceability, distributions, float conversions.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include "core/checksum.hpp"
+#include "tasks/generators.hpp"
+#include "tasks/random.hpp"
+
+using namespace crucible;
+using namespace crucible::tasks;
+
+namespace {
+
+// CRC-32C of fixed streams (see "output is pinned"). Only ever update these on purpose.
+constexpr std::uint32_t kGoldenRandnF32 = 2882645219u;
+constexpr std::uint32_t kGoldenRandnBF16 = 3466684372u;
+constexpr std::uint32_t kGoldenUniformF16 = 258094366u;
+constexpr std::uint32_t kGoldenUniformI64 = 313155355u;
+
+GeneratorSpec randn(double mean, double std_dev) {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kRandn;
+  spec.mean = mean;
+  spec.std = std_dev;
+  return spec;
+}
+
+GeneratorSpec uniform(double lo, double hi) {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kUniform;
+  spec.lo = lo;
+  spec.hi = hi;
+  return spec;
+}
+
+template <class T>
+std::vector<T> as(const std::vector<std::byte>& bytes) {
+  std::vector<T> out(bytes.size() / sizeof(T));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+  return out;
+}
+
+std::string_view view(const std::vector<std::byte>& bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+struct Moments {
+  double mean = 0.0;
+  double std = 0.0;
+};
+
+template <class T, class F>
+Moments moments(const std::vector<T>& values, F to_double) {
+  double sum = 0.0;
+  double sum_sq = 0.0;
+  for (const T& v : values) {
+    const double x = to_double(v);
+    sum += x;
+    sum_sq += x * x;
+  }
+  const double n = static_cast<double>(values.size());
+  const double mean = sum / n;
+  return {mean, std::sqrt(sum_sq / n - mean * mean)};
+}
+
+}  // namespace
+
+TEST_CASE("generators: the same spec, dtype and seed give the same bytes") {
+  for (const auto dtype : {core::DType::kBF16, core::DType::kF16, core::DType::kF32,
+                           core::DType::kI32, core::DType::kI64}) {
+    CAPTURE(core::dtype_name(dtype));
+    const auto a = generate(randn(0.0, 3.0), dtype, 10001, 42);
+    const auto b = generate(randn(0.0, 3.0), dtype, 10001, 42);
+    const auto c = generate(randn(0.0, 3.0), dtype, 10001, 43);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    REQUIRE(c.ok());
+    CHECK(a->size() == 10001 * core::dtype_size(dtype));
+    CHECK(*a == *b);
+    CHECK(*a != *c);
+  }
+}
+
+TEST_CASE("generators: output is pinned across machines and releases") {
+  // If one of these changes, every recorded trajectory's inputs change with it.
+  CHECK(core::crc32c(view(generate(randn(0.0, 1.0), core::DType::kF32, 4096, 7).value())) ==
+        kGoldenRandnF32);
+  CHECK(core::crc32c(view(generate(randn(1.0, 0.1), core::DType::kBF16, 4096, 7).value())) ==
+        kGoldenRandnBF16);
+  CHECK(core::crc32c(view(generate(uniform(-2.0, 2.0), core::DType::kF16, 4096, 7).value())) ==
+        kGoldenUniformF16);
+  CHECK(core::crc32c(view(generate(uniform(0.0, 64.0), core::DType::kI64, 4096, 7).value())) ==
+        kGoldenUniformI64);
+  CHECK(splitmix64(0) == 0xE220A8397B1DCDAFULL);  // the published first SplitMix64 output
+}
+
+TEST_CASE("generators: any slice equals the same range of the whole tensor") {
+  const auto whole = generate(randn(0.0, 1.0), core::DType::kBF16, 1000, 9).value();
+  std::vector<std::byte> slice(2 * 301);
+  REQUIRE(generate_into(randn(0.0, 1.0), core::DType::kBF16, 9, slice, 333).ok());
+  CHECK(std::memcmp(slice.data(), whole.data() + 2 * 333, slice.size()) == 0);
+}
+
+TEST_CASE("generators: randn has the requested mean and standard deviation") {
+  const auto f32 = as<float>(generate(randn(0.0, 1.0), core::DType::kF32, 200000, 1).value());
+  const auto m = moments(f32, [](float v) { return static_cast<double>(v); });
+  CHECK(std::abs(m.mean) < 0.01);
+  CHECK(m.std == doctest::Approx(1.0).epsilon(0.01));
+
+  const auto bf16 =
+      as<std::uint16_t>(generate(randn(1.0, 0.1), core::DType::kBF16, 200000, 2).value());
+  const auto mb = moments(bf16, [](std::uint16_t v) { return double{bf16_to_float(v)}; });
+  CHECK(mb.mean == doctest::Approx(1.0).epsilon(0.002));
+  CHECK(mb.std == doctest::Approx(0.1).epsilon(0.02));
+
+  // Tails: about 0.27% of a normal lies beyond 3 sigma.
+  std::size_t beyond = 0;
+  for (const float v : f32) beyond += std::abs(v) > 3.0f ? 1 : 0;
+  CHECK(beyond > 400);
+  CHECK(beyond < 700);
+}
+
+TEST_CASE("generators: uniform stays in [lo, hi) and fills it evenly") {
+  const auto f32 = as<float>(generate(uniform(-2.0, 6.0), core::DType::kF32, 100000, 3).value());
+  for (const float v : f32) {
+    REQUIRE(v >= -2.0f);
+    REQUIRE(v < 6.0f);
+  }
+  const auto m = moments(f32, [](float v) { return static_cast<double>(v); });
+  CHECK(m.mean == doctest::Approx(2.0).epsilon(0.01));
+  CHECK(m.std == doctest::Approx(8.0 / std::sqrt(12.0)).epsilon(0.01));
+
+  const auto i32 = as<std::int32_t>(generate(uniform(0, 8), core::DType::kI32, 10000, 4).value());
+  std::set<std::int32_t> seen(i32.begin(), i32.end());
+  CHECK(seen == std::set<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
+}
+
+TEST_CASE("generators: constants, ones, zeros and positions") {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kOnes;
+  for (const auto v : as<std::uint16_t>(generate(spec, core::DType::kBF16, 5, 0).value())) {
+    CHECK(v == 0x3F80);
+  }
+  spec.kind = GeneratorKind::kZeros;
+  for (const auto v : as<float>(generate(spec, core::DType::kF32, 5, 0).value())) CHECK(v == 0.0f);
+  spec.kind = GeneratorKind::kConstant;
+  spec.value = -3.5;
+  for (const auto v : as<std::uint16_t>(generate(spec, core::DType::kF16, 5, 0).value())) {
+    CHECK(v == 0xC300);
+  }
+  spec.kind = GeneratorKind::kPositions;
+  spec.max = 100;
+  const auto positions = as<std::int64_t>(generate(spec, core::DType::kI64, 250, 5).value());
+  for (std::size_t i = 1; i < positions.size(); ++i) {
+    CHECK(positions[i] >= 0);
+    CHECK(positions[i] < 100);
+    CHECK(positions[i] == (positions[i - 1] + 1) % 100);
+  }
+}
+
+TEST_CASE("generators: captured, routing and fp8 are refused with a reason") {
+  GeneratorSpec captured;
+  captured.kind = GeneratorKind::kCaptured;
+  const auto a = generate(captured, core::DType::kBF16, 4, 0);
+  REQUIRE_FALSE(a.ok());
+  CHECK(a.error().code == core::ErrorCode::kInvalidArgument);
+  GeneratorSpec routing;
+  routing.kind = GeneratorKind::kRouting;
+  CHECK_FALSE(generate(routing, core::DType::kI32, 4, 0).ok());
+  const auto fp8 = generate(randn(0, 1), core::DType::kFP8E4M3, 4, 0);
+  REQUIRE_FALSE(fp8.ok());
+  CHECK(fp8.error().message.find("fp8_e4m3") != std::string::npos);
+  std::vector<std::byte> odd(3);
+  CHECK_FALSE(generate_into(randn(0, 1), core::DType::kF32, 0, odd).ok());
+}
+
+TEST_CASE("generators: generate_tensor uses the case shape and refuses outputs") {
+  TensorSpec input{"x", core::DType::kF32, {"n", "4"}, Role::kIn, "", randn(0, 1), std::nullopt};
+  TensorSpec output{"y", core::DType::kF32, {"n"}, Role::kOut, "", std::nullopt, Tolerance{}};
+  Case c;
+  c.name = "c";
+  c.symbols = {{"n", 3}};
+  c.values["x"] = randn(0, 1);
+  const auto values = generate_tensor(c, input, 11);
+  REQUIRE(values.ok());
+  CHECK(values->size() == 3 * 4 * sizeof(float));
+  CHECK(*values == generate(randn(0, 1), core::DType::kF32, 12, tensor_seed(11, "x")).value());
+  CHECK(*values != generate_tensor(c, input, 11, 1).value());  // a second draw differs
+  CHECK_FALSE(generate_tensor(c, output, 11).ok());
+}
+
+struct FloatRow {
+  float value;
+  std::uint16_t bf16;
+  std::uint16_t f16;
+};
+
+// Round-to-nearest-even at the edges: ties, overflow, subnormals, signed zero.
+const FloatRow kFloatRows[] = {
+    {1.0f, 0x3F80, 0x3C00},
+    {-2.0f, 0xC000, 0xC000},
+    {0.0f, 0x0000, 0x0000},
+    {-0.0f, 0x8000, 0x8000},
+    {65504.0f, 0x4780, 0x7BFF},            // largest f16
+    {65519.0f, 0x4780, 0x7BFF},            // rounds down to the largest f16
+    {65520.0f, 0x4780, 0x7C00},            // ties to even: infinity
+    {1e-8f, 0x322C, 0x0000},               // below half the smallest f16 subnormal
+    {5.9604645e-8f, 0x3380, 0x0001},       // smallest f16 subnormal, 2^-24
+    {6.1035156e-5f, 0x3880, 0x0400},       // smallest f16 normal, 2^-14
+    {1.00390625f, 0x3F80, 0x3C04},         // 1 + 2^-8: a bf16 tie, rounds to even (1.0)
+    {1.01171875f, 0x3F82, 0x3C0C},         // 1 + 3 * 2^-8: a bf16 tie, rounds up to even
+    {3.0e38f, 0x7F62, 0x7C00},
+};
+
+TEST_CASE("conversions: bf16 and f16 round to nearest even") {
+  for (const auto& row : kFloatRows) {
+    CAPTURE(row.value);
+    CHECK(bf16_from_float(row.value) == row.bf16);
+    CHECK(f16_from_float(row.value) == row.f16);
+  }
+  CHECK(std::isnan(bf16_to_float(bf16_from_float(std::nanf("")))));
+  CHECK(std::isnan(f16_to_float(f16_from_float(std::nanf("")))));
+  CHECK(f16_from_float(std::numeric_limits<float>::infinity()) == 0x7C00);
+  // Every finite f16 survives a round trip through float.
+  for (std::uint32_t bits = 0; bits < 0x7C00; ++bits) {
+    const auto half = static_cast<std::uint16_t>(bits);
+    REQUIRE(f16_from_float(f16_to_float(half)) == half);
+  }
+}
+
+TEST_CASE("portable log: agrees with the C library to within rounding") {
+  for (const double x : {1e-300, 1e-17, 0.001, 0.25, 0.5, 0.7071, 0.9999999, 1.0, 2.0, 1e10}) {
+    CAPTURE(x);
+    CHECK(portable_log(x) == doctest::Approx(std::log(x)).epsilon(1e-15));
+  }
+  CHECK(std::isinf(portable_log(0.0)));
+  CHECK(std::isnan(portable_log(-1.0)));
+}

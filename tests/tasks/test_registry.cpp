@@ -1,0 +1,154 @@
+// The real registry under tasks/ loads, and llm/rms_norm says what production does.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "tasks/registry.hpp"
+
+using namespace crucible;
+using namespace crucible::tasks;
+
+namespace {
+
+const Registry& real_registry() {
+  static const Registry registry = [] {
+    auto loaded = Registry::load(CRUCIBLE_SOURCE_DIR);
+    if (!loaded) FAIL("registry failed to load:\n" << loaded.error().message);
+    return std::move(loaded).value();
+  }();
+  return registry;
+}
+
+}  // namespace
+
+TEST_CASE("registry: every manifest in the repository loads without a problem") {
+  auto loaded = Registry::load(CRUCIBLE_SOURCE_DIR);
+  INFO((loaded ? std::string() : loaded.error().message));
+  REQUIRE(loaded.ok());
+  CHECK_FALSE(loaded->all().empty());
+  CHECK(std::is_sorted(loaded->all().begin(), loaded->all().end(),
+                       [](const Task& a, const Task& b) { return a.id < b.id; }));
+}
+
+TEST_CASE("registry: find returns the task by id and nullptr for an unknown id") {
+  const auto& registry = real_registry();
+  REQUIRE(registry.find("llm/rms_norm") != nullptr);
+  CHECK(registry.find("llm/rms_norm")->id == "llm/rms_norm");
+  CHECK(registry.find("llm/rms") == nullptr);
+  CHECK(registry.find("") == nullptr);
+}
+
+TEST_CASE("registry: a home without a tasks folder is an io error") {
+  auto loaded = Registry::load(std::filesystem::path(CRUCIBLE_SOURCE_DIR) / "core");
+  REQUIRE_FALSE(loaded.ok());
+  CHECK(loaded.error().code == core::ErrorCode::kIo);
+}
+
+TEST_CASE("llm/rms_norm: mirrors vLLM rms_norm(out, input, weight, epsilon) on bf16") {
+  const Task* task = real_registry().find("llm/rms_norm");
+  REQUIRE(task != nullptr);
+  CHECK(task->category == "llm");
+  CHECK(task->module == "vllm._C.rms_norm(out, input, weight, epsilon)");
+  CHECK(task->symbols == std::vector<std::string>{"num_tokens", "hidden_size"});
+
+  REQUIRE(task->tensors.size() == 3);
+  const auto& out = task->tensors[0];
+  const auto& input = task->tensors[1];
+  const auto& weight = task->tensors[2];
+  CHECK(out.name == "out");
+  CHECK(out.role == Role::kOut);
+  CHECK(out.dtype == core::DType::kBF16);
+  CHECK(out.shape == std::vector<std::string>{"num_tokens", "hidden_size"});
+  REQUIRE(out.tolerance.has_value());
+  CHECK(out.tolerance->atol > 0.0);
+  CHECK(out.tolerance->rtol > 0.0);
+  CHECK_FALSE(out.values.has_value());
+  CHECK(input.name == "input");
+  CHECK(input.role == Role::kIn);
+  CHECK(input.shape == std::vector<std::string>{"num_tokens", "hidden_size"});
+  CHECK(weight.name == "weight");
+  CHECK(weight.shape == std::vector<std::string>{"hidden_size"});
+  REQUIRE(weight.values.has_value());
+  CHECK(weight.values->mean == doctest::Approx(1.0));
+
+  REQUIRE(task->scalars.size() == 1);
+  CHECK(task->scalars[0].name == "epsilon");
+  CHECK(task->scalars[0].dtype == core::DType::kF32);
+  CHECK(task->scalars[0].default_value == doctest::Approx(1e-5));
+
+  CHECK(task->reference_path == "kernels/llm/rms_norm.cu");
+  CHECK(task->reference_source.find(
+            "@launch rms_norm_kernel<<<num_tokens, 256>>>(out, input, weight, epsilon, "
+            "hidden_size)") != std::string::npos);
+  CHECK(task->roofline.bytes == "2 * num_tokens * hidden_size * 2 + hidden_size * 2");
+}
+
+TEST_CASE("llm/rms_norm: visible cases are Llama-3-8B decode and prefill, weighted to decode") {
+  const Task* task = real_registry().find("llm/rms_norm");
+  REQUIRE(task != nullptr);
+  const auto visible = task->visible_cases();
+  std::vector<std::int64_t> tokens;
+  double decode_weight = 0.0;
+  double total_weight = 0.0;
+  for (const Case* c : visible) {
+    CHECK(c->symbols.at("hidden_size") == 4096);
+    CHECK(c->scalars.at("epsilon") == doctest::Approx(1e-5));
+    CHECK_FALSE(c->seed.has_value());  // fresh values per episode
+    CHECK(c->weight > 0.0);
+    tokens.push_back(c->symbols.at("num_tokens"));
+    total_weight += c->weight;
+    if (c->symbols.at("num_tokens") <= 256) decode_weight += c->weight;
+  }
+  CHECK(tokens == std::vector<std::int64_t>{1, 7, 32, 256, 4096});
+  CHECK(decode_weight / total_weight > 0.7);
+}
+
+TEST_CASE("llm/rms_norm: hidden cases cover odd token counts, other widths and fixed seeds") {
+  const Task* task = real_registry().find("llm/rms_norm");
+  REQUIRE(task != nullptr);
+  std::vector<std::int64_t> tokens;
+  std::vector<std::int64_t> widths;
+  for (const Case* c : task->hidden_cases()) {
+    CHECK(c->hidden);
+    CHECK(c->seed.has_value());
+    tokens.push_back(c->symbols.at("num_tokens"));
+    widths.push_back(c->symbols.at("hidden_size"));
+  }
+  for (const std::int64_t t : {333, 1023}) {
+    CHECK(std::find(tokens.begin(), tokens.end(), t) != tokens.end());
+  }
+  for (const std::int64_t h : {5120, 8192}) {
+    CHECK(std::find(widths.begin(), widths.end(), h) != widths.end());
+  }
+  const Case* qwen = task->find_case("h_qwen_width_5120");
+  REQUIRE(qwen != nullptr);
+  CHECK(qwen->scalars.at("epsilon") == doctest::Approx(1e-6));
+  const Case* large = task->find_case("h_large_values");
+  REQUIRE(large != nullptr);
+  CHECK(large->values.at("input").std == doctest::Approx(30.0));
+  CHECK(large->values.at("weight").mean == doctest::Approx(1.0));  // the tensor default
+}
+
+TEST_CASE("tasks: shapes resolve per case and seeds differ by case, tensor and draw") {
+  const Task* task = real_registry().find("llm/rms_norm");
+  REQUIRE(task != nullptr);
+  const Case* c = task->find_case("decode_7");
+  REQUIRE(c != nullptr);
+  const auto shape = resolve_shape(task->tensors[1], *c);
+  REQUIRE(shape.ok());
+  CHECK(*shape == std::vector<std::int64_t>{7, 4096});
+  CHECK(*element_count(task->tensors[2], *c) == 4096);
+
+  const Case* other = task->find_case("decode_32");
+  REQUIRE(other != nullptr);
+  CHECK(case_seed(*c, 1) != case_seed(*c, 2));
+  CHECK(case_seed(*c, 1) != case_seed(*other, 1));
+  CHECK(case_seed(*c, 1) == case_seed(*c, 1));
+  const Case* hidden = task->find_case("h_tokens_333");
+  REQUIRE(hidden != nullptr);
+  CHECK(case_seed(*hidden, 1) == 9002);
+  CHECK(case_seed(*hidden, 2) == 9002);
+  const auto seed = case_seed(*c, 1);
+  CHECK(tensor_seed(seed, "input") != tensor_seed(seed, "weight"));
+  CHECK(tensor_seed(seed, "input", 0) != tensor_seed(seed, "input", 1));
+}

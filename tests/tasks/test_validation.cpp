@@ -1,0 +1,313 @@
+// Every manifest problem is reported, all at once, with the file and the key at fault.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "tasks/registry.hpp"
+
+using namespace crucible;
+using namespace crucible::tasks;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kFile = "tasks/llm/toy/task.toml";
+
+// A small valid task; each table row below breaks it in one place.
+constexpr const char* kValid = R"toml(id = "llm/toy"
+category = "llm"
+module = "toy.scale(out, x, alpha)"
+title = "Toy"
+description = "Scales x."
+
+[reference]
+source = "kernels/llm/toy.cu"
+
+[[symbols]]
+name = "n"
+description = "elements"
+
+[[tensors]]
+name = "out"
+dtype = "f32"
+shape = ["n"]
+role = "out"
+
+[[tensors]]
+name = "x"
+dtype = "bf16"
+shape = ["n", 4]
+role = "in"
+values = { generator = "randn", mean = 0.0, std = 1.0 }
+
+[[scalars]]
+name = "alpha"
+dtype = "f32"
+default = 2.0
+
+[tolerance]
+f32 = { atol = 1e-5, rtol = 1e-5 }
+
+[roofline]
+bytes = "n * 4 + n * 8"
+flops = "n"
+
+[[visible_cases]]
+name = "small"
+symbols = { n = 16 }
+weight = 1.0
+
+[[hidden_cases]]
+name = "other"
+symbols = { n = 33 }
+seed = 5
+)toml";
+
+// A scratch repository root with tasks/ and kernels/, removed on destruction.
+class ScratchHome {
+ public:
+  ScratchHome() {
+    static std::atomic<int> counter{0};
+    root_ = fs::temp_directory_path() /
+            ("crucible_tasks_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(root_ / "kernels" / "llm");
+    write("kernels/llm/toy.cu", "// @launch toy<<<1, 32>>>(out, x, alpha, n)\n");
+  }
+  ~ScratchHome() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  ScratchHome(const ScratchHome&) = delete;
+  ScratchHome& operator=(const ScratchHome&) = delete;
+
+  void write(const std::string& relative, const std::string& text) const {
+    fs::create_directories((root_ / relative).parent_path());
+    std::ofstream(root_ / relative) << text;
+  }
+  const fs::path& root() const { return root_; }
+
+ private:
+  fs::path root_;
+};
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE_MESSAGE(at != std::string::npos, "test bug: '" << from << "' not in the manifest");
+  return text.replace(at, from.size(), to);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The load error's lines; fails the test if the registry loaded.
+std::vector<std::string> load_errors(const ScratchHome& home) {
+  auto loaded = Registry::load(home.root());
+  if (loaded.ok()) return {};
+  CHECK(loaded.error().code == core::ErrorCode::kInvalidArgument);
+  return lines_of(loaded.error().message);
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& line : lines) out += "  " + line + "\n";
+  return out;
+}
+
+struct BadManifest {
+  const char* problem;
+  const char* from;
+  const char* to;
+  const char* expected;  // the whole line, or its start when `prefix`
+  bool prefix = false;
+};
+
+const BadManifest kBadManifests[] = {
+    {"unknown dtype", "dtype = \"bf16\"", "dtype = \"bf17\"",
+     "tensors[1].dtype: unknown dtype 'bf17' (known: bf16, f16, f32, f64, fp8_e4m3, fp8_e5m2, "
+     "i8, u8, i16, i32, i64, bool)"},
+    {"unknown role", "role = \"in\"", "role = \"input\"",
+     "tensors[1].role: unknown role 'input' (known: in, out, inout)"},
+    {"unknown generator", "generator = \"randn\"", "generator = \"gauss\"",
+     "tensors[1].values.generator: unknown generator 'gauss' (known: randn, uniform, constant, "
+     "ones, zeros, positions, routing, captured)"},
+    {"reserved routing generator", "generator = \"randn\", mean = 0.0, std = 1.0",
+     "generator = \"routing\"",
+     "tensors[1].values.generator: 'routing' is reserved for MoE expert ids and not implemented "
+     "yet"},
+    {"input without values", "values = { generator = \"randn\", mean = 0.0, std = 1.0 }\n", "",
+     "tensors[1].values: missing: an input tensor needs a value generator, e.g. { generator = "
+     "\"randn\", mean = 0.0, std = 1.0 }"},
+    {"non-positive randn std", "std = 1.0", "std = 0.0",
+     "tensors[1].values.std: must be positive and finite, got 0"},
+    {"shape names an undeclared symbol", "shape = [\"n\", 4]", "shape = [\"m\", 4]",
+     "tensors[1].shape[0]: undeclared symbol 'm' (declared: n)"},
+    {"shape literal of zero", "shape = [\"n\", 4]", "shape = [\"n\", 0]",
+     "tensors[1].shape[1]: dimension must be positive, got 0"},
+    {"case missing a symbol value", "symbols = { n = 16 }", "symbols = { }",
+     "visible_cases[0].symbols: missing value for symbol 'n'"},
+    {"case with a zero dimension", "symbols = { n = 16 }", "symbols = { n = 0 }",
+     "visible_cases[0].symbols.n: dimension must be positive, got 0"},
+    {"case with a negative dimension", "symbols = { n = 33 }", "symbols = { n = -3 }",
+     "hidden_cases[0].symbols.n: dimension must be positive, got -3"},
+    {"case naming an unknown symbol", "symbols = { n = 16 }", "symbols = { n = 16, k = 2 }",
+     "visible_cases[0].symbols.k: unknown symbol (declared: n)"},
+    {"zero weight", "weight = 1.0", "weight = 0.0",
+     "visible_cases[0].weight: must be positive, got 0"},
+    {"negative weight", "weight = 1.0", "weight = -2",
+     "visible_cases[0].weight: must be positive, got -2"},
+    {"visible case without a weight", "weight = 1.0\n", "",
+     "visible_cases[0].weight: missing (a number is required)"},
+    {"no visible case", "[[visible_cases]]\nname = \"small\"\nsymbols = { n = 16 }\nweight = 1.0\n",
+     "", "visible_cases: at least one visible case is required"},
+    {"duplicate case name", "name = \"other\"", "name = \"small\"",
+     "hidden_cases[0].name: duplicate case name 'small' (also visible_cases[0])"},
+    {"bad seed", "seed = 5", "seed = -5",
+     "hidden_cases[0].seed: must be a non-negative integer or \"episode\", got integer"},
+    {"missing reference file", "kernels/llm/toy.cu", "kernels/llm/nope.cu",
+     "reference.source: reference file 'kernels/llm/nope.cu' does not exist"},
+    {"reference outside kernels/", "kernels/llm/toy.cu", "../secrets.cu",
+     "reference.source: must be a relative path under kernels/ (e.g. "
+     "\"kernels/llm/rms_norm.cu\"), got '../secrets.cu'"},
+    {"library reference is reserved", "source = \"kernels/llm/toy.cu\"", "library = \"cublaslt\"",
+     "reference.library: 'cublaslt' is reserved: library-backed references (cublas, cublaslt, "
+     "cudnn) are not available yet; give reference.source"},
+    {"roofline formula that does not parse", "bytes = \"n * 4 + n * 8\"", "bytes = \"n * (4\"",
+     "roofline.bytes: cannot parse 'n * (4': column ", true},
+    {"roofline formula naming an unknown symbol", "flops = \"n\"", "flops = \"n * k\"",
+     "roofline.flops: unknown symbol 'k' (declared: n)"},
+    {"roofline formula that is negative for a case", "flops = \"n\"", "flops = \"n - 20\"",
+     "roofline.flops: case 'small': evaluates to -4, expected >= 0"},
+    {"output without a tolerance", "f32 = { atol = 1e-5, rtol = 1e-5 }\n", "",
+     "tensors[0].tolerance: output 'out' has no tolerance and [tolerance] has no f32 default"},
+    {"negative tolerance", "atol = 1e-5", "atol = -1e-5",
+     "tolerance.f32.atol: must be finite and >= 0, got -1e-05"},
+    {"id that does not match the folder", "id = \"llm/toy\"", "id = \"llm/toys\"",
+     "id: 'llm/toys' does not match the folder (expected 'llm/toy')"},
+    {"unknown category", "category = \"llm\"", "category = \"cooking\"",
+     "category: unknown category 'cooking' (known: llm, ssm, diffusion, multimodal, edge, "
+     "science, recsys, world)"},
+    {"unknown top-level key", "title = \"Toy\"", "title = \"Toy\"\ncolour = \"red\"",
+     "colour: unknown key (known: id, category, module, title, description, reference, symbols, "
+     "tensors, scalars, tolerance, roofline, visible_cases, hidden_cases)"},
+    {"scalar without a value or default", "default = 2.0\n", "",
+     "visible_cases[0].scalars: missing value for scalar 'alpha' (it has no default)"},
+    {"integer scalar given a fraction", "dtype = \"f32\"\ndefault = 2.0", "dtype = \"i32\"\ndefault = 2.5",
+     "scalars[0].default: must be an integer for i32"},
+    {"positions on a float tensor", "generator = \"randn\", mean = 0.0, std = 1.0",
+     "generator = \"positions\", max = 10",
+     "tensors[1].values.generator: 'positions' needs an i32 or i64 tensor, this one is bf16"},
+    {"captured file that does not exist", "generator = \"randn\", mean = 0.0, std = 1.0",
+     "generator = \"captured\", file = \"cap.safetensors\", tensor = \"x\"",
+     "tensors[1].values.file: captured values file 'cap.safetensors' does not exist (looked at "
+     "tasks/llm/toy/cap.safetensors)"},
+    {"wrong value type", "title = \"Toy\"", "title = 3",
+     "title: must be a string, got integer"},
+    {"TOML syntax error", "title = \"Toy\"", "title = \"Toy",
+     ":4:", true},
+};
+
+}  // namespace
+
+TEST_CASE("validation: the unbroken toy manifest loads") {
+  ScratchHome home;
+  home.write(kFile, kValid);
+  auto loaded = Registry::load(home.root());
+  INFO((loaded ? std::string() : loaded.error().message));
+  REQUIRE(loaded.ok());
+  const Task* task = loaded->find("llm/toy");
+  REQUIRE(task != nullptr);
+  CHECK(task->cases.size() == 2);
+  CHECK(task->tensors[0].tolerance->atol == doctest::Approx(1e-5));  // the f32 default
+  CHECK(task->cases[0].scalars.at("alpha") == doctest::Approx(2.0));
+}
+
+TEST_CASE("validation: each broken manifest gives its exact message with file and key") {
+  for (const auto& row : kBadManifests) {
+    CAPTURE(row.problem);
+    ScratchHome home;
+    home.write(kFile, replaced(kValid, row.from, row.to));
+    const auto errors = load_errors(home);
+    REQUIRE_MESSAGE(!errors.empty(), "loaded although: " << row.problem);
+    const std::string expected = std::string(row.prefix && row.expected[0] == ':' ? "" : ": ") +
+                                 row.expected;
+    const std::string line_start = std::string(kFile) + expected;
+    const bool found = std::any_of(errors.begin(), errors.end(), [&](const std::string& line) {
+      return row.prefix ? line.rfind(line_start, 0) == 0 : line == line_start;
+    });
+    CHECK_MESSAGE(found, "expected:\n  " << line_start << "\ngot:\n" << joined(errors));
+  }
+}
+
+TEST_CASE("validation: every problem is reported, not just the first") {
+  ScratchHome home;
+  std::string text = replaced(kValid, "dtype = \"bf16\"", "dtype = \"bf17\"");
+  text = replaced(text, "weight = 1.0", "weight = 0.0");
+  text = replaced(text, "flops = \"n\"", "flops = \"q\"");
+  home.write(kFile, text);
+  home.write("tasks/llm/other/task.toml",
+             replaced(replaced(kValid, "id = \"llm/toy\"", "id = \"llm/other\""), "role = \"out\"",
+                      "role = \"sideways\""));
+  const auto errors = load_errors(home);
+  CHECK_MESSAGE(errors.size() == 4, joined(errors));
+  const auto has = [&](const std::string& line) {
+    return std::find(errors.begin(), errors.end(), line) != errors.end();
+  };
+  CHECK(has("tasks/llm/other/task.toml: tensors[0].role: unknown role 'sideways' (known: in, "
+            "out, inout)"));
+  CHECK(has("tasks/llm/toy/task.toml: visible_cases[0].weight: must be positive, got 0"));
+  CHECK(has("tasks/llm/toy/task.toml: roofline.flops: unknown symbol 'q' (declared: n)"));
+}
+
+TEST_CASE("validation: two manifests declaring one id are reported as a duplicate") {
+  ScratchHome home;
+  home.write(kFile, kValid);
+  home.write("tasks/llm/toy_copy/task.toml", kValid);
+  const auto errors = load_errors(home);
+  const auto has = [&](const std::string& line) {
+    return std::find(errors.begin(), errors.end(), line) != errors.end();
+  };
+  CHECK_MESSAGE(has("tasks/llm/toy_copy/task.toml: id: duplicate id 'llm/toy' (also in "
+                    "tasks/llm/toy/task.toml)"),
+                joined(errors));
+  CHECK(has("tasks/llm/toy_copy/task.toml: id: 'llm/toy' does not match the folder (expected "
+            "'llm/toy_copy')"));
+}
+
+TEST_CASE("validation: a tasks folder without manifests is an error") {
+  ScratchHome home;
+  fs::create_directories(home.root() / "tasks");
+  const auto errors = load_errors(home);
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].find("no task.toml found") != std::string::npos);
+}
+
+TEST_CASE("validation: a captured file that exists is accepted and resolved") {
+  ScratchHome home;
+  home.write("tasks/llm/toy/captured/x.safetensors", "stand-in bytes");
+  home.write(kFile, replaced(kValid, "symbols = { n = 33 }",
+                             "symbols = { n = 33 }\nvalues = { x = { generator = \"captured\", "
+                             "file = \"captured/x.safetensors\", tensor = \"layer0.x\", "
+                             "note = \"toy run\" } }"));
+  auto loaded = Registry::load(home.root());
+  INFO((loaded ? std::string() : loaded.error().message));
+  REQUIRE(loaded.ok());
+  const Case* c = loaded->find("llm/toy")->find_case("other");
+  REQUIRE(c != nullptr);
+  const auto& spec = c->values.at("x");
+  CHECK(spec.kind == GeneratorKind::kCaptured);
+  CHECK(spec.tensor == "layer0.x");
+  CHECK(fs::equivalent(spec.file_path, home.root() / "tasks/llm/toy/captured/x.safetensors"));
+  CHECK(describe(spec) == "captured(captured/x.safetensors#layer0.x): toy run");
+  // The visible case keeps the tensor's own generator.
+  CHECK(loaded->find("llm/toy")->find_case("small")->values.at("x").kind == GeneratorKind::kRandn);
+}
