@@ -34,25 +34,44 @@ enum class Op : std::uint8_t {
 
 std::string_view op_spelling(Op op) {
   switch (op) {
-    case Op::kNeg: return "-";
-    case Op::kNot: return "!";
-    case Op::kAdd: return "+";
-    case Op::kSub: return "-";
-    case Op::kMul: return "*";
-    case Op::kDiv: return "/";
-    case Op::kMod: return "%";
-    case Op::kLt: return "<";
-    case Op::kLe: return "<=";
-    case Op::kGt: return ">";
-    case Op::kGe: return ">=";
-    case Op::kEq: return "==";
-    case Op::kNe: return "!=";
-    case Op::kAnd: return "&&";
-    case Op::kOr: return "||";
-    case Op::kCdiv: return "cdiv";
-    case Op::kMin: return "min";
-    case Op::kMax: return "max";
-    case Op::kNone: break;
+    case Op::kNeg:
+      return "-";
+    case Op::kNot:
+      return "!";
+    case Op::kAdd:
+      return "+";
+    case Op::kSub:
+      return "-";
+    case Op::kMul:
+      return "*";
+    case Op::kDiv:
+      return "/";
+    case Op::kMod:
+      return "%";
+    case Op::kLt:
+      return "<";
+    case Op::kLe:
+      return "<=";
+    case Op::kGt:
+      return ">";
+    case Op::kGe:
+      return ">=";
+    case Op::kEq:
+      return "==";
+    case Op::kNe:
+      return "!=";
+    case Op::kAnd:
+      return "&&";
+    case Op::kOr:
+      return "||";
+    case Op::kCdiv:
+      return "cdiv";
+    case Op::kMin:
+      return "min";
+    case Op::kMax:
+      return "max";
+    case Op::kNone:
+      break;
   }
   return "?";
 }
@@ -60,17 +79,19 @@ std::string_view op_spelling(Op op) {
 struct Node {
   NodeKind kind = NodeKind::kLiteral;
   Op op = Op::kNone;
-  std::int64_t value = 0;       // kLiteral
-  std::string name;             // kSymbol
+  std::int64_t value = 0;         // kLiteral
+  std::string name;               // kSymbol
   std::vector<std::size_t> kids;  // operands (indices into Tree::nodes)
-  std::size_t begin = 0;        // byte span in the text, for naming sub-expressions
+  std::size_t begin = 0;          // byte span in the text, for naming sub-expressions
   std::size_t end = 0;
-  std::size_t op_pos = 0;       // where the operator, symbol or function name is (0-based)
+  std::size_t op_pos = 0;  // where the operator, symbol or function name is (0-based)
 };
 
 std::string column_prefix(std::size_t pos) { return "column " + std::to_string(pos + 1) + ": "; }
 
-Error invalid(std::string message) { return Error{ErrorCode::kInvalidArgument, std::move(message)}; }
+Error invalid(std::string message) {
+  return Error{ErrorCode::kInvalidArgument, std::move(message)};
+}
 
 }  // namespace
 
@@ -96,9 +117,7 @@ struct Token {
   std::int64_t value = 0;
 };
 
-bool is_ident_start(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
+bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_ident_char(char c) { return is_ident_start(c) || is_digit(c); }
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -182,10 +201,18 @@ Result<std::vector<Token>> lex(std::string_view text) {
       const char next = i + 1 < text.size() ? text[i + 1] : '\0';
       std::size_t length = 0;
       switch (c) {
-        case '+': case '-': case '*': case '/': case '%': case '(': case ')': case ',':
+        case '+':
+        case '-':
+        case '*':
+        case '/':
+        case '%':
+        case '(':
+        case ')':
+        case ',':
           length = 1;
           break;
-        case '<': case '>':
+        case '<':
+        case '>':
           length = next == '=' ? 2 : 1;
           break;
         case '!':
@@ -283,8 +310,8 @@ class Parser {
 
   // One left-associative binary level; `next` parses the operands.
   template <class Next>
-  Result<std::size_t> parse_binary(const std::initializer_list<std::pair<std::string_view, Op>>& ops,
-                                   Next next) {
+  Result<std::size_t> parse_binary(
+      const std::initializer_list<std::pair<std::string_view, Op>>& ops, Next next) {
     auto lhs = (this->*next)();
     if (!lhs) return lhs;
     std::size_t left = *lhs;
@@ -317,8 +344,7 @@ class Parser {
     return parse_binary({{"+", Op::kAdd}, {"-", Op::kSub}}, &Parser::parse_mul);
   }
   Result<std::size_t> parse_mul() {
-    return parse_binary({{"*", Op::kMul}, {"/", Op::kDiv}, {"%", Op::kMod}},
-                        &Parser::parse_unary);
+    return parse_binary({{"*", Op::kMul}, {"/", Op::kDiv}, {"%", Op::kMod}}, &Parser::parse_unary);
   }
 
   Result<std::size_t> parse_unary() {
@@ -461,7 +487,8 @@ class Evaluator {
       case NodeKind::kSymbol: {
         std::optional<std::int64_t> value;
         if (lookup_) value = lookup_(node.name);
-        if (!value) return invalid(column_prefix(node.op_pos) + "unknown symbol '" + node.name + "'");
+        if (!value)
+          return invalid(column_prefix(node.op_pos) + "unknown symbol '" + node.name + "'");
         return *value;
       }
       case NodeKind::kUnary: {
@@ -524,15 +551,23 @@ class Evaluator {
         }
         if (b == -1) return std::int64_t{0};  // INT64_MIN % -1 is 0, but the C expression traps
         return a % b;
-      case Op::kLt: return std::int64_t{a < b};
-      case Op::kLe: return std::int64_t{a <= b};
-      case Op::kGt: return std::int64_t{a > b};
-      case Op::kGe: return std::int64_t{a >= b};
-      case Op::kEq: return std::int64_t{a == b};
-      case Op::kNe: return std::int64_t{a != b};
+      case Op::kLt:
+        return std::int64_t{a < b};
+      case Op::kLe:
+        return std::int64_t{a <= b};
+      case Op::kGt:
+        return std::int64_t{a > b};
+      case Op::kGe:
+        return std::int64_t{a >= b};
+      case Op::kEq:
+        return std::int64_t{a == b};
+      case Op::kNe:
+        return std::int64_t{a != b};
       case Op::kAnd:
-      case Op::kOr: return std::int64_t{b != 0};
-      default: break;
+      case Op::kOr:
+        return std::int64_t{b != 0};
+      default:
+        break;
     }
     throw InternalError("expr: bad binary operator");
   }
@@ -618,8 +653,7 @@ Result<Expr> parse_expr(std::string_view text) {
     if (node.kind == NodeKind::kSymbol) tree->symbols.push_back(node.name);
   }
   std::sort(tree->symbols.begin(), tree->symbols.end());
-  tree->symbols.erase(std::unique(tree->symbols.begin(), tree->symbols.end()),
-                      tree->symbols.end());
+  tree->symbols.erase(std::unique(tree->symbols.begin(), tree->symbols.end()), tree->symbols.end());
   if (tree->symbols.empty()) {
     auto value = Evaluator(*tree, Lookup{}).eval(tree->root);
     if (value) tree->constant = *value;

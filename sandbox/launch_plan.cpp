@@ -87,8 +87,8 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   for (std::size_t i = 1; i < rows; ++i) {
     for (std::size_t j = 1; j < cols; ++j) {
       const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      std::size_t best = std::min({d[(i - 1) * cols + j] + 1, d[i * cols + j - 1] + 1,
-                                   d[(i - 1) * cols + j - 1] + cost});
+      std::size_t best = std::min(
+          {d[(i - 1) * cols + j] + 1, d[i * cols + j - 1] + 1, d[(i - 1) * cols + j - 1] + cost});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
         best = std::min(best, d[(i - 2) * cols + j - 2] + 1);
       }
@@ -135,16 +135,59 @@ struct ElementType {
 // Dtype names, their CUDA spellings, and the other element types kernels commonly keep in
 // scratch memory (vector types, unsigned counters).
 constexpr ElementType kElementTypes[] = {
-    {"bf16", 2}, {"f16", 2}, {"f32", 4}, {"f64", 8}, {"fp8_e4m3", 1}, {"fp8_e5m2", 1},
-    {"i8", 1}, {"u8", 1}, {"i16", 2}, {"u16", 2}, {"i32", 4}, {"u32", 4}, {"i64", 8}, {"u64", 8},
-    {"bool", 1}, {"__nv_bfloat16", 2}, {"nv_bfloat16", 2}, {"__half", 2}, {"half", 2},
-    {"__nv_bfloat162", 4}, {"nv_bfloat162", 4}, {"__half2", 4}, {"half2", 4}, {"float", 4},
-    {"double", 8}, {"__nv_fp8_e4m3", 1}, {"__nv_fp8_e5m2", 1}, {"char", 1},
-    {"signed char", 1}, {"unsigned char", 1}, {"short", 2}, {"unsigned short", 2}, {"int", 4},
-    {"unsigned", 4}, {"unsigned int", 4}, {"long long", 8}, {"unsigned long long", 8},
-    {"int8_t", 1}, {"uint8_t", 1}, {"int16_t", 2}, {"uint16_t", 2}, {"int32_t", 4},
-    {"uint32_t", 4}, {"int64_t", 8}, {"uint64_t", 8}, {"size_t", 8}, {"float2", 8},
-    {"float4", 16}, {"int2", 8}, {"int4", 16}, {"uint2", 8}, {"uint4", 16}, {"double2", 16},
+    {"bf16", 2},
+    {"f16", 2},
+    {"f32", 4},
+    {"f64", 8},
+    {"fp8_e4m3", 1},
+    {"fp8_e5m2", 1},
+    {"i8", 1},
+    {"u8", 1},
+    {"i16", 2},
+    {"u16", 2},
+    {"i32", 4},
+    {"u32", 4},
+    {"i64", 8},
+    {"u64", 8},
+    {"bool", 1},
+    {"__nv_bfloat16", 2},
+    {"nv_bfloat16", 2},
+    {"__half", 2},
+    {"half", 2},
+    {"__nv_bfloat162", 4},
+    {"nv_bfloat162", 4},
+    {"__half2", 4},
+    {"half2", 4},
+    {"float", 4},
+    {"double", 8},
+    {"__nv_fp8_e4m3", 1},
+    {"__nv_fp8_e5m2", 1},
+    {"char", 1},
+    {"signed char", 1},
+    {"unsigned char", 1},
+    {"short", 2},
+    {"unsigned short", 2},
+    {"int", 4},
+    {"unsigned", 4},
+    {"unsigned int", 4},
+    {"long long", 8},
+    {"unsigned long long", 8},
+    {"int8_t", 1},
+    {"uint8_t", 1},
+    {"int16_t", 2},
+    {"uint16_t", 2},
+    {"int32_t", 4},
+    {"uint32_t", 4},
+    {"int64_t", 8},
+    {"uint64_t", 8},
+    {"size_t", 8},
+    {"float2", 8},
+    {"float4", 16},
+    {"int2", 8},
+    {"int4", 16},
+    {"uint2", 8},
+    {"uint4", 16},
+    {"double2", 16},
 };
 }  // namespace
 
@@ -175,8 +218,8 @@ core::Result<std::string> name_expression(const std::string& where, std::string_
                          (c >= '0' && c <= '9') ||
                          std::string_view(" _,<>():*&+-/%.").find(c) != std::string_view::npos;
     if (!allowed) {
-      return invalid(where + ": the template arguments of '" + std::string(kernel) +
-                     "' contain '" + std::string(1, c) +
+      return invalid(where + ": the template arguments of '" + std::string(kernel) + "' contain '" +
+                     std::string(1, c) +
                      "'; only types, numbers and constant expressions are allowed");
     }
   }
@@ -203,8 +246,7 @@ const core::Expr& axis_expr(const Dim3Expr& dims, std::size_t axis) {
 }
 
 core::Status check_positive(const std::string& where, const Dim3Expr& dims, std::string_view base,
-                            const std::array<std::int64_t, 3>& values,
-                            const std::string& suffix) {
+                            const std::array<std::int64_t, 3>& values, const std::string& suffix) {
   for (std::size_t axis = 0; axis < 3; ++axis) {
     if (values[axis] < 1) {
       return invalid(where + ": " + dim_label(dims, base, axis) + " is " +
@@ -275,8 +317,8 @@ core::Status check_smem(const std::string& where, std::int64_t bytes, const Plan
                    suffix);
   }
   if (bytes > limits.max_smem_bytes) {
-    return invalid(where + ": shared memory size " + std::to_string(bytes) +
-                   " bytes exceeds the " + std::to_string(limits.max_smem_bytes) +
+    return invalid(where + ": shared memory size " + std::to_string(bytes) + " bytes exceeds the " +
+                   std::to_string(limits.max_smem_bytes) +
                    " bytes of dynamic shared memory a block may use" + suffix);
   }
   return {};
@@ -316,10 +358,14 @@ enum class NameKind { kTensor, kScalar, kSymbol, kWorkspace };
 
 std::string_view kind_word(NameKind kind) {
   switch (kind) {
-    case NameKind::kTensor: return "tensor";
-    case NameKind::kScalar: return "scalar";
-    case NameKind::kSymbol: return "shape symbol";
-    case NameKind::kWorkspace: return "workspace";
+    case NameKind::kTensor:
+      return "tensor";
+    case NameKind::kScalar:
+      return "scalar";
+    case NameKind::kSymbol:
+      return "shape symbol";
+    case NameKind::kWorkspace:
+      return "workspace";
   }
   return "name";
 }
@@ -370,8 +416,8 @@ class Names {
       const auto entry = find(symbol);
       if (entry && entry->kind == NameKind::kSymbol) continue;
       if (entry) {
-        return invalid(where + ": " + std::string(label) + " uses '" + symbol +
-                       "', which is a " + std::string(kind_word(entry->kind)) +
+        return invalid(where + ": " + std::string(label) + " uses '" + symbol + "', which is a " +
+                       std::string(kind_word(entry->kind)) +
                        "; sizes and conditions may use only the shape symbols " +
                        join(context_.symbols));
       }
@@ -395,8 +441,8 @@ class Names {
   std::vector<std::string> workspaces_;
 };
 
-core::Status check_dims_symbols(const Names& names, const std::string& where,
-                                std::string_view base, const Dim3Expr& dims) {
+core::Status check_dims_symbols(const Names& names, const std::string& where, std::string_view base,
+                                const Dim3Expr& dims) {
   for (std::size_t axis = 0; axis < 3; ++axis) {
     if (auto ok = names.check_expr(where, dim_label(dims, base, axis), axis_expr(dims, axis));
         !ok) {
@@ -416,10 +462,12 @@ std::string no_launch_message(const PlanContext& context, bool from_directives) 
            grid + ", 256>>>(" + args + ")";
   }
   return "the plan has no launches: give at least one, e.g. {\"kernel\": \"my_kernel\", "
-         "\"grid\": \"" + grid + "\", \"block\": 256, \"args\": [" +
+         "\"grid\": \"" +
+         grid + "\", \"block\": 256, \"args\": [" +
          [&] {
            std::string quoted;
-           for (const auto& name : tensors) quoted += (quoted.empty() ? "\"" : ", \"") + name + "\"";
+           for (const auto& name : tensors)
+             quoted += (quoted.empty() ? "\"" : ", \"") + name + "\"";
            return quoted;
          }() +
          "]}";
@@ -456,8 +504,8 @@ core::Result<LaunchPlan> finish_plan(LaunchPlan plan, const PlanContext& context
       }
       if (const auto entry = context_names.find(workspace.name)) {
         return invalid(workspace.where + ": workspace '" + workspace.name +
-                       "' has the same name as the task's " +
-                       std::string(kind_word(entry->kind)) + "; pick another name");
+                       "' has the same name as the task's " + std::string(kind_word(entry->kind)) +
+                       "; pick another name");
       }
       for (std::size_t j = 0; j < i; ++j) {
         if (plan.workspaces[j].name == workspace.name) {
@@ -495,10 +543,18 @@ core::Result<LaunchPlan> finish_plan(LaunchPlan plan, const PlanContext& context
       }
       arg.index = entry->index;
       switch (entry->kind) {
-        case NameKind::kTensor: arg.kind = ArgKind::kTensor; break;
-        case NameKind::kScalar: arg.kind = ArgKind::kScalar; break;
-        case NameKind::kSymbol: arg.kind = ArgKind::kSymbol; break;
-        case NameKind::kWorkspace: arg.kind = ArgKind::kWorkspace; break;
+        case NameKind::kTensor:
+          arg.kind = ArgKind::kTensor;
+          break;
+        case NameKind::kScalar:
+          arg.kind = ArgKind::kScalar;
+          break;
+        case NameKind::kSymbol:
+          arg.kind = ArgKind::kSymbol;
+          break;
+        case NameKind::kWorkspace:
+          arg.kind = ArgKind::kWorkspace;
+          break;
       }
     }
     // Sizes that are already constants fail now, before anything compiles.
@@ -595,8 +651,8 @@ core::Result<std::int64_t> eval_field(const std::string& where, std::string_view
   return value;
 }
 
-core::Result<std::array<std::int64_t, 3>> eval_dims(const std::string& where,
-                                                    std::string_view base, const Dim3Expr& dims,
+core::Result<std::array<std::int64_t, 3>> eval_dims(const std::string& where, std::string_view base,
+                                                    const Dim3Expr& dims,
                                                     const SymbolValues& values,
                                                     const std::string& suffix) {
   std::array<std::int64_t, 3> out{};
@@ -718,14 +774,13 @@ core::Status check_kernel_params(const Launch& launch, const std::vector<std::si
     return invalid(launch.where + ": kernel '" + launch.name_expression + "' takes " +
                    std::to_string(param_bytes.size()) + " parameters but the launch passes " +
                    std::to_string(launch.args.size()) + " arguments (" +
-                   (arg_names.empty() ? std::string("none") : plan_detail::join(arg_names)) +
-                   ")");
+                   (arg_names.empty() ? std::string("none") : plan_detail::join(arg_names)) + ")");
   }
   for (std::size_t i = 0; i < launch.args.size(); ++i) {
     const LaunchArg& arg = launch.args[i];
     const std::size_t got = param_bytes[i];
-    const std::string head = launch.where + ": argument " + std::to_string(i + 1) + " '" +
-                             arg.name + "' is ";
+    const std::string head =
+        launch.where + ": argument " + std::to_string(i + 1) + " '" + arg.name + "' is ";
     const std::string tail = " but parameter " + std::to_string(i + 1) + " of '" +
                              launch.name_expression + "' is " + std::to_string(got) + " bytes";
     switch (arg.kind) {
@@ -743,9 +798,8 @@ core::Status check_kernel_params(const Launch& launch, const std::vector<std::si
         const core::DType dtype = context.scalars.at(arg.index).second;
         if (got != core::dtype_size(dtype)) {
           const std::string type(core::dtype_cuda_type(dtype));
-          return invalid(head + "a " + std::string(core::dtype_name(dtype)) +
-                         " scalar passed as " + type + " (" +
-                         std::to_string(core::dtype_size(dtype)) + " bytes)" + tail +
+          return invalid(head + "a " + std::string(core::dtype_name(dtype)) + " scalar passed as " +
+                         type + " (" + std::to_string(core::dtype_size(dtype)) + " bytes)" + tail +
                          "; declare it as " + type);
         }
         break;
@@ -779,8 +833,7 @@ core::Result<std::vector<std::byte>> encode_symbol_arg(const Launch& launch, std
       value > std::numeric_limits<std::int32_t>::max()) {
     return invalid(launch.where + ": shape symbol '" + launch.args[arg].name + "' = " +
                    std::to_string(value) + " does not fit parameter " + std::to_string(arg + 1) +
-                   " of '" + launch.name_expression +
-                   "', a 4-byte int; declare it as int64_t");
+                   " of '" + launch.name_expression + "', a 4-byte int; declare it as int64_t");
   }
   const auto narrow_value = static_cast<std::int32_t>(value);
   std::memcpy(out.data(), &narrow_value, sizeof(narrow_value));

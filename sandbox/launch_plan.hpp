@@ -34,7 +34,7 @@ struct PlanLimits {
   std::size_t max_launches = 16;
   std::size_t max_workspaces = 8;
   std::int64_t max_workspace_bytes = std::int64_t{1} << 30;  // all workspaces of one call together
-  std::size_t max_args = 64;                                  // arguments of one launch
+  std::size_t max_args = 64;                                 // arguments of one launch
   // Input caps: text is rejected before any parsing beyond them.
   std::size_t max_source_bytes = 256u << 10;
   std::size_t max_directives = 64;
@@ -45,7 +45,8 @@ struct PlanLimits {
 struct PlanContext {
   std::vector<std::pair<std::string, core::DType>> tensors;  // passed as device pointers
   std::vector<std::pair<std::string, core::DType>> scalars;  // passed by value in their dtype
-  std::vector<std::string> symbols;  // shape symbols, passed as int or int64_t (see check_kernel_params)
+  std::vector<std::string>
+      symbols;  // shape symbols, passed as int or int64_t (see check_kernel_params)
   PlanLimits limits;
 };
 
@@ -73,12 +74,12 @@ struct Launch {
   std::string name_expression;  // what NVRTC is given: "gemm<float, 256>" or "rms_norm_kernel"
   Dim3Expr grid;
   Dim3Expr block;
-  core::Expr smem_bytes;                 // dynamic shared memory; the constant 0 when absent
-  std::optional<core::Expr> condition;   // `if (...)`: the launch runs when it is non-zero
-  std::vector<LaunchArg> args;           // in kernel parameter order
-  std::optional<std::size_t> cluster;    // index into LaunchPlan::clusters
-  int line = 0;                          // 1-based source line; 0 for the structured form
-  std::string where;                     // "line 3" or "launches[2]": the prefix of messages
+  core::Expr smem_bytes;                // dynamic shared memory; the constant 0 when absent
+  std::optional<core::Expr> condition;  // `if (...)`: the launch runs when it is non-zero
+  std::vector<LaunchArg> args;          // in kernel parameter order
+  std::optional<std::size_t> cluster;   // index into LaunchPlan::clusters
+  int line = 0;                         // 1-based source line; 0 for the structured form
+  std::string where;                    // "line 3" or "launches[2]": the prefix of messages
 };
 
 // Scratch memory the runner allocates for the call: `count` elements of `element_bytes`,
@@ -123,8 +124,7 @@ core::Result<LaunchPlan> parse_launch_plan(std::string_view source, const PlanCo
 // template_args?, grid, block, smem?, args, if?; grid/block/smem/if are expression strings or
 // integers, grid and block also arrays of 1 to 3 of those. Messages start with the path
 // ("launches[1].grid: ...").
-core::Result<LaunchPlan> parse_structured_plan(const core::Value& plan,
-                                               const PlanContext& context);
+core::Result<LaunchPlan> parse_structured_plan(const core::Value& plan, const PlanContext& context);
 
 // The plan of one action: `plan` when it is not null (then `source` must hold no @launch
 // directive: one plan per action), the directives of `source` otherwise.
@@ -141,7 +141,7 @@ struct ConcreteLaunch {
 };
 
 struct ConcretePlan {
-  std::vector<ConcreteLaunch> launches;       // in run order, launches whose `if` is 0 left out
+  std::vector<ConcreteLaunch> launches;        // in run order, launches whose `if` is 0 left out
   std::vector<std::uint64_t> workspace_bytes;  // per LaunchPlan::workspaces
   std::vector<std::int64_t> symbol_values;     // per PlanContext::symbols
 };
@@ -171,7 +171,6 @@ core::Status check_kernel_params(const Launch& launch, const std::vector<std::si
 // The bytes of symbol argument `arg` (an index into launch.args, which must be a symbol) holding
 // `value`, for a kernel parameter of `param_bytes` (4 or 8), in host byte order.
 core::Result<std::vector<std::byte>> encode_symbol_arg(const Launch& launch, std::size_t arg,
-                                                       std::int64_t value,
-                                                       std::size_t param_bytes);
+                                                       std::int64_t value, std::size_t param_bytes);
 
 }  // namespace crucible::sandbox

@@ -75,8 +75,7 @@ core::Result<std::vector<DirectiveLine>> scan_directives(std::string_view source
         }
         if (text.size() > limits.max_directive_bytes) {
           return invalid(where + ": the directive is " + std::to_string(text.size()) +
-                         " bytes long; the limit is " +
-                         std::to_string(limits.max_directive_bytes));
+                         " bytes long; the limit is " + std::to_string(limits.max_directive_bytes));
         }
         out.push_back(DirectiveLine{line, text});
       }
@@ -236,8 +235,8 @@ core::Result<Dim3Expr> parse_dims(const std::string& where, std::string_view bas
       dims.is_dim3 = true;
       core::Expr* axes[] = {&dims.x, &dims.y, &dims.z};
       for (std::size_t axis = 0; axis < items.size(); ++axis) {
-        auto expr = plan_detail::parse_field(where, std::string(base) + " " + "xyz"[axis],
-                                             items[axis]);
+        auto expr =
+            plan_detail::parse_field(where, std::string(base) + " " + "xyz"[axis], items[axis]);
         if (!expr) return expr.error();
         *axes[axis] = std::move(expr).value();
       }
@@ -260,8 +259,9 @@ core::Result<Launch> parse_launch(const std::string& where, int line, std::strin
   if (text.substr(0, 2) == "if" && (text.size() == 2 || !is_ident_char(text[2]))) {
     text = trim_front(text.substr(2));
     if (text.empty() || text[0] != '(') {
-      return invalid(where + ": expected '(' after 'if'; write // @launch if (CONDITION) "
-                             "kernel<<<grid, block>>>(args)");
+      return invalid(where +
+                     ": expected '(' after 'if'; write // @launch if (CONDITION) "
+                     "kernel<<<grid, block>>>(args)");
     }
     const std::size_t close = match_paren(text, 0);
     if (close == std::string_view::npos) {
@@ -302,13 +302,15 @@ core::Result<Launch> parse_launch(const std::string& where, int line, std::strin
   }
   const auto config = split_top(text.substr(0, config_end));
   if (config.size() < 2) {
-    return invalid(where + ": the launch configuration needs a grid and a block size: "
-                           "<<<grid, block[, shared_memory_bytes]>>>");
+    return invalid(where +
+                   ": the launch configuration needs a grid and a block size: "
+                   "<<<grid, block[, shared_memory_bytes]>>>");
   }
   if (config.size() > 3) {
-    return invalid(where + ": the launch configuration takes at most 3 values, "
-                           "<<<grid, block, shared_memory_bytes>>>; there is no stream argument: "
-                           "launches run in order on the runner's stream");
+    return invalid(where +
+                   ": the launch configuration takes at most 3 values, "
+                   "<<<grid, block, shared_memory_bytes>>>; there is no stream argument: "
+                   "launches run in order on the runner's stream");
   }
   auto grid = parse_dims(where, "grid", config[0]);
   if (!grid) return grid.error();
@@ -352,8 +354,7 @@ core::Result<Launch> parse_launch(const std::string& where, int line, std::strin
   return launch;
 }
 
-core::Result<Workspace> parse_workspace(const std::string& where, int line,
-                                        std::string_view body) {
+core::Result<Workspace> parse_workspace(const std::string& where, int line, std::string_view body) {
   Workspace workspace;
   workspace.where = where;
   workspace.line = line;
@@ -361,8 +362,9 @@ core::Result<Workspace> parse_workspace(const std::string& where, int line,
   std::size_t length = 0;
   while (length < text.size() && is_ident_char(text[length])) ++length;
   if (length == 0 || !plan_detail::is_identifier(text.substr(0, length))) {
-    return invalid(where + ": expected a workspace name; write // @workspace NAME TYPE[COUNT], "
-                           "e.g. // @workspace partials float[num_tokens * 64]");
+    return invalid(where +
+                   ": expected a workspace name; write // @workspace NAME TYPE[COUNT], "
+                   "e.g. // @workspace partials float[num_tokens * 64]");
   }
   workspace.name = std::string(text.substr(0, length));
   text = trim(text.substr(length));
@@ -406,8 +408,8 @@ core::Result<Cluster> parse_cluster(const std::string& where, int line, std::str
   }
   const std::string_view text = trim(name->rest);
   if (text.empty() || text[0] != '(' || match_paren(text, 0) != text.size() - 1) {
-    return invalid(where + ": expected the cluster shape in parentheses after '" +
-                   cluster.kernel + "'; write // @cluster " + cluster.kernel + " (2, 1, 1)");
+    return invalid(where + ": expected the cluster shape in parentheses after '" + cluster.kernel +
+                   "'; write // @cluster " + cluster.kernel + " (2, 1, 1)");
   }
   const auto items = split_top(text.substr(1, text.size() - 2));
   if (items.size() > 3 || trim(items[0]).empty()) {
@@ -420,8 +422,7 @@ core::Result<Cluster> parse_cluster(const std::string& where, int line, std::str
   cluster.dims.z = core::Expr::constant(1);
   core::Expr* axes[] = {&cluster.dims.x, &cluster.dims.y, &cluster.dims.z};
   for (std::size_t axis = 0; axis < items.size(); ++axis) {
-    auto expr =
-        plan_detail::parse_field(where, std::string("cluster ") + "xyz"[axis], items[axis]);
+    auto expr = plan_detail::parse_field(where, std::string("cluster ") + "xyz"[axis], items[axis]);
     if (!expr) return expr.error();
     *axes[axis] = std::move(expr).value();
   }
@@ -447,8 +448,9 @@ core::Result<LaunchPlan> parse_launch_plan(std::string_view source, const PlanCo
     const std::string where = "line " + std::to_string(directive.line);
     const auto [name, body] = split_directive(directive.text);
     if (name.empty()) {
-      return invalid(where + ": '@' at the start of a // comment begins a directive; expected "
-                             "@launch, @workspace or @cluster");
+      return invalid(where +
+                     ": '@' at the start of a // comment begins a directive; expected "
+                     "@launch, @workspace or @cluster");
     }
     if (name == "launch") {
       auto launch = parse_launch(where, directive.line, body);
@@ -482,10 +484,11 @@ core::Result<LaunchPlan> parse_action_plan(std::string_view source, const core::
   if (!directives) return directives.error();
   for (const auto& directive : *directives) {
     const auto name = split_directive(directive.text).first;
-    if (std::find(kDirectiveNames.begin(), kDirectiveNames.end(), name) !=
-        kDirectiveNames.end()) {
-      return invalid("line " + std::to_string(directive.line) + ": the action has both a "
-                     "structured plan and a @" + std::string(name) +
+    if (std::find(kDirectiveNames.begin(), kDirectiveNames.end(), name) != kDirectiveNames.end()) {
+      return invalid("line " + std::to_string(directive.line) +
+                     ": the action has both a "
+                     "structured plan and a @" +
+                     std::string(name) +
                      " directive; send the plan in one place: remove the directives or the "
                      "'plan' field");
     }

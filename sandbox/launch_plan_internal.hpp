@@ -27,7 +27,8 @@ std::string without_spaces(std::string_view text);
 std::string join(const std::vector<std::string>& items);
 
 // The closest candidate within a small edit distance, for "did you mean" hints.
-std::optional<std::string> closest(std::string_view word, const std::vector<std::string>& candidates);
+std::optional<std::string> closest(std::string_view word,
+                                   const std::vector<std::string>& candidates);
 
 // Parses one expression field; errors read "<where>: <label> '<text>': column 3: ...".
 core::Result<core::Expr> parse_field(const std::string& where, std::string_view label,

@@ -36,8 +36,7 @@ const Value* find(const Value& map, std::string_view key) {
 }
 
 core::Result<std::string> string_field(const std::string& where, const Value& map,
-                                       std::string_view key, std::size_t max_bytes,
-                                       bool required) {
+                                       std::string_view key, std::size_t max_bytes, bool required) {
   const Value* field = find(map, key);
   if (field == nullptr) {
     if (!required) return std::string();
@@ -114,13 +113,13 @@ core::Result<Launch> parse_launch(const std::string& where, const Value& map,
   auto kernel = string_field(where, map, "kernel", limits.max_directive_bytes, true);
   if (!kernel) return kernel.error();
   if (!plan_detail::is_qualified_name(*kernel)) {
-    return invalid(where + ": 'kernel' must be a kernel name like rms_norm_kernel or ns::gemm "
-                           "(template arguments go in 'template_args'), got '" +
+    return invalid(where +
+                   ": 'kernel' must be a kernel name like rms_norm_kernel or ns::gemm "
+                   "(template arguments go in 'template_args'), got '" +
                    kernel->substr(0, 64) + "'");
   }
   launch.kernel = *kernel;
-  auto template_args =
-      string_field(where, map, "template_args", limits.max_directive_bytes, false);
+  auto template_args = string_field(where, map, "template_args", limits.max_directive_bytes, false);
   if (!template_args) return template_args.error();
   launch.template_args = std::string(plan_detail::trim(*template_args));
   auto expression = plan_detail::name_expression(where, launch.kernel, launch.template_args);
@@ -156,11 +155,13 @@ core::Result<Launch> parse_launch(const std::string& where, const Value& map,
   for (std::size_t i = 0; i < args->size(); ++i) {
     const Value& arg = (*args)[i];
     if (!arg.is_string() || !plan_detail::is_identifier(arg.get_ref<const std::string&>())) {
-      const std::string got =
-          arg.is_string() ? "'" + arg.get_ref<const std::string&>().substr(0, 64) + "'"
-                          : type_of(arg);
-      return invalid(where + ": argument " + std::to_string(i + 1) + " must be the name of a "
-                     "tensor, scalar, shape symbol or workspace, got " + got);
+      const std::string got = arg.is_string()
+                                  ? "'" + arg.get_ref<const std::string&>().substr(0, 64) + "'"
+                                  : type_of(arg);
+      return invalid(where + ": argument " + std::to_string(i + 1) +
+                     " must be the name of a "
+                     "tensor, scalar, shape symbol or workspace, got " +
+                     got);
     }
     launch.args.push_back(LaunchArg{arg.get<std::string>(), ArgKind::kTensor, 0});
   }
@@ -245,17 +246,19 @@ core::Result<LaunchPlan> parse_structured_plan(const core::Value& plan,
     workspaces = find(plan, "workspaces");
     clusters = find(plan, "clusters");
   } else {
-    return invalid("the plan must be an array of launches or a map {launches, workspaces, "
-                   "clusters}, got " + type_of(plan));
+    return invalid(
+        "the plan must be an array of launches or a map {launches, workspaces, "
+        "clusters}, got " +
+        type_of(plan));
   }
   LaunchPlan out;
-  if (auto ok = read_items(launches, "launches", limits.max_launches, limits, out.launches,
-                           parse_launch);
+  if (auto ok =
+          read_items(launches, "launches", limits.max_launches, limits, out.launches, parse_launch);
       !ok) {
     return ok.error();
   }
-  if (auto ok = read_items(workspaces, "workspaces", limits.max_workspaces, limits,
-                           out.workspaces, parse_workspace);
+  if (auto ok = read_items(workspaces, "workspaces", limits.max_workspaces, limits, out.workspaces,
+                           parse_workspace);
       !ok) {
     return ok.error();
   }

@@ -43,29 +43,29 @@ TEST_CASE("expr: evaluates with C precedence, associativity and truncation") {
       {"0XfF", 255},
       {"1 + 2 * 3", 7},
       {"(1 + 2) * 3", 9},
-      {"10 - 3 - 2", 5},       // left-associative
-      {"100 / 10 / 5", 2},     // left-associative
-      {"2 * 3 % 4", 2},        // same level, left to right: (2 * 3) % 4
-      {"-7 / 2", -3},          // truncates toward zero
+      {"10 - 3 - 2", 5},    // left-associative
+      {"100 / 10 / 5", 2},  // left-associative
+      {"2 * 3 % 4", 2},     // same level, left to right: (2 * 3) % 4
+      {"-7 / 2", -3},       // truncates toward zero
       {"7 / -2", -3},
-      {"-7 % 3", -1},          // sign of the dividend
+      {"-7 % 3", -1},  // sign of the dividend
       {"7 % -3", 1},
       {"- -5", 5},
       {"-n + 1", -9},
       {"!0", 1},
       {"!n", 0},
       {"!!n", 1},
-      {"1 + 2 < 4", 1},        // arithmetic binds tighter than comparison
-      {"3 < 2 == 0", 1},       // relational binds tighter than equality
+      {"1 + 2 < 4", 1},   // arithmetic binds tighter than comparison
+      {"3 < 2 == 0", 1},  // relational binds tighter than equality
       {"n >= 10 && m <= 3", 1},
       {"n > 10 || m < 3", 0},
-      {"1 || 0 && 0", 1},      // && binds tighter than ||
+      {"1 || 0 && 0", 1},  // && binds tighter than ||
       {"n != m", 1},
       {"n == 10", 1},
       {"cdiv(num_tokens, 128)", 32},
       {"cdiv(4097, 128)", 33},
       {"cdiv(0, 4)", 0},
-      {"cdiv(-7, 2)", -3},     // ceil(-3.5)
+      {"cdiv(-7, 2)", -3},  // ceil(-3.5)
       {"cdiv(1, 1)", 1},
       {"min(n, m)", 3},
       {"max(n, m, 42, -1)", 42},
@@ -103,7 +103,8 @@ TEST_CASE("expr: parse errors give the column and what was expected") {
       {"(a b)", "column 4: expected ')' to close '(' opened at column 1"},
       {"a b", "column 3: expected an operator or end of expression, got 'b'"},
       {"a)", "column 2: unmatched ')'"},
-      {"a +", "column 4: expected a number, a symbol, a function call or '(', got end of expression"},
+      {"a +",
+       "column 4: expected a number, a symbol, a function call or '(', got end of expression"},
       {"* a", "column 1: expected a number, a symbol, a function call or '(', got '*'"},
       {"()", "column 2: expected a number, a symbol, a function call or '(', got ')'"},
       {"a @ b", "column 3: unexpected character '@'"},
@@ -116,12 +117,15 @@ TEST_CASE("expr: parse errors give the column and what was expected") {
       {"12abc", "column 1: invalid integer literal '12abc'"},
       {"0x", "column 1: invalid integer literal '0x'"},
       {"0x1g", "column 1: invalid integer literal '0x1g'"},
-      {"010", "column 1: integer literal '010' has a leading zero; write decimal without leading "
-              "zeros, or hex as 0x..."},
-      {"9223372036854775808", "column 1: integer literal '9223372036854775808' does not fit in a "
-                              "signed 64-bit integer"},
-      {"1 + 0x8000000000000000", "column 5: integer literal '0x8000000000000000' does not fit in a "
-                                 "signed 64-bit integer"},
+      {"010",
+       "column 1: integer literal '010' has a leading zero; write decimal without leading "
+       "zeros, or hex as 0x..."},
+      {"9223372036854775808",
+       "column 1: integer literal '9223372036854775808' does not fit in a "
+       "signed 64-bit integer"},
+      {"1 + 0x8000000000000000",
+       "column 5: integer literal '0x8000000000000000' does not fit in a "
+       "signed 64-bit integer"},
       {"foo(1, 2)", "column 1: unknown function 'foo'; the functions are cdiv, min, max"},
       {"cdiv(1)", "column 1: cdiv takes 2 arguments, got 1"},
       {"cdiv(1, 2, 3)", "column 1: cdiv takes 2 arguments, got 3"},
@@ -153,8 +157,10 @@ TEST_CASE("expr: evaluation errors name the sub-expression") {
       {"big + 1", "column 5: signed 64-bit overflow in 'big + 1' (9223372036854775807 + 1)"},
       {"small - 1", "column 7: signed 64-bit overflow in 'small - 1' (-9223372036854775808 - 1)"},
       {"big * 2", "column 5: signed 64-bit overflow in 'big * 2' (9223372036854775807 * 2)"},
-      {"small * -1", "column 7: signed 64-bit overflow in 'small * -1' (-9223372036854775808 * -1)"},
-      {"small / -1", "column 7: signed 64-bit overflow in 'small / -1' (-9223372036854775808 / -1)"},
+      {"small * -1",
+       "column 7: signed 64-bit overflow in 'small * -1' (-9223372036854775808 * -1)"},
+      {"small / -1",
+       "column 7: signed 64-bit overflow in 'small / -1' (-9223372036854775808 / -1)"},
       {"-small", "column 1: signed 64-bit overflow in '-small' (-(-9223372036854775808))"},
       {"2 * (big - 1) + 1",
        "column 3: signed 64-bit overflow in '2 * (big - 1)' (2 * 9223372036854775806)"},

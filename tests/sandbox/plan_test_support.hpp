@@ -10,9 +10,8 @@ namespace crucible::sandbox::testing {
 // vLLM rms_norm(out, input, weight, epsilon) over [num_tokens, hidden_size].
 inline PlanContext rms_norm_context() {
   PlanContext context;
-  context.tensors = {{"out", core::DType::kBF16},
-                     {"input", core::DType::kBF16},
-                     {"weight", core::DType::kBF16}};
+  context.tensors = {
+      {"out", core::DType::kBF16}, {"input", core::DType::kBF16}, {"weight", core::DType::kBF16}};
   context.scalars = {{"epsilon", core::DType::kF32}};
   context.symbols = {"num_tokens", "hidden_size"};
   return context;

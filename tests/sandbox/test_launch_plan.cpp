@@ -23,9 +23,9 @@ TEST_CASE("launch plan: directives parse into the plan they describe") {
        "hidden_size)\n__global__ void rms_norm_kernel() {}\n",
        "@1 rms_norm_kernel<<<num_tokens; 256; 0>>>(out:t0 input:t1 weight:t2 epsilon:s0 "
        "hidden_size:y1)\n"},
-      {"no space after //", "//@launch k<<<1, 32>>>(out)",
-       "@1 k<<<1; 32; 0>>>(out:t0)\n"},
-      {"indented, tabs, spaces inside", "\t  //   @launch   k  <<<  num_tokens ,  128  >>>  ( out ,input )  ",
+      {"no space after //", "//@launch k<<<1, 32>>>(out)", "@1 k<<<1; 32; 0>>>(out:t0)\n"},
+      {"indented, tabs, spaces inside",
+       "\t  //   @launch   k  <<<  num_tokens ,  128  >>>  ( out ,input )  ",
        "@1 k<<<num_tokens; 128; 0>>>(out:t0 input:t1)\n"},
       {"trailing semicolon", "// @launch k<<<1, 32>>>(out);", "@1 k<<<1; 32; 0>>>(out:t0)\n"},
       {"after code on the same line", "int x = 1;  // @launch k<<<1, 32>>>(out)",
@@ -33,14 +33,14 @@ TEST_CASE("launch plan: directives parse into the plan they describe") {
       {"CRLF line endings", "// line one\r\n// @launch k<<<1, 32>>>(out)\r\n",
        "@2 k<<<1; 32; 0>>>(out:t0)\n"},
       {"no arguments", "// @launch k<<<1, 32>>>()", "@1 k<<<1; 32; 0>>>()\n"},
-      {"shared memory size",
-       "// @launch k<<<num_tokens, 512, 49152>>>(out)", "@1 k<<<num_tokens; 512; 49152>>>(out:t0)\n"},
-      {"shared memory expression",
-       "// @launch k<<<num_tokens, 256, hidden_size * 2 + 16>>>(out)",
+      {"shared memory size", "// @launch k<<<num_tokens, 512, 49152>>>(out)",
+       "@1 k<<<num_tokens; 512; 49152>>>(out:t0)\n"},
+      {"shared memory expression", "// @launch k<<<num_tokens, 256, hidden_size * 2 + 16>>>(out)",
        "@1 k<<<num_tokens; 256; hidden_size * 2 + 16>>>(out:t0)\n"},
       {"dim3 with one value", "// @launch k<<<dim3(num_tokens), 256>>>(out)",
        "@1 k<<<dim3(num_tokens, 1, 1); 256; 0>>>(out:t0)\n"},
-      {"dim3 with two values", "// @launch k<<<dim3(cdiv(hidden_size, 64), num_tokens), dim3(32, 8)>>>(out)",
+      {"dim3 with two values",
+       "// @launch k<<<dim3(cdiv(hidden_size, 64), num_tokens), dim3(32, 8)>>>(out)",
        "@1 k<<<dim3(cdiv(hidden_size, 64), num_tokens, 1); dim3(32, 8, 1); 0>>>(out:t0)\n"},
       {"dim3 with three values and a space", "// @launch k<<<dim3 (1, 2, 3), dim3(4,4,4)>>>(out)",
        "@1 k<<<dim3(1, 2, 3); dim3(4, 4, 4); 0>>>(out:t0)\n"},
@@ -58,7 +58,8 @@ TEST_CASE("launch plan: directives parse into the plan they describe") {
       {"qualified kernel name", "// @launch ops::rms<<<1, 32>>>(out)",
        "@1 ops::rms<<<1; 32; 0>>>(out:t0)\n"},
       {"if guard",
-       "// @launch if (num_tokens > 4096) big<<<dim3(cdiv(num_tokens, 4), 1, 1), 512, 49152>>>(out)",
+       "// @launch if (num_tokens > 4096) big<<<dim3(cdiv(num_tokens, 4), 1, 1), 512, "
+       "49152>>>(out)",
        "@1 if (num_tokens > 4096) big<<<dim3(cdiv(num_tokens, 4), 1, 1); 512; 49152>>>(out:t0)\n"},
       {"if guard with nested parentheses and no space",
        "// @launch if((num_tokens % 2) == 0 && hidden_size >= 1024)k<<<1, 32>>>(out)",
@@ -137,7 +138,8 @@ TEST_CASE("launch plan: directive mistakes get a message that says what to fix")
        "my_kernel<<<num_tokens, 256>>>(out, input, weight)"},
       {"// ok\n// ok\n// ok\n// @lanuch k<<<1, 32>>>(out)",
        "line 4: unknown directive '@lanuch'; did you mean '@launch'?"},
-      {"// @workspaces w float[4]", "line 1: unknown directive '@workspaces'; did you mean '@workspace'?"},
+      {"// @workspaces w float[4]",
+       "line 1: unknown directive '@workspaces'; did you mean '@workspace'?"},
       {"// @param x the input",
        "line 1: unknown directive '@param'; the directives are @launch, @workspace and @cluster "
        "(start other comments with something other than '@')"},
@@ -147,8 +149,9 @@ TEST_CASE("launch plan: directive mistakes get a message that says what to fix")
       {"// @launch <<<1, 32>>>(out)",
        "line 1: expected a kernel name, got '<<<1, 32>>>(out)'; write // @launch "
        "kernel<<<grid, block>>>(args)"},
-      {"// @launch", "line 1: expected a kernel name, got nothing; write // @launch "
-                     "kernel<<<grid, block>>>(args)"},
+      {"// @launch",
+       "line 1: expected a kernel name, got nothing; write // @launch "
+       "kernel<<<grid, block>>>(args)"},
       {"// @launch 9k<<<1, 32>>>(out)",
        "line 1: expected a kernel name, got '9k<<<1, 32>>>(out)'; write // @launch "
        "kernel<<<grid, block>>>(args)"},
@@ -188,7 +191,8 @@ TEST_CASE("launch plan: directive mistakes get a message that says what to fix")
        "line 1: expected '(' with the kernel arguments after '>>>', e.g. "
        "k<<<grid, block>>>(out, input)"},
       {"// @launch k<<<1, 32>>>(out, input", "line 1: the argument list has no closing ')'"},
-      {"// @launch k<<<1, 32>>>(out) extra", "line 1: unexpected text after the argument list: 'extra'"},
+      {"// @launch k<<<1, 32>>>(out) extra",
+       "line 1: unexpected text after the argument list: 'extra'"},
       {"// @launch k<<<1, 32>>>(out,, input)", "line 1: argument 2 is empty"},
       {"// @launch k<<<1, 32>>>(out, hidden_size / 2)",
        "line 1: argument 2 'hidden_size / 2' is not a name; pass a tensor, scalar, shape symbol "
@@ -254,7 +258,8 @@ TEST_CASE("launch plan: directive mistakes get a message that says what to fix")
       {"// @launch k<<<1, 32>>>(out)\n// @workspace float[4]",
        "line 2: workspace 'float' needs an element type and a count: // @workspace float "
        "float[COUNT]"},
-      {"// @launch k<<<1, 32>>>(out)\n// @workspace", "line 2: expected a workspace name; write "
+      {"// @launch k<<<1, 32>>>(out)\n// @workspace",
+       "line 2: expected a workspace name; write "
        "// @workspace NAME TYPE[COUNT], e.g. // @workspace partials float[num_tokens * 64]"},
       {"// @launch k<<<1, 32>>>(out)\n// @workspace input float[4]",
        "line 2: workspace 'input' has the same name as the task's tensor; pick another name"},
@@ -324,14 +329,14 @@ TEST_CASE("launch plan: caps on hostile sources") {
   CHECK(plan.error().message == "the source is 307200 bytes; the limit is 262144 bytes");
 
   // Long ordinary comments and unterminated literals are fine; only directives are capped.
-  const std::string noisy = "// " + std::string(5000, 'x') + "\n/* unterminated \"\n'" +
-                            "\n// @launch k<<<1, 32>>>(out)";
+  const std::string noisy =
+      "// " + std::string(5000, 'x') + "\n/* unterminated \"\n'" + "\n// @launch k<<<1, 32>>>(out)";
   plan = parse_launch_plan(noisy, context);
   REQUIRE_FALSE(plan.ok());  // the launch is inside the unterminated block comment
   CHECK(plan.error().message.rfind("no @launch directive found", 0) == 0);
 
-  std::string deep = "// @launch k<<<" + std::string(200, '(') + "1" + std::string(200, ')') +
-                     ", 32>>>(out)";
+  std::string deep =
+      "// @launch k<<<" + std::string(200, '(') + "1" + std::string(200, ')') + ", 32>>>(out)";
   plan = parse_launch_plan(deep, context);
   REQUIRE_FALSE(plan.ok());
   CHECK(plan.error().message.find("expression nests deeper than 64 levels") != std::string::npos);
@@ -343,8 +348,7 @@ TEST_CASE("launch plan: name expressions are unique, in first-launch order") {
       "// @launch a<float, 4><<<2, 32>>>(out)\n// @launch a<float, 8><<<2, 32>>>(out)\n",
       rms_norm_context());
   REQUIRE(plan.ok());
-  CHECK(plan->name_expressions() ==
-        std::vector<std::string>{"a<float, 4>", "b", "a<float, 8>"});
+  CHECK(plan->name_expressions() == std::vector<std::string>{"a<float, 4>", "b", "a<float, 8>"});
   CHECK(plan->launches[0].kernel == "a");
   CHECK(plan->launches[0].template_args == "float, 4");
   CHECK(plan->launches[1].template_args.empty());
@@ -357,8 +361,7 @@ TEST_CASE("launch plan: limits come from the context") {
   context.limits.max_launches = 2;
   context.limits.max_cluster_size = 16;
   context.limits.max_threads_per_block = 512;
-  auto plan = parse_launch_plan(
-      "// @launch k<<<16, 32>>>(out)\n// @cluster k (16)\n", context);
+  auto plan = parse_launch_plan("// @launch k<<<16, 32>>>(out)\n// @cluster k (16)\n", context);
   CHECK(plan.ok());
   plan = parse_launch_plan("// @launch k<<<1, 1024>>>(out)", context);
   REQUIRE_FALSE(plan.ok());

@@ -126,8 +126,8 @@ TEST_CASE("launch plan: evaluation errors name the line and the case") {
        "is false; add a launch without a condition or widen one"},
       {"// @launch k<<<1, 32>>>(out, w)\n// @workspace w float[num_tokens - hidden_size]", 1, 2,
        "line 2: workspace 'w' count -1 is negative (for num_tokens=1, hidden_size=2)"},
-      {"// @launch k<<<1, 32>>>(out, w)\n// @workspace w float[num_tokens * hidden_size]",
-       1 << 16, 1 << 14,
+      {"// @launch k<<<1, 32>>>(out, w)\n// @workspace w float[num_tokens * hidden_size]", 1 << 16,
+       1 << 14,
        "line 2: workspace 'w' needs 1073741824 x 4 bytes, more than the 1073741824 bytes all "
        "workspaces together may use (for num_tokens=65536, hidden_size=16384)"},
       {"// @launch k<<<1, 32>>>(out, a, b)\n// @workspace a u8[num_tokens]\n"

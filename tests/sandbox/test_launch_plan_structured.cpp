@@ -14,7 +14,8 @@ using crucible::sandbox::testing::rms_norm_context;
 
 namespace {
 Value launch(const char* kernel) {
-  return Value{{"kernel", kernel}, {"grid", "num_tokens"}, {"block", 256}, {"args", Value::array({"out"})}};
+  return Value{
+      {"kernel", kernel}, {"grid", "num_tokens"}, {"block", 256}, {"args", Value::array({"out"})}};
 }
 }  // namespace
 
@@ -49,11 +50,11 @@ TEST_CASE("launch plan: structured plans parse like the directives") {
       {"a boolean if condition", Value::array({always}),
        "@0 if (1) k<<<num_tokens; 256; 0>>>(out:t0)\n"},
       {"workspaces and clusters",
-       Value{{"launches",
-              Value::array({Value{{"kernel", "k"},
-                                  {"grid", Value::array({8})},
-                                  {"block", 128},
-                                  {"args", Value::array({"out", "scratch", "epsilon", "hidden_size"})}}})},
+       Value{{"launches", Value::array({Value{{"kernel", "k"},
+                                              {"grid", Value::array({8})},
+                                              {"block", 128},
+                                              {"args", Value::array({"out", "scratch", "epsilon",
+                                                                     "hidden_size"})}}})},
              {"workspaces",
               Value::array({Value{{"name", "scratch"}, {"type", "f32"}, {"count", "num_tokens"}}})},
              {"clusters", Value::array({Value{{"kernel", "k"}, {"dims", Value::array({2, 1})}}})}},
@@ -104,7 +105,8 @@ TEST_CASE("launch plan: structured plan mistakes name the path") {
        "plan: 'launches' must be an array, got integer"},
       {"too many launches", many, "plan: 17 launches; a plan may have at most 16"},
       {"launch not a map", Value::array({"k"}), "launches[0] must be a map, got string"},
-      {"misspelled launch key", with("gird", 1), "launches[0]: unknown field 'gird'; did you mean 'grid'?"},
+      {"misspelled launch key", with("gird", 1),
+       "launches[0]: unknown field 'gird'; did you mean 'grid'?"},
       {"unrelated launch key", with("stream", 1),
        "launches[0]: unknown field 'stream'; the fields are kernel, template_args, grid, block, "
        "smem, args, if"},
@@ -114,7 +116,8 @@ TEST_CASE("launch plan: structured plan mistakes name the path") {
       {"kernel with template arguments", with("kernel", "k<float>"),
        "launches[0]: 'kernel' must be a kernel name like rms_norm_kernel or ns::gemm (template "
        "arguments go in 'template_args'), got 'k<float>'"},
-      {"kernel not a string", with("kernel", 5), "launches[0]: 'kernel' must be a string, got integer"},
+      {"kernel not a string", with("kernel", 5),
+       "launches[0]: 'kernel' must be a string, got integer"},
       {"float grid", with("grid", 1.5),
        "launches[0]: grid must be an expression string or an integer, got float"},
       {"four grid values", with("grid", Value::array({1, 1, 1, 1})),
@@ -147,8 +150,9 @@ TEST_CASE("launch plan: structured plan mistakes name the path") {
              {"workspaces", Value::array({Value{{"name", "w"}, {"type", "float"}}})}},
        "workspaces[0]: missing field 'count'"},
       {"workspace with a bad name",
-       Value{{"launches", Value::array({launch("k")})},
-             {"workspaces", Value::array({Value{{"name", "a b"}, {"type", "float"}, {"count", 1}}})}},
+       Value{
+           {"launches", Value::array({launch("k")})},
+           {"workspaces", Value::array({Value{{"name", "a b"}, {"type", "float"}, {"count", 1}}})}},
        "workspaces[0]: workspace name 'a b' is not an identifier"},
       {"cluster for an unknown kernel",
        Value{{"launches", Value::array({launch("k")})},
