@@ -1,0 +1,530 @@
+// Compile pool: one supervisor thread per worker process, a shared job queue, deadlines via
+// poll(), SIGKILL of the worker's process group on a miss, a cache in front.
+#include "sandbox/compile_pool.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "core/log.hpp"
+#include "sandbox/compile_cache.hpp"
+#include "sandbox/frame_pipe.hpp"
+#include "sandbox/process.hpp"
+
+#ifndef CRUCIBLE_DEFAULT_ARCH
+#define CRUCIBLE_DEFAULT_ARCH "sm_90a"
+#endif
+#ifndef CRUCIBLE_CUDA_INCLUDE_DIRS
+#define CRUCIBLE_CUDA_INCLUDE_DIRS "/usr/local/cuda/include"
+#endif
+
+namespace crucible::sandbox {
+namespace {
+
+using core::ErrorCode;
+using core::StepStatus;
+using core::Value;
+using Clock = std::chrono::steady_clock;
+
+CompileOutput make_output(StepStatus status, std::string log) {
+  CompileOutput out;
+  out.status = status;
+  out.log = std::move(log);
+  return out;
+}
+
+std::future<CompileOutput> ready_future(CompileOutput output) {
+  std::promise<CompileOutput> promise;
+  promise.set_value(std::move(output));
+  return promise.get_future();
+}
+
+core::DecodeLimits worker_reply_limits() {
+  core::DecodeLimits limits;
+  limits.max_bytes = 256u << 20;
+  limits.max_bin_bytes = 256u << 20;
+  limits.max_str_bytes = 16u << 20;
+  limits.max_map_entries = 65536;
+  return limits;
+}
+
+struct QueuedJob {
+  std::string key;
+  CompileJob job;
+};
+
+// The outcome of sending one job to one worker.
+enum class RunEnd { kAnswered, kDeadline, kCancelled, kWorkerLost };
+
+}  // namespace
+
+class Slot;
+
+struct CompilePool::State {
+  explicit State(CompilePoolOptions opts)
+      : options(std::move(opts)), cache(options.memory_cache_entries, options.cache_dir) {}
+
+  CompilePoolOptions options;
+  CompileCache cache;
+
+  mutable std::mutex mutex;
+  std::condition_variable work_cv;
+  std::condition_variable start_cv;
+  std::deque<QueuedJob> queue;
+  std::unordered_map<std::string, std::vector<std::promise<CompileOutput>>> in_flight;
+  bool stopping = false;
+  int slots_started = 0;
+  int slots_failed = 0;
+  std::string start_error;
+  std::string toolchain;
+  Value isolation = Value::object();
+  bool pch = false;
+  std::vector<std::unique_ptr<Slot>> slots;
+
+  std::atomic<std::uint64_t> jobs{0}, compiled{0}, hits_memory{0}, hits_disk{0}, dedup{0},
+      timeouts{0}, crashes{0}, retries{0}, worker_starts{0}, worker_restarts{0}, recycles{0};
+
+  void finish(const std::string& key, CompileOutput output, bool cacheable);
+};
+
+// One worker process and the thread that owns it. The thread spawns the worker (so the
+// worker's parent-death signal is tied to a thread that outlives it), feeds it jobs, and
+// replaces it after a crash, a deadline miss or recycle_after_jobs jobs.
+class Slot {
+ public:
+  explicit Slot(CompilePool::State& state) : state_(state) {
+    if (::pipe2(cancel_pipe_, O_CLOEXEC) != 0) cancel_pipe_[0] = cancel_pipe_[1] = -1;
+  }
+  ~Slot() {
+    if (thread_.joinable()) thread_.join();
+    for (int fd : cancel_pipe_) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+
+  void launch() { thread_ = std::thread([this] { run(); }); }
+  void cancel() {
+    if (cancel_pipe_[1] >= 0) {
+      const char byte = 'x';
+      ssize_t ignored = ::write(cancel_pipe_[1], &byte, 1);
+      (void)ignored;
+    }
+  }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  pid_t worker_pid() const { return worker_pid_.load(); }
+
+ private:
+  void run();
+  core::Status spawn_worker();
+  void drop_worker();
+  CompileOutput process(const QueuedJob& item, bool* cacheable);
+  RunEnd run_on_worker(const CompileJob& job, CompileOutput* out, std::string* detail);
+
+  CompilePool::State& state_;
+  int cancel_pipe_[2] = {-1, -1};
+  std::thread thread_;
+  std::optional<ChildProcess> worker_;
+  std::atomic<pid_t> worker_pid_{0};  // for stats(), read from other threads
+  int jobs_on_worker_ = 0;
+};
+
+void CompilePool::State::finish(const std::string& key, CompileOutput output, bool cacheable) {
+  if (cacheable) cache.store(key, output);
+  std::vector<std::promise<CompileOutput>> waiters;
+  {
+    std::lock_guard lock(mutex);
+    auto it = in_flight.find(key);
+    if (it != in_flight.end()) {
+      waiters = std::move(it->second);
+      in_flight.erase(it);
+    }
+  }
+  for (std::size_t i = 0; i < waiters.size(); ++i) {
+    CompileOutput copy = output;
+    copy.cache_hit = output.cache_hit || i > 0;  // later callers joined an in-flight compile
+    waiters[i].set_value(std::move(copy));
+  }
+}
+
+void Slot::run() {
+  // SIGPIPE from a dead worker must never reach the server: block it on this thread for good.
+  sigset_t block;
+  sigemptyset(&block);
+  sigaddset(&block, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &block, nullptr);
+
+  core::Status started = spawn_worker();
+  {
+    std::lock_guard lock(state_.mutex);
+    if (started) {
+      ++state_.slots_started;
+    } else {
+      ++state_.slots_failed;
+      if (state_.start_error.empty()) state_.start_error = started.error().message;
+    }
+  }
+  state_.start_cv.notify_all();
+  if (!started) return;
+
+  while (true) {
+    if (!worker_) {
+      {
+        std::lock_guard lock(state_.mutex);
+        if (state_.stopping) break;
+      }
+      // Replace a lost or retired worker while idle, so the next job does not wait for it.
+      if (auto respawned = spawn_worker(); !respawned) {
+        core::log_error("compile pool: " + respawned.error().message);
+      }
+    }
+    QueuedJob item;
+    {
+      std::unique_lock lock(state_.mutex);
+      state_.work_cv.wait(lock, [&] { return state_.stopping || !state_.queue.empty(); });
+      if (state_.stopping) break;
+      item = std::move(state_.queue.front());
+      state_.queue.pop_front();
+    }
+    bool cacheable = false;
+    CompileOutput out = process(item, &cacheable);
+    state_.finish(item.key, std::move(out), cacheable);
+  }
+  drop_worker();
+}
+
+core::Status Slot::spawn_worker() {
+  const auto& options = state_.options;
+  SpawnOptions spawn;
+  spawn.executable = options.worker_exe;
+  spawn.args = {"--arch", options.default_arch, "--max-log-bytes",
+                std::to_string(options.max_log_bytes), "--job-cpu-seconds",
+                std::to_string(2 * options.deadline.count() / 1000 + 5)};
+  for (const auto& dir : options.include_dirs) {
+    spawn.args.push_back("--include");
+    spawn.args.push_back(dir.string());
+  }
+  if (!options.isolate) spawn.args.push_back("--no-isolate");
+  if (!options.use_pch) spawn.args.push_back("--no-pch");
+  if (options.allow_test_faults) spawn.args.push_back("--allow-test-faults");
+  // The worker sees no environment but the loader path it may need.
+  if (const char* loader_path = std::getenv("LD_LIBRARY_PATH")) {
+    spawn.env.push_back(std::string("LD_LIBRARY_PATH=") + loader_path);
+  }
+  spawn.limits.address_space_bytes = options.memory_limit_bytes;
+  spawn.limits.cpu_seconds = 2 * options.start_timeout.count() / 1000 + 60;
+  spawn.limits.open_files = 64;
+  spawn.limits.file_size_bytes = 1ull << 30;  // the precompiled header is ~60 MiB
+  spawn.limits.core_bytes = 0;
+
+  ++state_.worker_starts;
+  auto child = ChildProcess::spawn(spawn);
+  if (!child) return child.error();
+  auto ready = read_frame(child->stdout_fd(), worker_reply_limits(),
+                          Clock::now() + options.start_timeout, cancel_pipe_[0]);
+  auto describe_failure = [&](const std::string& why) {
+    child->kill_and_wait();
+    std::string diagnostics = child->drain_stderr(4096);
+    return core::Status(ErrorCode::kInternal,
+                        "compile worker failed to start: " + why +
+                            (diagnostics.empty() ? "" : " (stderr: " + diagnostics + ")"));
+  };
+  if (!ready) return describe_failure(ready.error().message);
+  const Value& hello = *ready;
+  const std::string op = hello.value("op", std::string());
+  if (op == "fatal") return describe_failure(hello.value("message", std::string("fatal")));
+  if (op != "ready") return describe_failure("unexpected first frame");
+  {
+    std::lock_guard lock(state_.mutex);
+    state_.toolchain = hello.value("toolchain", std::string("nvrtc"));
+    if (auto isolation = hello.find("isolation"); isolation != hello.end()) {
+      state_.isolation = *isolation;
+    }
+    state_.pch = hello.value("pch", false);
+  }
+  worker_ = std::move(*child);
+  worker_pid_ = worker_->pid();
+  jobs_on_worker_ = 0;
+  return {};
+}
+
+void Slot::drop_worker() {
+  if (!worker_) return;
+  worker_pid_ = 0;
+  worker_->close_stdin();  // a healthy worker exits on end of input
+  if (!worker_->wait_for(std::chrono::milliseconds(200))) worker_->kill_and_wait();
+  worker_.reset();
+}
+
+RunEnd Slot::run_on_worker(const CompileJob& job, CompileOutput* out, std::string* detail) {
+  const auto deadline = Clock::now() + state_.options.deadline;
+  if (!write_frame(worker_->stdin_fd(), job_to_wire(job))) {
+    *detail = "could not send the job";
+    return RunEnd::kWorkerLost;
+  }
+  auto reply = read_frame(worker_->stdout_fd(), worker_reply_limits(), deadline, cancel_pipe_[0]);
+  if (!reply) {
+    if (reply.error().code == ErrorCode::kTimeout) {
+      return reply.error().message == "cancelled" ? RunEnd::kCancelled : RunEnd::kDeadline;
+    }
+    *detail = reply.error().message;
+    return RunEnd::kWorkerLost;
+  }
+  auto parsed = output_from_wire(*reply);
+  if (!parsed) {
+    *detail = "malformed reply: " + parsed.error().message;
+    return RunEnd::kWorkerLost;
+  }
+  *out = std::move(*parsed);
+  out->cache_hit = false;
+  return RunEnd::kAnswered;
+}
+
+CompileOutput Slot::process(const QueuedJob& item, bool* cacheable) {
+  *cacheable = false;
+  const auto& options = state_.options;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (!worker_) {
+      if (auto spawned = spawn_worker(); !spawned) {
+        return make_output(StepStatus::kInfraError, spawned.error().message);
+      }
+    }
+    CompileOutput out;
+    std::string detail;
+    const RunEnd end = run_on_worker(item.job, &out, &detail);
+    if (end == RunEnd::kAnswered) {
+      ++state_.compiled;
+      if (++jobs_on_worker_ >= options.recycle_after_jobs) {
+        ++state_.recycles;
+        drop_worker();
+      }
+      *cacheable = out.status == StepStatus::kOk || out.status == StepStatus::kCompileError;
+      return out;
+    }
+    // Every other ending leaves the worker in an unknown state: kill its whole group.
+    worker_pid_ = 0;
+    const ExitStatus status = worker_->kill_and_wait();
+    worker_.reset();
+    if (end == RunEnd::kCancelled) {
+      return make_output(StepStatus::kInfraError, "the compile pool is shutting down");
+    }
+    ++state_.worker_restarts;
+    if (end == RunEnd::kDeadline) {
+      ++state_.timeouts;
+      return make_output(StepStatus::kCompileError,
+                         "compilation did not finish within the " +
+                             std::to_string(options.deadline.count()) +
+                             " ms deadline and was stopped\n");
+    }
+    ++state_.crashes;
+    if (status.signal && *status.signal == SIGXCPU) {
+      return make_output(StepStatus::kCompileError,
+                         "compilation exceeded its CPU time limit and was stopped\n");
+    }
+    core::log_warn("compile pool: worker lost (" + detail + ", " + status.describe() + ")");
+    if (attempt == 0) {
+      ++state_.retries;  // maybe the worker, maybe the source: a fresh worker tells
+      continue;
+    }
+    return make_output(StepStatus::kCompileError,
+                       "the compiler crashed on this source twice (" + status.describe() +
+                           "), e.g. by exceeding the compile memory cap\n");
+  }
+  return make_output(StepStatus::kInfraError, "unreachable");
+}
+
+CompilePool::CompilePool(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+CompilePool::~CompilePool() {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->stopping = true;
+  }
+  state_->work_cv.notify_all();
+  for (auto& slot : state_->slots) slot->cancel();
+  for (auto& slot : state_->slots) slot->join();
+  std::deque<QueuedJob> left;
+  {
+    std::lock_guard lock(state_->mutex);
+    left.swap(state_->queue);
+  }
+  for (const auto& item : left) {
+    state_->finish(item.key,
+                   make_output(StepStatus::kInfraError, "the compile pool is shutting down"),
+                   false);
+  }
+}
+
+core::Result<std::unique_ptr<CompilePool>> CompilePool::start(CompilePoolOptions options) {
+  if (options.workers <= 0) {
+    options.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  if (options.deadline.count() <= 0 || options.recycle_after_jobs <= 0) {
+    return core::Error{ErrorCode::kInvalidArgument, "deadline and recycle_after_jobs must be > 0"};
+  }
+  if (::access(options.worker_exe.c_str(), X_OK) != 0) {
+    return core::Error{ErrorCode::kInvalidArgument,
+                       "compile worker not executable: " + options.worker_exe.string()};
+  }
+  if (options.include_dirs.empty()) {
+    return core::Error{ErrorCode::kInvalidArgument, "no CUDA include directory"};
+  }
+  if (!options.cache_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(options.cache_dir, error);
+    if (error) {
+      return core::Error{ErrorCode::kInvalidArgument,
+                         "cannot create cache dir " + options.cache_dir.string()};
+    }
+  }
+  const int count = options.workers;
+  const auto start_timeout = options.start_timeout;
+  auto state = std::make_unique<State>(std::move(options));
+  State& shared = *state;
+  std::unique_ptr<CompilePool> pool(new CompilePool(std::move(state)));
+  for (int i = 0; i < count; ++i) shared.slots.push_back(std::make_unique<Slot>(shared));
+  for (auto& slot : shared.slots) slot->launch();
+  std::unique_lock lock(shared.mutex);
+  const bool settled = shared.start_cv.wait_for(lock, start_timeout * 2, [&] {
+    return shared.slots_started + shared.slots_failed == count;
+  });
+  if (!settled || shared.slots_failed > 0) {
+    std::string why = settled ? shared.start_error : "compile workers did not start in time";
+    lock.unlock();
+    return core::Error{ErrorCode::kInternal, why};
+  }
+  return pool;
+}
+
+std::future<CompileOutput> CompilePool::submit(CompileJob job) {
+  State& state = *state_;
+  ++state.jobs;
+  if (job.arch.empty()) job.arch = state.options.default_arch;
+  if (job.source.size() > state.options.max_source_bytes) {
+    return ready_future(make_output(
+        StepStatus::kInvalidAction,
+        "source is " + std::to_string(job.source.size()) + " bytes; the limit is " +
+            std::to_string(state.options.max_source_bytes) + " bytes"));
+  }
+  if (auto offender = disallowed_extra_option(job.extra_options)) {
+    return ready_future(
+        make_output(StepStatus::kInfraError, "compile option not allowed: " + *offender));
+  }
+  std::string toolchain;
+  {
+    std::lock_guard lock(state.mutex);
+    toolchain = state.toolchain;
+  }
+  std::string key = compile_cache_key(job, toolchain);
+  // Test faults must reach a worker every time.
+  const bool cacheable_job = job.test_fault.empty();
+  if (cacheable_job) {
+    if (auto hit = state.cache.find_in_memory(key)) {
+      ++state.hits_memory;
+      hit->cache_hit = true;
+      return ready_future(std::move(*hit));
+    }
+    if (auto hit = state.cache.find_on_disk(key)) {
+      ++state.hits_disk;
+      hit->cache_hit = true;
+      return ready_future(std::move(*hit));
+    }
+  } else {
+    key += "/fault/" + std::to_string(state.jobs.load());
+  }
+  std::promise<CompileOutput> promise;
+  auto future = promise.get_future();
+  {
+    std::lock_guard lock(state.mutex);
+    if (state.stopping) {
+      promise.set_value(make_output(StepStatus::kInfraError, "the compile pool is shutting down"));
+      return future;
+    }
+    auto [it, inserted] = state.in_flight.try_emplace(key);
+    it->second.push_back(std::move(promise));
+    if (!inserted) {
+      ++state.dedup;
+      return future;
+    }
+    state.queue.push_back(QueuedJob{std::move(key), std::move(job)});
+  }
+  state.work_cv.notify_one();
+  return future;
+}
+
+Value CompilePool::stats() const {
+  const State& state = *state_;
+  std::lock_guard lock(state.mutex);
+  Value pids = Value::array();
+  for (const auto& slot : state.slots) {
+    if (pid_t pid = slot->worker_pid(); pid > 0) pids.push_back(static_cast<int>(pid));
+  }
+  return Value{{"jobs", state.jobs.load()},
+               {"compiled", state.compiled.load()},
+               {"cache_hits_memory", state.hits_memory.load()},
+               {"cache_hits_disk", state.hits_disk.load()},
+               {"dedup_joins", state.dedup.load()},
+               {"timeouts", state.timeouts.load()},
+               {"crashes", state.crashes.load()},
+               {"retries", state.retries.load()},
+               {"worker_starts", state.worker_starts.load()},
+               {"worker_restarts", state.worker_restarts.load()},
+               {"worker_recycles", state.recycles.load()},
+               {"queue_depth", state.queue.size()},
+               {"in_flight", state.in_flight.size()},
+               {"memory_cache_entries", state.cache.memory_entries()},
+               {"workers", state.options.workers},
+               {"deadline_ms", state.options.deadline.count()},
+               {"toolchain", state.toolchain},
+               {"isolation", state.isolation},
+               {"pch", state.pch},
+               {"worker_pids", pids}};
+}
+
+const CompilePoolOptions& CompilePool::options() const { return state_->options; }
+
+std::filesystem::path default_worker_path() {
+  std::error_code error;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return "crucible-compile-worker";
+  return self.parent_path() / "crucible-compile-worker";
+}
+
+std::vector<std::filesystem::path> default_include_dirs() {
+  std::vector<std::filesystem::path> dirs;
+  const std::string configured = CRUCIBLE_CUDA_INCLUDE_DIRS;
+  std::size_t start = 0;
+  while (start <= configured.size()) {
+    std::size_t end = configured.find(';', start);
+    if (end == std::string::npos) end = configured.size();
+    std::filesystem::path dir = configured.substr(start, end - start);
+    start = end + 1;
+    std::error_code error;
+    if (dir.empty() || !std::filesystem::is_directory(dir, error)) continue;
+    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
+    const auto cccl = dir / "cccl";
+    if (std::filesystem::is_directory(cccl, error) &&
+        std::find(dirs.begin(), dirs.end(), cccl) == dirs.end()) {
+      dirs.push_back(cccl);
+    }
+  }
+  return dirs;
+}
+
+std::string default_compile_arch() { return CRUCIBLE_DEFAULT_ARCH; }
+
+}  // namespace crucible::sandbox
