@@ -17,8 +17,13 @@ constexpr double kSqrtHalf = 0.70710678118654752440;
 // Rejections allowed per polar-method pair before giving up (probability 0.215^64: never).
 constexpr std::uint64_t kMaxPolarAttempts = 64;
 
-double randn_at(std::uint64_t seed, std::uint64_t index, double mean, double std_dev) {
-  const std::uint64_t pair = index >> 1;
+struct NormalPair {
+  double first;   // element 2k
+  double second;  // element 2k + 1
+};
+
+// Elements 2k and 2k + 1 of a randn stream: one accepted point of the polar method.
+NormalPair randn_pair(std::uint64_t seed, std::uint64_t pair, double mean, double std_dev) {
   for (std::uint64_t attempt = 0; attempt < kMaxPolarAttempts; ++attempt) {
     const std::uint64_t counter = (pair * kMaxPolarAttempts + attempt) * 2;
     const double u = 2.0 * unit_double(stream_bits(seed, counter)) - 1.0;
@@ -26,10 +31,9 @@ double randn_at(std::uint64_t seed, std::uint64_t index, double mean, double std
     const double radius2 = u * u + v * v;
     if (radius2 <= 0.0 || radius2 >= 1.0) continue;
     const double factor = std::sqrt(-2.0 * portable_log(radius2) / radius2);
-    const double z = (index & 1) == 0 ? u * factor : v * factor;
-    return mean + std_dev * z;
+    return {mean + std_dev * (u * factor), mean + std_dev * (v * factor)};
   }
-  return mean;
+  return {mean, mean};
 }
 
 template <class T>
@@ -109,8 +113,10 @@ double portable_log(double x) {
 
 double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint64_t index) {
   switch (spec.kind) {
-    case GeneratorKind::kRandn:
-      return randn_at(seed, index, spec.mean, spec.std);
+    case GeneratorKind::kRandn: {
+      const auto pair = randn_pair(seed, index >> 1, spec.mean, spec.std);
+      return (index & 1) == 0 ? pair.first : pair.second;
+    }
     case GeneratorKind::kUniform:
       return spec.lo + (spec.hi - spec.lo) * unit_double(stream_bits(seed, index));
     case GeneratorKind::kConstant:
@@ -147,9 +153,21 @@ core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::ui
                            std::string(core::dtype_name(dtype)) + " elements"};
   }
   const std::size_t count = out.size() / size;
-  for (std::size_t i = 0; i < count; ++i) {
-    const double value = generated_value(spec, seed, first_index + i);
+  for (std::size_t i = 0; i < count;) {
+    const std::uint64_t index = first_index + i;
+    if (spec.kind == GeneratorKind::kRandn && (index & 1) == 0 && i + 1 < count) {
+      // Both elements of a polar-method pair at once: half the work of two lookups.
+      const auto pair = randn_pair(seed, index >> 1, spec.mean, spec.std);
+      if (auto status = convert(spec, dtype, pair.first, out.data() + i * size); !status) {
+        return status;
+      }
+      (void)convert(spec, dtype, pair.second, out.data() + (i + 1) * size);
+      i += 2;
+      continue;
+    }
+    const double value = generated_value(spec, seed, index);
     if (auto status = convert(spec, dtype, value, out.data() + i * size); !status) return status;
+    ++i;
   }
   return {};
 }

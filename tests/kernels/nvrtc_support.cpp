@@ -1,0 +1,116 @@
+// NVRTC compilation and launch-directive scanning for the kernel test suites.
+#include "tests/kernels/nvrtc_support.hpp"
+
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace crucible::kernels_test {
+
+namespace fs = std::filesystem;
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> launched_kernels(const std::string& source) {
+  std::vector<std::string> names;
+  std::istringstream in(source);
+  for (std::string line; std::getline(in, line);) {
+    const auto at = line.find("@launch");
+    if (at == std::string::npos) continue;
+    std::size_t pos = at + 7;
+    while (pos < line.size() && line[pos] == ' ') ++pos;
+    if (line.compare(pos, 2, "if") == 0) {
+      int depth = 0;
+      pos = line.find('(', pos);
+      for (; pos < line.size(); ++pos) {
+        if (line[pos] == '(') ++depth;
+        if (line[pos] == ')' && --depth == 0) break;
+      }
+      ++pos;
+    }
+    const auto end = line.find("<<<", pos);
+    if (end == std::string::npos) continue;
+    std::string name = line.substr(pos, end - pos);
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(' ') + 1);
+    names.push_back(name);
+  }
+  return names;
+}
+
+namespace {
+
+std::vector<std::string> include_options() {
+  std::vector<std::string> options;
+  std::string dirs = CRUCIBLE_CUDA_INCLUDE_DIRS;
+  std::istringstream in(dirs);
+  for (std::string dir; std::getline(in, dir, ';');) {
+    if (dir.empty()) continue;
+    options.push_back("-I" + dir);
+    std::error_code ec;
+    if (fs::is_directory(fs::path(dir) / "cccl", ec)) options.push_back("-I" + dir + "/cccl");
+  }
+  return options;
+}
+
+}  // namespace
+
+Compiled compile(const std::string& source, const std::string& name,
+                 const std::vector<std::string>& kernels) {
+  Compiled out;
+  nvrtcProgram program = nullptr;
+  if (nvrtcCreateProgram(&program, source.c_str(), name.c_str(), 0, nullptr, nullptr) !=
+      NVRTC_SUCCESS) {
+    out.log = "nvrtcCreateProgram failed";
+    return out;
+  }
+  for (const auto& kernel : kernels) {
+    nvrtcAddNameExpression(program, kernel.c_str());
+  }
+  std::vector<std::string> options = include_options();
+  options.push_back(std::string("--gpu-architecture=") + CRUCIBLE_TEST_ARCH);
+  options.push_back("--std=c++17");
+  std::vector<const char*> argv;
+  for (const auto& option : options) argv.push_back(option.c_str());
+  const nvrtcResult result =
+      nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
+  std::size_t log_size = 0;
+  nvrtcGetProgramLogSize(program, &log_size);
+  out.log.resize(log_size);
+  if (log_size > 0) nvrtcGetProgramLog(program, out.log.data());
+  if (result == NVRTC_SUCCESS) {
+    std::size_t cubin_size = 0;
+    if (nvrtcGetCUBINSize(program, &cubin_size) == NVRTC_SUCCESS && cubin_size > 0) {
+      out.cubin.resize(cubin_size);
+      nvrtcGetCUBIN(program, out.cubin.data());
+    }
+    for (const auto& kernel : kernels) {
+      const char* lowered = nullptr;
+      if (nvrtcGetLoweredName(program, kernel.c_str(), &lowered) == NVRTC_SUCCESS && lowered) {
+        out.lowered.emplace_back(lowered);
+      }
+    }
+    out.ok = true;
+  }
+  nvrtcDestroyProgram(&program);
+  return out;
+}
+
+
+std::vector<fs::path> cuda_files_under(const fs::path& root) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (entry.path().extension() == ".cu") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace crucible::kernels_test

@@ -1,0 +1,32 @@
+// NVRTC compilation and launch-directive scanning shared by the kernel test suites.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace crucible::kernels_test {
+
+std::string read_text(const std::filesystem::path& path);
+
+// The kernel name expressions of every `// @launch` directive: the text between the optional
+// `if (...)` guard and `<<<`, e.g. "rms_norm_kernel" or "gemm<float, 128>". The full directive
+// grammar belongs to sandbox/; this is just enough to know which kernels must exist.
+std::vector<std::string> launched_kernels(const std::string& source);
+
+struct Compiled {
+  bool ok = false;
+  std::string log;
+  std::string cubin;
+  std::vector<std::string> lowered;  // per requested kernel, when ok
+};
+
+// Compiles `source` for CRUCIBLE_TEST_ARCH with the CUDA and CCCL include paths, asking for the
+// lowered names of `kernels`.
+Compiled compile(const std::string& source, const std::string& name,
+                 const std::vector<std::string>& kernels);
+
+// Every *.cu file under `root`, sorted.
+std::vector<std::filesystem::path> cuda_files_under(const std::filesystem::path& root);
+
+}  // namespace crucible::kernels_test
