@@ -126,8 +126,11 @@ int main(int argc, char** argv) {
     options.log_path = std::filesystem::temp_directory_path() /
                        ("crucible-bench-" + std::to_string(::getpid())) / "trajectories.log";
     options.log_sync = false;
-    auto created = env::Server::create(options, *registry,
-                                       env::build_pipeline({sandbox::probe_gpus()}));
+    env::PipelineOptions pipeline_options;
+    pipeline_options.home = CRUCIBLE_SOURCE_DIR;
+    pipeline_options.gpus.reason = "not needed: this benchmark times the protocol";
+    pipeline_options.compile = false;
+    auto created = env::Server::create(options, *registry, env::build_pipeline(pipeline_options));
     if (!created) {
       std::cerr << created.error().message << "\n";
       return 1;

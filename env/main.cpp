@@ -53,13 +53,35 @@ core::Result<tasks::Registry> load_registry(const std::filesystem::path& home) {
   return registry;
 }
 
-int serve(const std::string& home_flag, env::ServerOptions options) {
-  auto registry = load_registry(resolve_home(home_flag));
+std::filesystem::path default_cache_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::filesystem::path(xdg) / "crucible" / "compile";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return std::filesystem::path(home) / ".cache" / "crucible" / "compile";
+  }
+  return std::filesystem::path(".cache") / "crucible" / "compile";
+}
+
+int serve(const std::string& home_flag, env::ServerOptions options,
+          env::PipelineOptions pipeline_options) {
+  const auto home = resolve_home(home_flag);
+  auto registry = load_registry(home);
   if (!registry) return 2;
-  const auto probe = sandbox::probe_gpus();
-  if (probe.gpus.empty()) core::log_warn(probe.reason + ": steps will be answered infra_error");
-  options.gpus = probe.to_value();
-  auto server = env::Server::create(options, *registry, env::build_pipeline({probe}));
+  pipeline_options.home = std::filesystem::absolute(home);
+  pipeline_options.gpus = sandbox::probe_gpus();
+  if (pipeline_options.gpus.gpus.empty()) {
+    core::log_warn(pipeline_options.gpus.reason + ": steps will be answered infra_error");
+  }
+  options.gpus = pipeline_options.gpus.to_value();
+  if (pipeline_options.compile_options.cache_dir.empty()) {
+    pipeline_options.compile_options.cache_dir = default_cache_dir();
+  }
+  options.arch = pipeline_options.compile_options.default_arch;
+  std::string notes;
+  auto pipeline = env::build_pipeline(pipeline_options, &notes);
+  if (!notes.empty()) core::log_warn(notes);
+  auto server = env::Server::create(options, *registry, std::move(pipeline));
   if (!server) {
     std::cerr << "crucible: " << server.error().message << "\n";
     return 2;
@@ -140,7 +162,24 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--max-frame-bytes", options.limits.max_frame_bytes)->capture_default_str();
   serve_cmd->add_option("--max-source-bytes", options.limits.max_source_bytes)
       ->capture_default_str();
-  serve_cmd->add_option("--arch", options.arch, "compile target")->capture_default_str();
+  env::PipelineOptions pipeline_options;
+  std::string cache_dir;
+  bool no_compile = false;
+  serve_cmd->add_option("--arch", pipeline_options.compile_options.default_arch,
+                        "NVRTC target (default: the GPU's, else sm_90a)")
+      ->capture_default_str();
+  serve_cmd->add_option("--compile-workers", pipeline_options.compile_options.workers,
+                        "compile worker processes (0: one per core)")
+      ->capture_default_str();
+  serve_cmd->add_option("--compile-cache", cache_dir,
+                        "compile cache folder (default ~/.cache/crucible/compile)");
+  serve_cmd->add_flag("--no-compile", no_compile, "start no compile workers (steps: infra_error)");
+  serve_cmd->add_option("--kernel-timeout-ms", pipeline_options.gpu_options.kernel_timeout_ms,
+                        "how long one kernel call may run before it counts as a hang")
+      ->capture_default_str();
+  serve_cmd->add_option("--time-cap-ms", pipeline_options.gpu_options.timing.time_cap_ms,
+                        "timing budget per case")
+      ->capture_default_str();
 
   auto* tasks_cmd = app.add_subcommand("tasks", "list tasks or show one as an agent sees it");
   tasks_cmd->require_subcommand(1);
@@ -170,7 +209,9 @@ int main(int argc, char** argv) {
     options.log_path = log_path.empty() ? default_log_path() : std::filesystem::path(log_path);
     options.log_sync = !no_log_sync;
     options.episode_idle_timeout = std::chrono::seconds(idle_timeout_s);
-    return serve(home_flag, options);
+    pipeline_options.compile = !no_compile;
+    if (!cache_dir.empty()) pipeline_options.compile_options.cache_dir = cache_dir;
+    return serve(home_flag, options, pipeline_options);
   }
   if (*tasks_cmd) {
     auto registry = load_registry(resolve_home(home_flag));

@@ -1,6 +1,8 @@
 // Pipeline execution and the stages that need nothing but the server.
 #include "env/pipeline.hpp"
 
+#include "sandbox/plan_context.hpp"
+
 #include <chrono>
 #include <exception>
 
@@ -22,12 +24,13 @@ void Pipeline::add(std::unique_ptr<Stage> stage) { stages_.push_back(std::move(s
 
 StepResult Pipeline::run(const StepJob& job) const {
   StepResult result;
+  StepArtifacts artifacts;
   result.status = core::StepStatus::kOk;
   for (const auto& stage : stages_) {
     const auto start = std::chrono::steady_clock::now();
     bool keep_going = false;
     try {
-      keep_going = stage->run(job, result);
+      keep_going = stage->run(job, artifacts, result);
     } catch (const std::exception& e) {
       result.status = core::StepStatus::kInfraError;
       result.message = std::string(stage->name()) + " stage failed inside the server: " + e.what();
@@ -54,7 +57,7 @@ core::Value Pipeline::describe() const {
   return out;
 }
 
-bool ValidateStage::run(const StepJob& job, StepResult& result) {
+bool ValidateStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) {
   if (job.source.find('\0') != std::string::npos) {
     result.status = core::StepStatus::kInvalidAction;
     result.message = "the source contains a NUL byte; send plain CUDA C++ text";
@@ -67,10 +70,31 @@ bool ValidateStage::run(const StepJob& job, StepResult& result) {
         "with a // @launch directive";
     return false;
   }
+  const auto context = sandbox::make_plan_context(*job.task);
+  auto plan = sandbox::parse_action_plan(job.source, job.plan, context);
+  if (!plan) {
+    result.status = core::StepStatus::kInvalidAction;
+    result.message = plan.error().message;
+    return false;
+  }
+  for (const auto& c : job.task->cases) {
+    auto concrete = sandbox::evaluate_plan(*plan, c.symbols, context);
+    if (!concrete) {
+      result.status = core::StepStatus::kInvalidAction;
+      // A hidden case's shape is not for the agent to see.
+      result.message = c.hidden ? "the launch plan is invalid for one of the hidden cases (other "
+                                  "shapes than the visible ones); make grid, block, shared "
+                                  "memory and workspace sizes valid for every shape"
+                                : concrete.error().message;
+      return false;
+    }
+  }
+  artifacts.plan = std::move(plan).value();
   return true;
 }
 
-bool UnavailableStage::run(const StepJob& /*job*/, StepResult& result) {
+bool UnavailableStage::run(const StepJob& /*job*/, StepArtifacts& /*artifacts*/,
+                           StepResult& result) {
   result.status = core::StepStatus::kInfraError;
   result.message = reason_;
   return false;

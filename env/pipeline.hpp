@@ -3,12 +3,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/value.hpp"
 #include "env/step_result.hpp"
+#include "sandbox/compile_job.hpp"
+#include "sandbox/launch_plan.hpp"
 #include "rewards/reward.hpp"
 #include "tasks/task.hpp"
 
@@ -23,6 +26,12 @@ struct StepJob {
   rewards::RewardSpec reward_spec;
 };
 
+// What one stage hands to the next: the parsed launch plan and the compiled candidate.
+struct StepArtifacts {
+  std::optional<sandbox::LaunchPlan> plan;
+  std::optional<sandbox::CompileOutput> compiled;
+};
+
 // A stage inspects the job and fills its part of the result. It returns false to end the step
 // (after setting result.status and result.message); the remaining stages are skipped. Stages are
 // called concurrently from several worker threads and must be thread-safe.
@@ -32,7 +41,7 @@ class Stage {
   virtual std::string_view name() const = 0;
   // True when the stage can do real work on this server; shown by `hello` and `stats`.
   virtual bool available() const = 0;
-  virtual bool run(const StepJob& job, StepResult& result) = 0;
+  virtual bool run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) = 0;
 };
 
 class Pipeline {
@@ -48,13 +57,15 @@ class Pipeline {
   std::vector<std::unique_ptr<Stage>> stages_;
 };
 
-// Checks the action before anything expensive runs: the source is text without NUL bytes, and
-// it declares at least one kernel. Failure: invalid_action.
+// Checks the action before anything expensive runs: the source is text without NUL bytes and
+// declares a kernel, and its launch plan parses and evaluates for every case of the task within
+// the device limits. Failure: invalid_action, with the plan's own message for visible cases and
+// a message that names no shape for hidden ones.
 class ValidateStage final : public Stage {
  public:
   std::string_view name() const override { return "validate"; }
   bool available() const override { return true; }
-  bool run(const StepJob& job, StepResult& result) override;
+  bool run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) override;
 };
 
 // Stands for a stage this server cannot run (no GPU, or a stage not built): every step that
@@ -66,7 +77,7 @@ class UnavailableStage final : public Stage {
       : name_(std::move(name)), reason_(std::move(reason)) {}
   std::string_view name() const override { return name_; }
   bool available() const override { return false; }
-  bool run(const StepJob& job, StepResult& result) override;
+  bool run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) override;
 
  private:
   std::string name_;

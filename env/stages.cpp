@@ -1,21 +1,160 @@
-// Pipeline assembly.
+// Compile and GPU stages, and pipeline assembly.
 #include "env/stages.hpp"
 
-#include <memory>
+#include <random>
+
+#include "core/log.hpp"
+#include "sandbox/plan_context.hpp"
 
 namespace crucible::env {
 
-Pipeline build_pipeline(const PipelineOptions& options) {
+using core::StepStatus;
+
+namespace {
+// The first lines of a compile log: the message an agent reads first.
+std::string log_head(const std::string& log, std::size_t max_lines = 6) {
+  std::string out;
+  std::size_t lines = 0;
+  for (std::size_t i = 0; i < log.size() && lines < max_lines; ++i) {
+    out.push_back(log[i]);
+    if (log[i] == '\n') ++lines;
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+}  // namespace
+
+bool CompileStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) {
+  sandbox::CompileJob compile;
+  compile.source = job.source;
+  if (artifacts.plan) compile.name_expressions = artifacts.plan->name_expressions();
+  auto output = pool_->submit(std::move(compile)).get();
+  result.compile = output.to_value();
+  if (output.status != StepStatus::kOk) {
+    result.status = output.status;
+    result.message = output.status == StepStatus::kCompileError
+                         ? "compilation failed:\n" + log_head(output.log)
+                         : log_head(output.log);
+    return false;
+  }
+  artifacts.compiled = std::move(output);
+  return true;
+}
+
+sandbox::CompileOutput GpuStage::reference(const tasks::Task& task) {
+  std::shared_future<sandbox::CompileOutput> future;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = references_.find(task.id);
+    if (it == references_.end()) {
+      sandbox::CompileJob compile;
+      compile.source = task.reference_source;
+      auto plan = sandbox::parse_launch_plan(task.reference_source, sandbox::make_plan_context(task));
+      if (plan) compile.name_expressions = plan->name_expressions();
+      it = references_.emplace(task.id, compiler_->submit(std::move(compile)).share()).first;
+    }
+    future = it->second;
+  }
+  auto output = future.get();
+  if (output.status != StepStatus::kOk) {
+    // Do not keep a failed reference compile: the next step tries again.
+    std::lock_guard lock(mutex_);
+    references_.erase(task.id);
+  }
+  return output;
+}
+
+bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) {
+  if (!artifacts.compiled) {
+    result.status = StepStatus::kInfraError;
+    result.message = "the GPU stage ran without a compiled candidate";
+    return false;
+  }
+  const auto reference_output = reference(*job.task);
+  if (reference_output.status != StepStatus::kOk) {
+    result.status = StepStatus::kInfraError;
+    result.message = "the reference of " + job.task->id + " failed to compile: " +
+                     log_head(reference_output.log);
+    return false;
+  }
+  sandbox::RunJob run;
+  {
+    std::lock_guard lock(mutex_);
+    run.id = next_job_++;
+  }
+  run.task = job.task->id;
+  run.seed = job.seed;
+  run.secret = std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
+  run.reference = {reference_output.cubin, reference_output.lowered_names};
+  run.candidate = {artifacts.compiled->cubin, artifacts.compiled->lowered_names};
+  run.candidate_source = job.source;
+  run.candidate_plan = job.plan;
+  run.timing = options_.timing;
+  run.kernel_timeout_ms = options_.kernel_timeout_ms;
+  std::size_t visible = 0;
+  for (const auto& c : job.task->cases) visible += c.hidden ? 0 : 1;
+  // A backstop: the runner's own watchdog reports a hang within kernel_timeout_ms.
+  const auto deadline =
+      options_.deadline_floor +
+      std::chrono::milliseconds(static_cast<long>(
+          job.task->cases.size() * 2 * options_.kernel_timeout_ms +
+          static_cast<double>(visible) * (options_.timing.time_cap_ms + 2 * options_.kernel_timeout_ms)));
+  auto report = runners_->run(run, deadline);
+  result.status = report.status;
+  result.message = report.message;
+  result.correctness = report.correctness;
+  result.timing = report.timing;
+  if (!result.timing.is_null()) result.timing["device"] = report.device;
+  result.speedup = report.speedup;
+  return report.status == StepStatus::kOk;
+}
+
+Pipeline build_pipeline(const PipelineOptions& options, std::string* notes) {
+  auto note = [&](const std::string& line) {
+    if (notes != nullptr) notes->append(line).append("\n");
+  };
   Pipeline pipeline;
   pipeline.add(std::make_unique<ValidateStage>());
-  pipeline.add(std::make_unique<UnavailableStage>(
-      "compile", "the compile stage is not part of this server build yet"));
-  const std::string gpu_reason =
-      options.gpus.gpus.empty()
-          ? options.gpus.reason
-          : "the GPU runner is not part of this server build yet (found " +
-                std::to_string(options.gpus.gpus.size()) + " CUDA device(s))";
-  pipeline.add(std::make_unique<UnavailableStage>("gpu", gpu_reason));
+  std::shared_ptr<sandbox::CompilePool> compiler;
+  if (options.compile) {
+    auto pool = sandbox::CompilePool::start(options.compile_options);
+    if (pool) {
+      compiler = std::move(pool).value();
+    } else {
+      note("compile stage unavailable: " + pool.error().message);
+    }
+  }
+  if (compiler) {
+    pipeline.add(std::make_unique<CompileStage>(compiler));
+  } else {
+    pipeline.add(std::make_unique<UnavailableStage>(
+        "compile", options.compile ? "the compile stage could not start on this server"
+                                   : "the compile stage is disabled on this server"));
+  }
+  if (options.gpus.gpus.empty()) {
+    pipeline.add(std::make_unique<UnavailableStage>("gpu", options.gpus.reason));
+    return pipeline;
+  }
+  if (!compiler) {
+    pipeline.add(std::make_unique<UnavailableStage>(
+        "gpu", "the GPU stage needs the compile stage, which is unavailable"));
+    return pipeline;
+  }
+  sandbox::RunnerPoolOptions runner_options = options.runner_options;
+  runner_options.home = options.home;
+  if (runner_options.devices.empty()) {
+    for (const auto& gpu : options.gpus.gpus) runner_options.devices.push_back(gpu.index);
+  }
+  auto runners = sandbox::RunnerPool::start(runner_options);
+  if (!runners) {
+    note("GPU stage unavailable: " + runners.error().message);
+    pipeline.add(std::make_unique<UnavailableStage>(
+        "gpu", "the GPU runner could not start: " + runners.error().message));
+    return pipeline;
+  }
+  pipeline.add(std::make_unique<GpuStage>(
+      compiler, std::shared_ptr<sandbox::RunnerPool>(std::move(runners).value()),
+      options.gpu_options));
   return pipeline;
 }
 

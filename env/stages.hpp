@@ -1,19 +1,74 @@
-// Builds the step pipeline this server can actually run, from what the machine offers.
+// The stages that need the sandbox (compile, GPU) and the assembly of the step pipeline.
 #pragma once
 
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <future>
 #include <string>
 
 #include "env/pipeline.hpp"
+#include "sandbox/compile_pool.hpp"
 #include "sandbox/gpu_probe.hpp"
+#include "sandbox/runner_pool.hpp"
 
 namespace crucible::env {
 
-struct PipelineOptions {
-  sandbox::GpuProbe gpus;
+// Compiles the candidate in the compile pool with the plan's name expressions. Failure:
+// compile_error (with the log), invalid_action (source refused by the worker), infra_error.
+class CompileStage final : public Stage {
+ public:
+  explicit CompileStage(std::shared_ptr<sandbox::CompilePool> pool) : pool_(std::move(pool)) {}
+  std::string_view name() const override { return "compile"; }
+  bool available() const override { return true; }
+  bool run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) override;
+
+ private:
+  std::shared_ptr<sandbox::CompilePool> pool_;
 };
 
-// validate -> compile -> gpu. Stages this build or machine cannot run become UnavailableStage
-// with the reason, so steps that reach them are answered infra_error truthfully.
-Pipeline build_pipeline(const PipelineOptions& options);
+struct GpuStageOptions {
+  sandbox::TimingOptions timing;
+  double kernel_timeout_ms = 2000;
+  std::chrono::milliseconds deadline_floor{20000};
+};
+
+// Checks and times the candidate against the task's reference on a GPU runner. The reference
+// is compiled once per task through the same pool (and cache) as agents' code.
+class GpuStage final : public Stage {
+ public:
+  GpuStage(std::shared_ptr<sandbox::CompilePool> compiler,
+           std::shared_ptr<sandbox::RunnerPool> runners, GpuStageOptions options)
+      : compiler_(std::move(compiler)), runners_(std::move(runners)), options_(options) {}
+  std::string_view name() const override { return "gpu"; }
+  bool available() const override { return true; }
+  bool run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) override;
+
+ private:
+  // The compiled reference of `task`; compiled on first use, shared afterwards.
+  sandbox::CompileOutput reference(const tasks::Task& task);
+
+  std::shared_ptr<sandbox::CompilePool> compiler_;
+  std::shared_ptr<sandbox::RunnerPool> runners_;
+  GpuStageOptions options_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_future<sandbox::CompileOutput>> references_;
+  std::uint64_t next_job_ = 1;
+};
+
+struct PipelineOptions {
+  std::filesystem::path home;
+  sandbox::GpuProbe gpus;
+  bool compile = true;  // start the compile pool (needs crucible-compile-worker)
+  sandbox::CompilePoolOptions compile_options;
+  sandbox::RunnerPoolOptions runner_options;
+  GpuStageOptions gpu_options;
+};
+
+// validate -> compile -> gpu. A stage this build or machine cannot run becomes an
+// UnavailableStage carrying the reason, so steps that reach it are answered infra_error
+// truthfully. `notes` receives one line per stage that could not start.
+Pipeline build_pipeline(const PipelineOptions& options, std::string* notes = nullptr);
 
 }  // namespace crucible::env

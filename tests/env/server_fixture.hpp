@@ -23,10 +23,16 @@ inline const tasks::Registry& shared_registry() {
   return registry;
 }
 
-inline env::Pipeline no_gpu_pipeline() {
-  sandbox::GpuProbe probe;
-  probe.reason = "no CUDA device on this server";
-  return env::build_pipeline({probe});
+// The pipeline of a server without a GPU; `compile` starts real compile workers (slower to
+// start, so only tests that compile ask for it).
+inline env::Pipeline no_gpu_pipeline(bool compile = false) {
+  env::PipelineOptions options;
+  options.home = CRUCIBLE_SOURCE_DIR;
+  options.gpus.reason = "no CUDA device on this server";
+  options.compile = compile;
+  options.compile_options.worker_exe = CRUCIBLE_BINARY_DIR "/bin/crucible-compile-worker";
+  options.compile_options.workers = 1;
+  return env::build_pipeline(options);
 }
 
 class RunningServer {

@@ -67,7 +67,7 @@ class SlowStage final : public env::Stage {
   explicit SlowStage(int ms) : ms_(ms) {}
   std::string_view name() const override { return "slow"; }
   bool available() const override { return true; }
-  bool run(const env::StepJob&, env::StepResult&) override {
+  bool run(const env::StepJob&, env::StepArtifacts&, env::StepResult&) override {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
     return true;
   }

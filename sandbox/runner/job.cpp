@@ -1,0 +1,822 @@
+// The runner's measuring procedure (DESIGN.md section 4, points 4-6). Order matters here and
+// every ordering choice below is a defence against a way of gaming the reward:
+//  - the reference runs first on pristine inputs and its outputs leave the device before the
+//    candidate runs (the expected answer is never in device memory while candidate code runs);
+//  - candidate outputs are poisoned and every buffer has canaries, so unwritten elements and
+//    out-of-bounds writes are seen; read-only inputs are compared byte for byte afterwards;
+//  - a second run uses other inputs and another poison, so reliance on leftovers is seen;
+//  - timed calls get fresh values at rotating addresses, poisoned outputs and a flushed L2, and
+//    a share of them chosen from a secret is checked against a reference run on the same inputs.
+#include "sandbox/runner/job.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sandbox/compare.hpp"
+#include "sandbox/launch_plan.hpp"
+#include "sandbox/plan_context.hpp"
+#include "sandbox/runner/cuda_check.hpp"
+#include "sandbox/timing_stats.hpp"
+#include "tasks/generators.hpp"
+#include "tasks/roofline.hpp"
+
+namespace crucible::sandbox::runner {
+namespace {
+
+using core::StepStatus;
+using core::Value;
+using Clock = std::chrono::steady_clock;
+
+// Ends the job with a status. Thrown by the measuring code, caught once in run_job.
+struct StepFailure {
+  StepStatus status;
+  std::string message;
+  bool context_lost = false;
+};
+
+[[noreturn]] void fail(StepStatus status, std::string message, bool context_lost = false) {
+  throw StepFailure{status, std::move(message), context_lost};
+}
+
+// Waits for the stream, at most `timeout_ms`. A failure here is a kernel fault (the context is
+// then lost); a kernel still running at the deadline is a timeout, and since only SIGKILL stops
+// a spinning kernel the report says the context is lost so the server kills this process.
+void sync_or_fail(CUstream stream, bool candidate, const std::string& what, double timeout_ms) {
+  const auto deadline = Clock::now() + std::chrono::duration<double, std::milli>(timeout_ms);
+  const auto relaxed = Clock::now() + std::chrono::milliseconds(2);
+  CUresult rc;
+  while ((rc = cuStreamQuery(stream)) == CUDA_ERROR_NOT_READY) {
+    const auto now = Clock::now();
+    if (now > deadline) {
+      if (!candidate) {
+        fail(StepStatus::kInfraError, "the reference did not finish " + what + " within " +
+                                          std::to_string(static_cast<long>(timeout_ms)) + " ms",
+             true);
+      }
+      fail(StepStatus::kTimeout, "your kernel did not finish " + what + " within " +
+                                     std::to_string(static_cast<long>(timeout_ms)) +
+                                     " ms; it was killed",
+           true);
+    }
+    if (now > relaxed) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if (rc == CUDA_SUCCESS) return;
+  // An error reported at a synchronize comes from a kernel that faulted: treat it as sticky.
+  if (!candidate) {
+    fail(StepStatus::kInfraError, "the reference failed " + what + ": " + cuda_error_text(rc), true);
+  }
+  fail(StepStatus::kRuntimeError, "your kernel faulted " + what + ": " + cuda_error_text(rc), true);
+}
+
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// One compiled module and, for every launch of its plan, the function and parameter sizes.
+struct LoadedKernel {
+  CUfunction function = nullptr;
+  std::vector<std::size_t> param_bytes;
+  int max_threads = 0;
+  int static_smem = 0;
+  int registers = 0;
+  int configured_smem = 0;  // dynamic shared memory limit set so far
+};
+
+class LoadedModule {
+ public:
+  LoadedModule(const CompiledModule& compiled, const LaunchPlan& plan, const PlanContext& context,
+               bool candidate) {
+    const StepStatus blame = candidate ? StepStatus::kInvalidAction : StepStatus::kInfraError;
+    const std::string who = candidate ? "your kernel" : "the reference";
+    CUresult rc = cuModuleLoadData(&module_, compiled.cubin.data());
+    if (rc != CUDA_SUCCESS) {
+      fail(candidate ? StepStatus::kLaunchError : StepStatus::kInfraError,
+           "loading " + who + "'s module failed: " + cuda_error_text(rc), is_sticky(rc));
+    }
+    for (const auto& launch : plan.launches) {
+      if (kernels_.count(launch.name_expression) > 0) continue;
+      const auto lowered = compiled.lowered_names.find(launch.name_expression);
+      if (lowered == compiled.lowered_names.end()) {
+        fail(blame, launch.where + ": kernel '" + launch.name_expression +
+                        "' was not found in the compiled source; declare it as a __global__ "
+                        "function (extern \"C\" or a template instantiated by the launch)");
+      }
+      LoadedKernel kernel;
+      rc = cuModuleGetFunction(&kernel.function, module_, lowered->second.c_str());
+      if (rc != CUDA_SUCCESS) {
+        fail(blame, launch.where + ": kernel '" + launch.name_expression +
+                        "' is not in the module: " + cuda_error_text(rc));
+      }
+      for (std::size_t index = 0;; ++index) {
+        std::size_t offset = 0;
+        std::size_t size = 0;
+        if (cuFuncGetParamInfo(kernel.function, index, &offset, &size) != CUDA_SUCCESS) break;
+        kernel.param_bytes.push_back(size);
+      }
+      cuFuncGetAttribute(&kernel.max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                         kernel.function);
+      cuFuncGetAttribute(&kernel.static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.function);
+      cuFuncGetAttribute(&kernel.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, kernel.function);
+      kernels_.emplace(launch.name_expression, kernel);
+    }
+    for (const auto& launch : plan.launches) {
+      if (auto ok = check_kernel_params(launch, kernels_.at(launch.name_expression).param_bytes,
+                                        context);
+          !ok) {
+        fail(blame, ok.error().message);
+      }
+    }
+  }
+  ~LoadedModule() {
+    if (module_ != nullptr) cuModuleUnload(module_);
+  }
+  LoadedModule(const LoadedModule&) = delete;
+  LoadedModule& operator=(const LoadedModule&) = delete;
+  LoadedKernel& kernel(const std::string& name_expression) { return kernels_.at(name_expression); }
+
+ private:
+  CUmodule module_ = nullptr;
+  std::map<std::string, LoadedKernel> kernels_;
+};
+
+// What differs between the reference and the candidate.
+struct Side {
+  const LaunchPlan* plan;
+  LoadedModule* module;
+  bool candidate;
+};
+
+// One case's shapes and concrete plans.
+struct CaseSetup {
+  const tasks::Case* c = nullptr;
+  std::size_t index = 0;
+  std::uint64_t seed = 0;
+  std::vector<std::vector<std::int64_t>> shapes;  // per task tensor
+  std::vector<std::size_t> counts;
+  std::vector<std::size_t> bytes;
+  ConcretePlan reference;
+  ConcretePlan candidate;
+  tasks::RooflineCost cost;
+  Value symbols_value;
+};
+
+std::vector<std::byte> scalar_bytes(core::DType dtype, double value) {
+  std::vector<std::byte> out(core::dtype_size(dtype));
+  switch (dtype) {
+    case core::DType::kF32: {
+      const float v = static_cast<float>(value);
+      std::memcpy(out.data(), &v, sizeof v);
+      break;
+    }
+    case core::DType::kF64:
+      std::memcpy(out.data(), &value, sizeof value);
+      break;
+    case core::DType::kI32: {
+      const auto v = static_cast<std::int32_t>(value);
+      std::memcpy(out.data(), &v, sizeof v);
+      break;
+    }
+    case core::DType::kI64: {
+      const auto v = static_cast<std::int64_t>(value);
+      std::memcpy(out.data(), &v, sizeof v);
+      break;
+    }
+    default:
+      throw std::logic_error("scalar dtype without an encoding");
+  }
+  return out;
+}
+
+class JobRunner {
+ public:
+  JobRunner(const RunJob& job, const tasks::Task& task, Device& device, KernelTimer& timer)
+      : job_(job), task_(task), device_(device), timer_(timer) {
+    context_ = make_plan_context(task_, static_cast<std::int64_t>(device_.max_smem_optin));
+  }
+
+  RunReport run() {
+    RunReport report;
+    report.id = job_.id;
+    report.device = device_.describe();
+    report.device["clocks_start"] = read_clocks(device_.ordinal);
+    try {
+      prepare();
+      report.correctness = check_all_cases();
+      if (!failed_case_.empty()) fail(failed_status_, failed_case_);
+      if (job_.time) {
+        device_.measure_bandwidth();
+        report.device = device_.describe();
+        report.device["clocks_start"] = read_clocks(device_.ordinal);
+        report.timing = time_visible_cases();
+        report.speedup = speedup_;
+        if (!hack_.empty()) fail(StepStatus::kHackDetected, hack_);
+      }
+      report.status = StepStatus::kOk;
+      report.message = job_.time ? "correct on every case; timed" : "correct on every case";
+    } catch (const StepFailure& failure) {
+      report.status = failure.status;
+      report.message = failure.message;
+      report.context_lost = failure.context_lost;
+      if (report.correctness.is_null() && !case_reports_.empty()) {
+        report.correctness = correctness_value();
+      }
+    } catch (const CudaFailure& failure) {
+      report.status = StepStatus::kInfraError;
+      report.message = std::string("runner: ") + failure.what();
+      report.context_lost = failure.sticky();
+    } catch (const std::exception& e) {
+      report.status = StepStatus::kInfraError;
+      report.message = std::string("runner: ") + e.what();
+    }
+    report.device["clocks_end"] = read_clocks(device_.ordinal);
+    report.device["cupti_dropped_records"] = timer_.dropped_records();
+    return report;
+  }
+
+ private:
+  void prepare() {
+    auto reference_plan = parse_launch_plan(task_.reference_source, context_);
+    if (!reference_plan) fail(StepStatus::kInfraError, "reference plan: " + reference_plan.error().message);
+    reference_plan_ = std::move(reference_plan).value();
+    auto candidate_plan = parse_action_plan(job_.candidate_source, job_.candidate_plan, context_);
+    if (!candidate_plan) fail(StepStatus::kInvalidAction, candidate_plan.error().message);
+    candidate_plan_ = std::move(candidate_plan).value();
+    reference_module_ = std::make_unique<LoadedModule>(job_.reference, reference_plan_, context_, false);
+    candidate_module_ = std::make_unique<LoadedModule>(job_.candidate, candidate_plan_, context_, true);
+    for (std::size_t i = 0; i < task_.cases.size(); ++i) {
+      const auto& c = task_.cases[i];
+      CaseSetup setup;
+      setup.c = &c;
+      setup.index = i;
+      setup.seed = tasks::case_seed(c, job_.seed);
+      for (const auto& tensor : task_.tensors) {
+        auto shape = tasks::resolve_shape(tensor, c);
+        if (!shape) fail(StepStatus::kInfraError, "task shape: " + shape.error().message);
+        std::size_t count = 1;
+        for (const auto dim : *shape) count *= static_cast<std::size_t>(dim);
+        setup.shapes.push_back(*shape);
+        setup.counts.push_back(count);
+        setup.bytes.push_back(count * core::dtype_size(tensor.dtype));
+      }
+      auto reference = evaluate_plan(reference_plan_, c.symbols, context_);
+      if (!reference) fail(StepStatus::kInfraError, "reference plan, case " + c.name + ": " + reference.error().message);
+      setup.reference = std::move(reference).value();
+      auto candidate = evaluate_plan(candidate_plan_, c.symbols, context_);
+      if (!candidate) fail(StepStatus::kInvalidAction, candidate.error().message);
+      setup.candidate = std::move(candidate).value();
+      auto cost = tasks::roofline_cost(task_, c);
+      if (!cost) fail(StepStatus::kInfraError, "roofline: " + cost.error().message);
+      setup.cost = *cost;
+      setup.symbols_value = c.symbols;
+      cases_.push_back(std::move(setup));
+    }
+  }
+
+  // ---- launching -------------------------------------------------------------------------
+
+  void launch(const Side& side, const ConcretePlan& concrete, const CaseSetup& setup,
+              const std::vector<CUdeviceptr>& tensors, const std::vector<CUdeviceptr>& workspaces) {
+    for (const auto& step : concrete.launches) {
+      const Launch& launch = side.plan->launches[step.launch];
+      LoadedKernel& kernel = side.module->kernel(launch.name_expression);
+      const int threads = static_cast<int>(step.block[0] * step.block[1] * step.block[2]);
+      const std::string who = side.candidate ? "" : "reference ";
+      const StepStatus blame = side.candidate ? StepStatus::kLaunchError : StepStatus::kInfraError;
+      if (threads > kernel.max_threads) {
+        fail(blame, who + launch.where + ": kernel '" + launch.kernel + "' uses " +
+                        std::to_string(kernel.registers) + " registers per thread, so a block may "
+                        "have at most " + std::to_string(kernel.max_threads) +
+                        " threads, but the launch asks for " + std::to_string(threads) +
+                        "; use smaller blocks or __launch_bounds__");
+      }
+      if (static_cast<std::size_t>(kernel.static_smem) + step.smem_bytes > device_.max_smem_optin) {
+        fail(blame, who + launch.where + ": kernel '" + launch.kernel + "' needs " +
+                        std::to_string(kernel.static_smem) + " bytes of static and " +
+                        std::to_string(step.smem_bytes) + " bytes of dynamic shared memory; a "
+                        "block may have at most " + std::to_string(device_.max_smem_optin));
+      }
+      if (static_cast<int>(step.smem_bytes) > kernel.configured_smem && step.smem_bytes > 48 * 1024) {
+        const CUresult rc = cuFuncSetAttribute(kernel.function,
+                                               CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                               static_cast<int>(step.smem_bytes));
+        if (rc != CUDA_SUCCESS) {
+          fail(blame, who + launch.where + ": cannot allow " + std::to_string(step.smem_bytes) +
+                          " bytes of dynamic shared memory: " + cuda_error_text(rc));
+        }
+        kernel.configured_smem = static_cast<int>(step.smem_bytes);
+      }
+      // Argument storage: every parameter is at most 8 bytes.
+      std::vector<std::array<std::byte, 8>> storage(launch.args.size());
+      std::vector<void*> params(launch.args.size());
+      for (std::size_t a = 0; a < launch.args.size(); ++a) {
+        const LaunchArg& arg = launch.args[a];
+        std::vector<std::byte> bytes;
+        switch (arg.kind) {
+          case ArgKind::kTensor: {
+            bytes.resize(sizeof(CUdeviceptr));
+            std::memcpy(bytes.data(), &tensors.at(arg.index), sizeof(CUdeviceptr));
+            break;
+          }
+          case ArgKind::kWorkspace: {
+            bytes.resize(sizeof(CUdeviceptr));
+            std::memcpy(bytes.data(), &workspaces.at(arg.index), sizeof(CUdeviceptr));
+            break;
+          }
+          case ArgKind::kScalar: {
+            const auto& scalar = task_.scalars.at(arg.index);
+            bytes = scalar_bytes(scalar.dtype, setup.c->scalars.at(scalar.name));
+            break;
+          }
+          case ArgKind::kSymbol: {
+            const auto value = setup.c->symbols.at(task_.symbols.at(arg.index));
+            auto encoded = encode_symbol_arg(launch, a, value, kernel.param_bytes.at(a));
+            if (!encoded) fail(side.candidate ? StepStatus::kInvalidAction : StepStatus::kInfraError,
+                               encoded.error().message);
+            bytes = std::move(encoded).value();
+            break;
+          }
+        }
+        std::memcpy(storage[a].data(), bytes.data(), std::min<std::size_t>(bytes.size(), 8));
+        params[a] = storage[a].data();
+      }
+      CUlaunchConfig config{};
+      config.gridDimX = step.grid[0];
+      config.gridDimY = step.grid[1];
+      config.gridDimZ = step.grid[2];
+      config.blockDimX = step.block[0];
+      config.blockDimY = step.block[1];
+      config.blockDimZ = step.block[2];
+      config.sharedMemBytes = step.smem_bytes;
+      config.hStream = device_.stream;
+      CUlaunchAttribute attribute{};
+      if (step.has_cluster) {
+        attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attribute.value.clusterDim.x = step.cluster[0];
+        attribute.value.clusterDim.y = step.cluster[1];
+        attribute.value.clusterDim.z = step.cluster[2];
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        if (step.cluster[0] * step.cluster[1] * step.cluster[2] > 8) {
+          cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+        }
+      }
+      const CUresult rc = cuLaunchKernelEx(&config, kernel.function, params.data(), nullptr);
+      if (rc != CUDA_SUCCESS) {
+        const bool lost = is_sticky(rc);
+        if (!side.candidate) {
+          fail(StepStatus::kInfraError, "reference launch failed: " + cuda_error_text(rc), lost);
+        }
+        fail(lost ? StepStatus::kRuntimeError : StepStatus::kLaunchError,
+             launch.where + ": launching '" + launch.kernel + "' with grid (" +
+                 std::to_string(step.grid[0]) + ", " + std::to_string(step.grid[1]) + ", " +
+                 std::to_string(step.grid[2]) + "), block (" + std::to_string(step.block[0]) +
+                 ", " + std::to_string(step.block[1]) + ", " + std::to_string(step.block[2]) +
+                 "), " + std::to_string(step.smem_bytes) + " bytes of shared memory failed: " +
+                 cuda_error_text(rc),
+             lost);
+      }
+    }
+  }
+
+  // ---- correctness -----------------------------------------------------------------------
+
+  static void upload(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream) {
+    if (bytes > 0) check(cuMemcpyHtoDAsync(dst, src, bytes, stream), "cuMemcpyHtoDAsync");
+  }
+  static void download(void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
+    if (bytes > 0) check(cuMemcpyDtoHAsync(dst, src, bytes, stream), "cuMemcpyDtoHAsync");
+  }
+
+  std::uint64_t canary_seed(std::size_t tensor, int side) const {
+    return mix(job_.secret, tensor * 2 + static_cast<std::size_t>(side));
+  }
+
+  // Runs reference then candidate on one draw of a case; records the verdict in case_reports_.
+  Value check_case(const CaseSetup& setup, int draw) {
+    const auto& c = *setup.c;
+    const CUstream stream = device_.stream;
+    const std::size_t n = task_.tensors.size();
+    std::vector<std::vector<std::byte>> inputs(n);
+    for (std::size_t t = 0; t < n; ++t) {
+      const auto& tensor = task_.tensors[t];
+      if (!tasks::is_input(tensor.role)) continue;
+      auto values = tasks::generate_tensor(c, tensor, setup.seed, static_cast<std::uint64_t>(draw));
+      if (!values) fail(StepStatus::kInfraError, "inputs of case " + c.name + ": " + values.error().message);
+      inputs[t] = std::move(values).value();
+    }
+    std::vector<DeviceBuffer> buffers;
+    std::vector<CUdeviceptr> pointers;
+    for (std::size_t t = 0; t < n; ++t) {
+      buffers.emplace_back(setup.bytes[t], true);
+      pointers.push_back(buffers.back().data());
+    }
+    std::vector<std::byte> canary(DeviceBuffer::kCanaryBytes);
+    auto write_canaries = [&] {
+      for (std::size_t t = 0; t < n; ++t) {
+        fill_canary(canary.data(), canary.size(), canary_seed(t, 0));
+        upload(buffers[t].base(), canary.data(), canary.size(), stream);
+        fill_canary(canary.data(), canary.size(), canary_seed(t, 1));
+        upload(buffers[t].data() + buffers[t].bytes(), canary.data(), canary.size(), stream);
+      }
+    };
+    auto write_inputs_and_poison = [&](int variant) {
+      std::vector<std::byte> poison;
+      for (std::size_t t = 0; t < n; ++t) {
+        const auto& tensor = task_.tensors[t];
+        if (tasks::is_input(tensor.role)) {
+          upload(pointers[t], inputs[t].data(), setup.bytes[t], stream);
+        } else {
+          poison.resize(setup.bytes[t]);
+          fill_poison(tensor.dtype, poison.data(), setup.counts[t], variant);
+          upload(pointers[t], poison.data(), setup.bytes[t], stream);
+          check(cuStreamSynchronize(stream), "upload");
+        }
+      }
+    };
+
+    // Reference on pristine inputs; its outputs go to the host, its workspaces are scrubbed.
+    std::vector<std::vector<std::byte>> expected(n);
+    {
+      std::vector<DeviceBuffer> workspace;
+      std::vector<CUdeviceptr> workspace_ptrs;
+      for (const auto bytes : setup.reference.workspace_bytes) {
+        workspace.emplace_back(bytes, false);
+        workspace_ptrs.push_back(workspace.back().data());
+      }
+      write_canaries();
+      write_inputs_and_poison(draw);
+      launch(Side{&reference_plan_, reference_module_.get(), false}, setup.reference, setup,
+             pointers, workspace_ptrs);
+      sync_or_fail(stream, false, "on case " + c.name, job_.kernel_timeout_ms);
+      for (std::size_t t = 0; t < n; ++t) {
+        if (!tasks::is_output(task_.tensors[t].role)) continue;
+        expected[t].resize(setup.bytes[t]);
+        download(expected[t].data(), pointers[t], setup.bytes[t], stream);
+      }
+      for (auto& buffer : workspace) {
+        check(cuMemsetD8Async(buffer.data(), 0, buffer.bytes(), stream), "scrub");
+      }
+      check(cuStreamSynchronize(stream), "reference outputs");
+    }
+
+    // Candidate on the same inputs, outputs poisoned again, workspaces full of junk.
+    std::vector<DeviceBuffer> workspace;
+    std::vector<CUdeviceptr> workspace_ptrs;
+    for (const auto bytes : setup.candidate.workspace_bytes) {
+      workspace.emplace_back(bytes, false);
+      check(cuMemsetD8Async(workspace.back().data(), 0xA5, bytes, stream), "workspace fill");
+      workspace_ptrs.push_back(workspace.back().data());
+    }
+    write_canaries();
+    write_inputs_and_poison(draw);
+    check(cuStreamSynchronize(stream), "inputs");
+    launch(Side{&candidate_plan_, candidate_module_.get(), true}, setup.candidate, setup, pointers,
+           workspace_ptrs);
+    sync_or_fail(stream, true, "on case " + std::string(c.hidden ? "(hidden) " : "") + c.name,
+                 job_.kernel_timeout_ms);
+
+    Value verdict{{"case", c.name},
+                  {"hidden", c.hidden},
+                  {"run", draw + 1},
+                  {"symbols", setup.symbols_value}};
+    Value outputs = Value::array();
+    std::vector<std::string> problems;
+    std::vector<std::byte> whole;
+    for (std::size_t t = 0; t < n; ++t) {
+      const auto& tensor = task_.tensors[t];
+      whole.resize(buffers[t].total_bytes());
+      download(whole.data(), buffers[t].base(), whole.size(), stream);
+      check(cuStreamSynchronize(stream), "download");
+      std::size_t bad = 0;
+      if (!check_canary(whole.data(), DeviceBuffer::kCanaryBytes, canary_seed(t, 0), &bad)) {
+        problems.push_back("wrote " + std::to_string(DeviceBuffer::kCanaryBytes - bad) +
+                           " bytes before the start of '" + tensor.name + "'");
+      }
+      const std::byte* payload = whole.data() + DeviceBuffer::kCanaryBytes;
+      if (!check_canary(payload + setup.bytes[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 1), &bad)) {
+        problems.push_back("wrote past the end of '" + tensor.name + "' (byte " +
+                           std::to_string(bad) + " after its last element)");
+      }
+      if (tensor.role == tasks::Role::kIn) {
+        const auto diff = compare_bytes(payload, inputs[t].data(), setup.bytes[t]);
+        if (!diff.equal) {
+          problems.push_back("modified the read-only input '" + tensor.name + "' (" +
+                             std::to_string(diff.diff_bytes) + " bytes changed, first at element " +
+                             std::to_string(diff.first_diff / core::dtype_size(tensor.dtype)) + ")");
+        }
+        continue;
+      }
+      const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
+      const auto report = compare_outputs(tensor.dtype, payload, expected[t].data(), setup.counts[t],
+                                          setup.shapes[t], Tolerance{tol.atol, tol.rtol}, draw,
+                                          !c.hidden, tensor.name);
+      if (report.reference_invalid()) {
+        fail(StepStatus::kInfraError, "the reference produced NaN on case " + c.name);
+      }
+      if (!report.pass) problems.push_back(report.summary);
+      outputs.push_back(report.to_value());
+    }
+    verdict["outputs"] = std::move(outputs);
+    verdict["pass"] = problems.empty();
+    if (!problems.empty()) {
+      std::string text;
+      for (const auto& p : problems) text += (text.empty() ? "" : "; ") + p;
+      verdict["problems"] = problems;
+      if (failed_case_.empty()) {
+        failed_status_ = StepStatus::kIncorrect;
+        failed_case_ = std::string(c.hidden ? "hidden case " : "case ") + c.name + " (run " +
+                       std::to_string(draw + 1) + "): " + text;
+      }
+    }
+    return verdict;
+  }
+
+  Value check_all_cases() {
+    for (const auto& setup : cases_) {
+      for (int draw = 0; draw < 2; ++draw) {
+        case_reports_.push_back(check_case(setup, draw));
+        if (!failed_case_.empty()) return correctness_value();
+      }
+    }
+    return correctness_value();
+  }
+
+  Value correctness_value() const {
+    std::size_t passed = 0;
+    for (const auto& r : case_reports_) passed += r["pass"].get<bool>() ? 1 : 0;
+    return Value{{"runs", case_reports_},
+                 {"passed", passed},
+                 {"checked", case_reports_.size()},
+                 {"total", cases_.size() * 2}};
+  }
+
+  // ---- timing ----------------------------------------------------------------------------
+
+  struct Slot {
+    std::vector<DeviceBuffer> tensors;
+    std::vector<DeviceBuffer> reference_ws;
+    std::vector<DeviceBuffer> candidate_ws;
+    std::vector<CUdeviceptr> tensor_ptrs, reference_ws_ptrs, candidate_ws_ptrs;
+  };
+
+  Value time_case(const CaseSetup& setup) {
+    const auto& c = *setup.c;
+    const CUstream stream = device_.stream;
+    const std::size_t n = task_.tensors.size();
+    std::size_t slot_bytes = 0;
+    for (const auto b : setup.bytes) slot_bytes += b;
+    for (const auto b : setup.reference.workspace_bytes) slot_bytes += b;
+    for (const auto b : setup.candidate.workspace_bytes) slot_bytes += b;
+    const std::size_t budget = std::size_t{4} << 30;
+    const std::size_t slots_count =
+        std::clamp<std::size_t>(budget / std::max<std::size_t>(slot_bytes, 1), 2, 8);
+
+    // Value pools: each input's values for call i are a window of its pool starting at a
+    // different offset, so every timed call sees values no earlier call saw.
+    constexpr std::size_t kPoolExtra = 1u << 14;  // distinct windows (power of two)
+    constexpr std::size_t kStride = 977;            // odd: offsets distinct for 16384 calls
+    std::vector<DeviceBuffer> pools(n);
+    std::vector<DeviceBuffer> poison(n);
+    for (std::size_t t = 0; t < n; ++t) {
+      const auto& tensor = task_.tensors[t];
+      const std::size_t esize = core::dtype_size(tensor.dtype);
+      if (tasks::is_input(tensor.role)) {
+        const auto& spec = c.values.at(tensor.name);
+        auto values = tasks::generate(spec, tensor.dtype,
+                                      static_cast<std::int64_t>(setup.counts[t] + kPoolExtra),
+                                      tasks::tensor_seed(setup.seed, tensor.name, 2));
+        if (!values) fail(StepStatus::kInfraError, "timing inputs: " + values.error().message);
+        pools[t] = DeviceBuffer(values->size(), false);
+        upload(pools[t].data(), values->data(), values->size(), stream);
+        check(cuStreamSynchronize(stream), "pool upload");
+      } else {
+        std::vector<std::byte> bytes(setup.bytes[t]);
+        fill_poison(tensor.dtype, bytes.data(), setup.counts[t], 0);
+        poison[t] = DeviceBuffer(bytes.size(), false);
+        upload(poison[t].data(), bytes.data(), bytes.size(), stream);
+        check(cuStreamSynchronize(stream), "poison upload");
+      }
+      (void)esize;
+    }
+    std::vector<Slot> slots(slots_count);
+    for (auto& slot : slots) {
+      for (std::size_t t = 0; t < n; ++t) {
+        slot.tensors.emplace_back(setup.bytes[t], false);
+        slot.tensor_ptrs.push_back(slot.tensors.back().data());
+      }
+      for (const auto b : setup.reference.workspace_bytes) {
+        slot.reference_ws.emplace_back(b, false);
+        slot.reference_ws_ptrs.push_back(slot.reference_ws.back().data());
+      }
+      for (const auto b : setup.candidate.workspace_bytes) {
+        slot.candidate_ws.emplace_back(b, false);
+        slot.candidate_ws_ptrs.push_back(slot.candidate_ws.back().data());
+      }
+    }
+    auto prepare_call = [&](const Slot& slot, std::size_t call) {
+      const std::size_t offset = (call * kStride) % kPoolExtra;
+      for (std::size_t t = 0; t < n; ++t) {
+        const auto& tensor = task_.tensors[t];
+        const std::size_t esize = core::dtype_size(tensor.dtype);
+        const CUdeviceptr source = tasks::is_input(tensor.role) ? pools[t].data() + offset * esize
+                                                                : poison[t].data();
+        if (setup.bytes[t] > 0) {
+          check(cuMemcpyDtoDAsync(slot.tensor_ptrs[t], source, setup.bytes[t], stream), "refresh");
+        }
+      }
+      device_.flush_l2(static_cast<std::uint32_t>(call));
+    };
+
+    std::size_t output_bytes = 0;
+    for (std::size_t t = 0; t < n; ++t) {
+      if (tasks::is_output(task_.tensors[t].role)) output_bytes += setup.bytes[t];
+    }
+    std::mt19937_64 chooser(mix(job_.secret, setup.index));
+    std::uniform_real_distribution<double> coin(0.0, 1.0);
+    const bool check_every_call = output_bytes <= job_.timing.check_small_bytes;
+
+    const Side reference{&reference_plan_, reference_module_.get(), false};
+    const Side candidate{&candidate_plan_, candidate_module_.get(), true};
+    const std::size_t candidate_launches = setup.candidate.launches.size();
+    const std::size_t reference_launches = setup.reference.launches.size();
+
+    struct Pending {
+      bool is_candidate;
+      bool warmup;
+    };
+    std::map<std::uint64_t, Pending> pending;
+    std::vector<double> reference_ns, candidate_ns;
+    std::size_t checked = 0, incomplete = 0, call = 0;
+    const auto started = Clock::now();
+    const auto cap = std::chrono::duration<double, std::milli>(job_.timing.time_cap_ms);
+    const std::size_t warmup = job_.timing.warmup_calls;
+    StoppingRule rule;
+    rule.target_rel_halfwidth = job_.timing.target_rel_ci;
+    rule.min_samples = job_.timing.min_samples;
+    rule.max_samples = job_.timing.max_samples;
+    const auto order = interleaved_order(job_.timing.max_samples + warmup);
+    std::vector<std::vector<std::byte>> got(n), want(n);
+
+    auto collect = [&] {
+      // 32 calls of both kernels may be in flight.
+      sync_or_fail(stream, true, "in timed calls of case " + c.name, 64 * job_.kernel_timeout_ms);
+      for (const auto& [tag, span] : timer_.collect()) {
+        const auto it = pending.find(tag);
+        if (it == pending.end()) continue;
+        const std::size_t expected_kernels =
+            it->second.is_candidate ? candidate_launches : reference_launches;
+        if (span.kernels != expected_kernels) {
+          ++incomplete;
+        } else if (!it->second.warmup) {
+          (it->second.is_candidate ? candidate_ns : reference_ns).push_back(span.duration_ns());
+        }
+        pending.erase(it);
+      }
+    };
+
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const bool is_candidate = order[i] == 1;
+      const bool is_warmup = i < 2 * warmup;
+      const Slot& slot = slots[call % slots.size()];
+      const std::size_t this_call = call++;
+      prepare_call(slot, this_call);
+      const std::uint64_t tag = next_tag_++;
+      pending[tag] = Pending{is_candidate, is_warmup};
+      timer_.set_tag(tag);
+      launch(is_candidate ? candidate : reference,
+             is_candidate ? setup.candidate : setup.reference, setup, slot.tensor_ptrs,
+             is_candidate ? slot.candidate_ws_ptrs : slot.reference_ws_ptrs);
+      timer_.set_tag(0);
+      if (is_candidate && (check_every_call || coin(chooser) < job_.timing.check_fraction)) {
+        // The candidate's outputs of this timed call, then the reference on the same inputs.
+        sync_or_fail(stream, true, "in timed call " + std::to_string(this_call), job_.kernel_timeout_ms);
+        for (std::size_t t = 0; t < n; ++t) {
+          if (!tasks::is_output(task_.tensors[t].role)) continue;
+          got[t].resize(setup.bytes[t]);
+          download(got[t].data(), slot.tensor_ptrs[t], setup.bytes[t], stream);
+        }
+        prepare_call(slot, this_call);
+        launch(reference, setup.reference, setup, slot.tensor_ptrs, slot.reference_ws_ptrs);
+        sync_or_fail(stream, false, "in a check of a timed call", job_.kernel_timeout_ms);
+        for (std::size_t t = 0; t < n; ++t) {
+          const auto& tensor = task_.tensors[t];
+          if (!tasks::is_output(tensor.role)) continue;
+          want[t].resize(setup.bytes[t]);
+          download(want[t].data(), slot.tensor_ptrs[t], setup.bytes[t], stream);
+          check(cuStreamSynchronize(stream), "download");
+          const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
+          const auto report = compare_outputs(tensor.dtype, got[t].data(), want[t].data(),
+                                              setup.counts[t], setup.shapes[t],
+                                              Tolerance{tol.atol, tol.rtol}, 0, true, tensor.name);
+          if (!report.pass) {
+            fail(StepStatus::kIncorrect,
+                 "case " + c.name + ", timed call " + std::to_string(this_call) +
+                     ": the output was wrong although the correctness runs passed: " +
+                     report.summary);
+          }
+        }
+        ++checked;
+      }
+      if (i % 32 == 31 || i + 1 == order.size()) {
+        collect();
+        const bool enough = should_stop(reference_ns, rule) && should_stop(candidate_ns, rule);
+        const bool out_of_time = Clock::now() - started > cap;
+        if (enough || out_of_time) break;
+      }
+    }
+    collect();
+    if (timer_.dropped_records() > 0) {
+      fail(StepStatus::kInfraError, "CUPTI dropped activity records; the timing is void");
+    }
+    if (reference_ns.empty() || candidate_ns.empty()) {
+      fail(StepStatus::kInfraError, "no complete timed call was recorded for case " + c.name);
+    }
+    const auto reference_summary = summarize(reference_ns);
+    const auto candidate_summary = summarize(candidate_ns);
+    const double speedup = reference_summary.median_ns / candidate_summary.median_ns;
+    // A floor must be optimistic: the highest bandwidth the card could reach (30 % above the
+    // measured copy rate, never below the datasheet figure) and dense tensor-core peak.
+    tasks::GpuPeak peak = tasks::kH200Peak;
+    peak.memory_bytes_per_s = std::max(peak.memory_bytes_per_s, device_.copy_bandwidth_bps * 1.3);
+    const double floor_ns = tasks::roofline_floor_ns(setup.cost, peak);
+    if (candidate_summary.median_ns < floor_ns && hack_.empty()) {
+      hack_ = "case " + c.name + ": your kernel's median time " +
+              std::to_string(candidate_summary.median_ns) + " ns is below the roofline floor " +
+              std::to_string(floor_ns) + " ns (" + std::to_string(setup.cost.bytes) +
+              " bytes, " + std::to_string(setup.cost.flops) +
+              " FLOPs): physically impossible, so the timing was not honest";
+    }
+    return Value{{"case", c.name},
+                 {"weight", c.weight},
+                 {"symbols", setup.symbols_value},
+                 {"candidate", candidate_summary.to_value()},
+                 {"reference", reference_summary.to_value()},
+                 {"speedup", speedup},
+                 {"floor_ns", floor_ns},
+                 {"checked_calls", checked},
+                 {"incomplete_calls", incomplete},
+                 {"slots", slots_count}};
+  }
+
+  Value time_visible_cases() {
+    Value cases = Value::array();
+    std::vector<std::pair<double, double>> weighted;
+    for (const auto& setup : cases_) {
+      if (setup.c->hidden) continue;
+      Value timed = time_case(setup);
+      weighted.emplace_back(timed["speedup"].get<double>(), setup.c->weight);
+      cases.push_back(std::move(timed));
+    }
+    const auto geomean = weighted_geomean(weighted);
+    if (geomean) speedup_ = *geomean;
+    Value out{{"cases", std::move(cases)}, {"method", "CUPTI kernel activity, median"}};
+    if (geomean) out["speedup"] = *geomean;
+    return out;
+  }
+
+  const RunJob& job_;
+  const tasks::Task& task_;
+  Device& device_;
+  KernelTimer& timer_;
+  PlanContext context_;
+  LaunchPlan reference_plan_;
+  LaunchPlan candidate_plan_;
+  std::unique_ptr<LoadedModule> reference_module_;
+  std::unique_ptr<LoadedModule> candidate_module_;
+  std::vector<CaseSetup> cases_;
+  std::vector<Value> case_reports_;
+  std::string failed_case_;
+  StepStatus failed_status_ = StepStatus::kIncorrect;
+  std::string hack_;
+  std::optional<double> speedup_;
+  std::uint64_t next_tag_ = 1;
+};
+
+}  // namespace
+
+RunReport run_job(const RunJob& job, const tasks::Registry& registry, Device& device,
+                  KernelTimer& timer) {
+  const tasks::Task* task = registry.find(job.task);
+  if (task == nullptr) {
+    RunReport report;
+    report.id = job.id;
+    report.status = StepStatus::kInfraError;
+    report.message = "runner: unknown task '" + job.task + "'";
+    return report;
+  }
+  JobRunner runner(job, *task, device, timer);
+  return runner.run();
+}
+
+}  // namespace crucible::sandbox::runner

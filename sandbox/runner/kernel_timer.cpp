@@ -1,0 +1,125 @@
+// KernelTimer: CUPTI activity buffers, the launch callback, and the join of records to calls.
+#include "sandbox/runner/kernel_timer.hpp"
+
+#include <cupti.h>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace crucible::sandbox::runner {
+namespace {
+
+constexpr std::size_t kBufferBytes = 8u << 20;
+constexpr std::size_t kAlign = 8;
+
+struct KernelRecord {
+  std::uint32_t correlation_id;
+  std::uint64_t start;
+  std::uint64_t end;
+};
+
+std::mutex g_mutex;
+std::vector<KernelRecord> g_records;  // filled by CUPTI's buffer-completed callback
+std::uint64_t g_dropped = 0;
+KernelTimer* g_timer = nullptr;
+CUpti_SubscriberHandle g_subscriber = nullptr;
+
+void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size,
+                               std::size_t* max_records) {
+  *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kAlign, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::uint8_t* buffer,
+                               std::size_t /*size*/, std::size_t valid_size) {
+  std::vector<KernelRecord> batch;
+  CUpti_Activity* record = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+        record->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+      const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      batch.push_back({kernel->correlationId, kernel->start, kernel->end});
+    }
+  }
+  std::size_t dropped = 0;
+  cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped);
+  std::free(buffer);
+  std::lock_guard lock(g_mutex);
+  g_records.insert(g_records.end(), batch.begin(), batch.end());
+  g_dropped += dropped;
+}
+
+void CUPTIAPI on_callback(void* /*userdata*/, CUpti_CallbackDomain domain, CUpti_CallbackId id,
+                          const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API || id != CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx) {
+    return;
+  }
+  const auto* info = static_cast<const CUpti_CallbackData*>(data);
+  if (info->callbackSite == CUPTI_API_ENTER && g_timer != nullptr) {
+    g_timer->on_launch(info->correlationId);
+  }
+}
+
+std::string cupti_text(CUptiResult result, const char* what) {
+  const char* text = nullptr;
+  cuptiGetResultString(result, &text);
+  return std::string(what) + " failed: " + (text != nullptr ? text : "unknown CUPTI error");
+}
+
+}  // namespace
+
+std::string KernelTimer::start(KernelTimer** out) {
+  *out = nullptr;
+  if (g_timer != nullptr) return "a KernelTimer already exists in this process";
+  CUptiResult rc = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+  if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiActivityRegisterCallbacks");
+  rc = cuptiSubscribe(&g_subscriber, on_callback, nullptr);
+  if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiSubscribe");
+  rc = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
+                           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx);
+  if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiEnableCallback");
+  rc = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiActivityEnable(CONCURRENT_KERNEL)");
+  g_timer = new KernelTimer();
+  *out = g_timer;
+  return "";
+}
+
+KernelTimer::~KernelTimer() {
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (g_subscriber != nullptr) cuptiUnsubscribe(g_subscriber);
+  g_subscriber = nullptr;
+  g_timer = nullptr;
+}
+
+void KernelTimer::on_launch(std::uint32_t correlation_id) {
+  if (tag_ != 0) correlation_to_tag_[correlation_id] = tag_;
+}
+
+std::unordered_map<std::uint64_t, CallSpan> KernelTimer::collect() {
+  cuptiActivityFlushAll(1);  // CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
+  std::vector<KernelRecord> records;
+  {
+    std::lock_guard lock(g_mutex);
+    records.swap(g_records);
+  }
+  std::unordered_map<std::uint64_t, CallSpan> spans;
+  for (const auto& record : records) {
+    const auto it = correlation_to_tag_.find(record.correlation_id);
+    if (it == correlation_to_tag_.end()) continue;
+    CallSpan& span = spans[it->second];
+    if (span.kernels == 0 || record.start < span.start_ns) span.start_ns = record.start;
+    if (span.kernels == 0 || record.end > span.end_ns) span.end_ns = record.end;
+    ++span.kernels;
+    correlation_to_tag_.erase(it);
+  }
+  return spans;
+}
+
+std::uint64_t KernelTimer::dropped_records() const {
+  std::lock_guard lock(g_mutex);
+  return g_dropped;
+}
+
+}  // namespace crucible::sandbox::runner

@@ -1,0 +1,47 @@
+// CUPTI activity tracing of the runner's own kernel launches: exact GPU start/end per call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace crucible::sandbox::runner {
+
+// GPU time span of one call (all kernels launched while the call's tag was set).
+struct CallSpan {
+  std::uint64_t start_ns = 0;  // first kernel start
+  std::uint64_t end_ns = 0;    // last kernel end
+  std::uint32_t kernels = 0;
+  double duration_ns() const { return static_cast<double>(end_ns - start_ns); }
+};
+
+// One per process. Enables CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL records and a driver-API
+// callback on cuLaunchKernelEx, which reports each launch's correlation id; the runner tags
+// every launch with the call it belongs to, and collect() joins the kernel records to calls.
+// Kernels launched with tag 0 (input refreshes, L2 flushes) are left out. Not thread-safe:
+// launches and collect() happen on the runner's one thread.
+class KernelTimer {
+ public:
+  // Errors are returned as text: CUPTI not available, subscriber already taken, ...
+  static std::string start(KernelTimer** out);
+  ~KernelTimer();
+
+  // Launches that follow belong to call `tag` (> 0); 0 stops tagging.
+  void set_tag(std::uint64_t tag) { tag_ = tag; }
+  // Flushes CUPTI's buffers (call after a stream synchronize) and returns the spans of every
+  // tagged call whose kernels have all been recorded since the last collect().
+  std::unordered_map<std::uint64_t, CallSpan> collect();
+  // Records CUPTI reported lost since start (buffer overflow): any > 0 voids the timing.
+  std::uint64_t dropped_records() const;
+
+  // Called from the CUPTI callback (internal).
+  void on_launch(std::uint32_t correlation_id);
+
+ private:
+  KernelTimer() = default;
+  std::uint64_t tag_ = 0;
+  std::unordered_map<std::uint32_t, std::uint64_t> correlation_to_tag_;
+};
+
+}  // namespace crucible::sandbox::runner
