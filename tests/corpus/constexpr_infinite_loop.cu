@@ -1,6 +1,6 @@
 // A constant expression that never terminates: compile_error (the front end's constexpr step
 // limit, or the deadline).
-constexpr int spin() {
+__host__ __device__ constexpr int spin() {
   int i = 0;
   while (true) ++i;
   return i;
