@@ -76,8 +76,7 @@ std::uint16_t float_to_f16(float value) {
     return static_cast<std::uint16_t>(sign | 0x7C00u | payload);
   }
   if (magnitude == kFloatInf) return static_cast<std::uint16_t>(sign | 0x7C00u);
-  const std::uint32_t rounded =
-      std::min<std::uint32_t>(round_magnitude<5, 10>(magnitude), 0x7C00u);
+  const std::uint32_t rounded = std::min<std::uint32_t>(round_magnitude<5, 10>(magnitude), 0x7C00u);
   return static_cast<std::uint16_t>(sign | rounded);
 }
 

@@ -10,8 +10,9 @@
 namespace crucible::core {
 
 // Decoding (low precision -> float) is exact for every bit pattern: each of these formats is a
-// subset of float. The decoders are inline because the output comparison calls them once per
-// element over tens of millions of elements.
+// subset of float. The decoders are constexpr (so fp8 lookup tables can be built at compile
+// time) and inline, because the output comparison calls them once per element over tens of
+// millions of elements.
 //
 // Encoding (float -> low precision) rounds to nearest, ties to even, and treats specials as the
 // CUDA conversions do:
@@ -25,11 +26,11 @@ namespace crucible::core {
 //     signs of zeros are kept.
 // All functions are pure and thread-safe.
 
-inline float bf16_to_float(std::uint16_t bits) {
+constexpr float bf16_to_float(std::uint16_t bits) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
 }
 
-inline float f16_to_float(std::uint16_t bits) {
+constexpr float f16_to_float(std::uint16_t bits) {
   const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
   const std::uint32_t exponent = (bits >> 10) & 0x1Fu;
   const std::uint32_t mantissa = bits & 0x3FFu;
@@ -42,7 +43,7 @@ inline float f16_to_float(std::uint16_t bits) {
   return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-inline float fp8_e4m3_to_float(std::uint8_t bits) {
+constexpr float fp8_e4m3_to_float(std::uint8_t bits) {
   const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x80u) << 24;
   const std::uint32_t exponent = (bits >> 3) & 0xFu;
   const std::uint32_t mantissa = bits & 0x7u;
@@ -54,7 +55,7 @@ inline float fp8_e4m3_to_float(std::uint8_t bits) {
   return std::bit_cast<float>(sign | ((exponent + 120u) << 23) | (mantissa << 20));
 }
 
-inline float fp8_e5m2_to_float(std::uint8_t bits) {
+constexpr float fp8_e5m2_to_float(std::uint8_t bits) {
   const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x80u) << 24;
   const std::uint32_t exponent = (bits >> 2) & 0x1Fu;
   const std::uint32_t mantissa = bits & 0x3u;

@@ -73,10 +73,10 @@ struct CompareReport {
   std::size_t reference_nans = 0;
   std::optional<std::size_t> first_mismatch;        // flat row-major index
   std::vector<std::int64_t> first_mismatch_coords;  // empty unless the shape's product == count
-  double first_got = 0.0;       // values at first_mismatch (server side only: see to_value)
+  double first_got = 0.0;  // values at first_mismatch (server side only: see to_value)
   double first_expected = 0.0;
-  double max_abs_error = 0.0;   // over pairs where both are finite
-  double max_rel_error = 0.0;   // over finite pairs with a non-zero reference: err / |ref|
+  double max_abs_error = 0.0;  // over pairs where both are finite
+  double max_rel_error = 0.0;  // over finite pairs with a non-zero reference: err / |ref|
   // The candidate is all zeros while the reference is not. A failure even when every element
   // is within tolerance (a reference whose values all lie within atol of zero would otherwise
   // reward a kernel that writes nothing but zeros).

@@ -22,8 +22,7 @@ double quantile_sorted(const std::vector<double>& sorted, double p) {
 double log_binomial_half(std::size_t n, std::size_t k) {
   const auto nd = static_cast<double>(n);
   const auto kd = static_cast<double>(k);
-  return std::lgamma(nd + 1) - std::lgamma(kd + 1) - std::lgamma(nd - kd + 1) -
-         nd * std::log(2.0);
+  return std::lgamma(nd + 1) - std::lgamma(kd + 1) - std::lgamma(nd - kd + 1) - nd * std::log(2.0);
 }
 
 }  // namespace
@@ -36,7 +35,8 @@ std::pair<std::size_t, std::size_t> median_ci95_ranks(std::size_t n) {
   constexpr double kTail = 0.025;
   // Terms more than 12 standard deviations (sd = sqrt(n) / 2) below the centre sum to less than
   // 1e-30 and are skipped, so the cost is O(sqrt n), not O(n).
-  const double skip = std::floor(static_cast<double>(n) / 2.0 - 6.0 * std::sqrt(static_cast<double>(n)));
+  const double skip =
+      std::floor(static_cast<double>(n) / 2.0 - 6.0 * std::sqrt(static_cast<double>(n)));
   std::size_t lower = skip > 0 ? static_cast<std::size_t>(skip) : 0;  // terms below: ~0
   double term = std::exp(log_binomial_half(n, lower));
   double cdf = 0.0;
@@ -113,8 +113,7 @@ bool should_stop(const std::vector<double>& samples_ns, const StoppingRule& rule
   return summary.ci95_rel_halfwidth <= rule.target_rel_halfwidth;
 }
 
-std::optional<double> weighted_geomean(
-    const std::vector<std::pair<double, double>>& value_weight) {
+std::optional<double> weighted_geomean(const std::vector<std::pair<double, double>>& value_weight) {
   if (value_weight.empty()) return std::nullopt;
   double weighted_log_sum = 0.0;
   double weight_sum = 0.0;

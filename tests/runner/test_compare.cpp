@@ -20,11 +20,11 @@ using sandbox::Tolerance;
 
 namespace {
 
-const DType kAllDTypes[] = {DType::kBF16, DType::kF16,  DType::kF32, DType::kF64,
-                            DType::kFP8E4M3, DType::kFP8E5M2, DType::kI8, DType::kU8,
-                            DType::kI16, DType::kI32, DType::kI64, DType::kBool};
-const DType kFloatDTypes[] = {DType::kBF16,    DType::kF16,     DType::kF32,
-                              DType::kF64, DType::kFP8E4M3, DType::kFP8E5M2};
+const DType kAllDTypes[] = {DType::kBF16,    DType::kF16,     DType::kF32, DType::kF64,
+                            DType::kFP8E4M3, DType::kFP8E5M2, DType::kI8,  DType::kU8,
+                            DType::kI16,     DType::kI32,     DType::kI64, DType::kBool};
+const DType kFloatDTypes[] = {DType::kBF16, DType::kF16,     DType::kF32,
+                              DType::kF64,  DType::kFP8E4M3, DType::kFP8E5M2};
 
 template <class T>
 void put(std::vector<unsigned char>& buffer, std::size_t index, T value) {
@@ -32,15 +32,24 @@ void put(std::vector<unsigned char>& buffer, std::size_t index, T value) {
 }
 
 // Stores `value` (rounded to the dtype) as element `index`.
-void set_element(DType dtype, std::vector<unsigned char>& buffer, std::size_t index,
-                 double value) {
+void set_element(DType dtype, std::vector<unsigned char>& buffer, std::size_t index, double value) {
   const auto f = static_cast<float>(value);
   switch (dtype) {
-    case DType::kBF16: put(buffer, index, core::float_to_bf16(f)); break;
-    case DType::kF16: put(buffer, index, core::float_to_f16(f)); break;
-    case DType::kF32: put(buffer, index, f); break;
-    case DType::kF64: put(buffer, index, value); break;
-    case DType::kFP8E4M3: put(buffer, index, core::float_to_fp8_e4m3(f)); break;
+    case DType::kBF16:
+      put(buffer, index, core::float_to_bf16(f));
+      break;
+    case DType::kF16:
+      put(buffer, index, core::float_to_f16(f));
+      break;
+    case DType::kF32:
+      put(buffer, index, f);
+      break;
+    case DType::kF64:
+      put(buffer, index, value);
+      break;
+    case DType::kFP8E4M3:
+      put(buffer, index, core::float_to_fp8_e4m3(f));
+      break;
     case DType::kFP8E5M2:
       // The satfinite conversion turns infinities into 57344; tests that need an e5m2 infinity
       // get the format's own pattern.
@@ -48,12 +57,24 @@ void set_element(DType dtype, std::vector<unsigned char>& buffer, std::size_t in
           std::isinf(value) ? static_cast<std::uint8_t>(value > 0 ? 0x7C : 0xFC)
                             : core::float_to_fp8_e5m2(f));
       break;
-    case DType::kI8: put(buffer, index, static_cast<std::int8_t>(value)); break;
-    case DType::kU8: put(buffer, index, static_cast<std::uint8_t>(value)); break;
-    case DType::kI16: put(buffer, index, static_cast<std::int16_t>(value)); break;
-    case DType::kI32: put(buffer, index, static_cast<std::int32_t>(value)); break;
-    case DType::kI64: put(buffer, index, static_cast<std::int64_t>(value)); break;
-    case DType::kBool: put(buffer, index, static_cast<std::uint8_t>(value != 0 ? 1 : 0)); break;
+    case DType::kI8:
+      put(buffer, index, static_cast<std::int8_t>(value));
+      break;
+    case DType::kU8:
+      put(buffer, index, static_cast<std::uint8_t>(value));
+      break;
+    case DType::kI16:
+      put(buffer, index, static_cast<std::int16_t>(value));
+      break;
+    case DType::kI32:
+      put(buffer, index, static_cast<std::int32_t>(value));
+      break;
+    case DType::kI64:
+      put(buffer, index, static_cast<std::int64_t>(value));
+      break;
+    case DType::kBool:
+      put(buffer, index, static_cast<std::uint8_t>(value != 0 ? 1 : 0));
+      break;
   }
 }
 
@@ -73,12 +94,13 @@ std::vector<double> pattern(DType dtype, std::size_t count) {
 }
 
 // A value clearly beyond any default tolerance of `value`.
-double far_from(DType dtype, double value) { return dtype == DType::kBool ? 1 - value : value + 16; }
+double far_from(DType dtype, double value) {
+  return dtype == DType::kBool ? 1 - value : value + 16;
+}
 
 CompareReport compare(DType dtype, const std::vector<unsigned char>& candidate,
                       const std::vector<unsigned char>& reference,
-                      const std::vector<std::int64_t>& shape, int variant = 0,
-                      bool reveal = true) {
+                      const std::vector<std::int64_t>& shape, int variant = 0, bool reveal = true) {
   const std::size_t count = reference.size() / core::dtype_size(dtype);
   return compare_outputs(dtype, candidate.data(), reference.data(), count, shape,
                          sandbox::default_tolerance(dtype), variant, reveal, "out");
@@ -159,8 +181,7 @@ TEST_CASE("compare: NaN or infinity in the candidate fails where the reference i
 
 TEST_CASE("compare: an infinity matches the same infinity and no other value") {
   const double inf = std::numeric_limits<double>::infinity();
-  for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32, DType::kF64,
-                            DType::kFP8E5M2}) {
+  for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32, DType::kF64, DType::kFP8E5M2}) {
     CAPTURE(core::dtype_name(dtype));
     auto values = pattern(dtype, kCount);
     values[3] = inf;
@@ -338,8 +359,8 @@ TEST_CASE("compare: the tolerance bound is inclusive and the next value above fa
     const auto reference = make_buffer(dtype, {5.0});
     const auto ok = make_buffer(dtype, {6.0});
     const auto bad = make_buffer(dtype, {7.0});
-    CHECK(compare_outputs(dtype, ok.data(), reference.data(), 1, {1}, {1.0, 0.0}, 0, true, "o")
-              .pass);
+    CHECK(
+        compare_outputs(dtype, ok.data(), reference.data(), 1, {1}, {1.0, 0.0}, 0, true, "o").pass);
     CHECK_FALSE(
         compare_outputs(dtype, bad.data(), reference.data(), 1, {1}, {1.0, 0.0}, 0, true, "o")
             .pass);
@@ -349,9 +370,9 @@ TEST_CASE("compare: the tolerance bound is inclusive and the next value above fa
 TEST_CASE("compare: integers are exact even where doubles cannot tell values apart") {
   const std::int64_t big = (std::int64_t{1} << 60) + 1;
   const std::int64_t neighbour = std::int64_t{1} << 60;
-  const CompareReport report = compare_outputs(DType::kI64, &neighbour, &big, 1, {1},
-                                               sandbox::default_tolerance(DType::kI64), 0,
-                                               true, "ids");
+  const CompareReport report =
+      compare_outputs(DType::kI64, &neighbour, &big, 1, {1},
+                      sandbox::default_tolerance(DType::kI64), 0, true, "ids");
   CHECK_FALSE(report.pass);
   CHECK(report.max_abs_error == 1.0);
 }
@@ -363,11 +384,18 @@ TEST_CASE("compare: default tolerances are the documented values") {
     double rtol;
   };
   const Case cases[] = {
-      {DType::kBF16, 1e-2, 0x1p-6},   {DType::kF16, 1e-3, 0x1p-9},
-      {DType::kF32, 1e-5, 1e-5},      {DType::kF64, 1e-12, 1e-10},
-      {DType::kFP8E4M3, 0x1p-6, 0x1p-3}, {DType::kFP8E5M2, 0x1p-14, 0x1p-2},
-      {DType::kI8, 0, 0},   {DType::kU8, 0, 0},  {DType::kI16, 0, 0},
-      {DType::kI32, 0, 0},  {DType::kI64, 0, 0}, {DType::kBool, 0, 0},
+      {DType::kBF16, 1e-2, 0x1p-6},
+      {DType::kF16, 1e-3, 0x1p-9},
+      {DType::kF32, 1e-5, 1e-5},
+      {DType::kF64, 1e-12, 1e-10},
+      {DType::kFP8E4M3, 0x1p-6, 0x1p-3},
+      {DType::kFP8E5M2, 0x1p-14, 0x1p-2},
+      {DType::kI8, 0, 0},
+      {DType::kU8, 0, 0},
+      {DType::kI16, 0, 0},
+      {DType::kI32, 0, 0},
+      {DType::kI64, 0, 0},
+      {DType::kBool, 0, 0},
   };
   for (const Case& c : cases) {
     CAPTURE(core::dtype_name(c.dtype));
@@ -409,12 +437,9 @@ TEST_CASE("compare: a hidden case's report carries no expected value") {
     const char* error_text;
   };
   const Case cases[] = {
-      {DType::kF32, 12.375, "12.375", "8.875"},
-      {DType::kF64, 12.375, "12.375", "8.875"},
-      {DType::kBF16, 12.375, "12.375", "8.875"},
-      {DType::kF16, 12.375, "12.375", "8.875"},
-      {DType::kFP8E4M3, 13.0, "13", "9.5"},
-      {DType::kI32, 987654, "987654", "987650"},
+      {DType::kF32, 12.375, "12.375", "8.875"},  {DType::kF64, 12.375, "12.375", "8.875"},
+      {DType::kBF16, 12.375, "12.375", "8.875"}, {DType::kF16, 12.375, "12.375", "8.875"},
+      {DType::kFP8E4M3, 13.0, "13", "9.5"},      {DType::kI32, 987654, "987654", "987650"},
   };
   for (const Case& c : cases) {
     CAPTURE(core::dtype_name(c.dtype));
@@ -446,9 +471,8 @@ TEST_CASE("compare: the summary is one sentence an agent can act on") {
   const auto reference = make_buffer(DType::kF32, expected);
   auto candidate = make_buffer(DType::kF32, got);
   sandbox::fill_poison(DType::kF32, candidate.data() + 30 * 4, 1, 0);
-  const CompareReport report = compare_outputs(
-      DType::kF32, candidate.data(), reference.data(), kCount, {1, 64}, {0.01, 0.01}, 0, true,
-      "out");
+  const CompareReport report = compare_outputs(DType::kF32, candidate.data(), reference.data(),
+                                               kCount, {1, 64}, {0.01, 0.01}, 0, true, "out");
   CHECK(report.summary ==
         "output 'out': 3 of 64 elements differ (atol 0.01 + rtol 0.01 * |ref|); first at "
         "[0, 17]: got 1.25, expected 0.984375; 1 unwritten");
@@ -515,9 +539,9 @@ TEST_CASE("compare: flat indices map to row-major coordinates") {
       {13, 24, {2, 3, 4}, {1, 0, 1}},
       {5, 6, {6}, {5}},
       {5, 6, {1, 6, 1}, {0, 5, 0}},
-      {5, 7, {6}, {}},       // shape disagrees with the count
-      {6, 6, {6}, {}},       // out of range
-      {0, 1, {}, {}},        // no shape
+      {5, 7, {6}, {}},  // shape disagrees with the count
+      {6, 6, {6}, {}},  // out of range
+      {0, 1, {}, {}},   // no shape
       {0, 0, {0, 4}, {}},
   };
   for (const Case& c : cases) {
@@ -582,16 +606,50 @@ TEST_CASE("compare: the elementwise checker gives the same verdict as compare_ou
   const auto candidate = make_buffer(DType::kBF16, values);
   const sandbox::ElementwiseChecker checker;
   const sandbox::OutputChecker& generic = checker;
-  const sandbox::CheckRequest request{
-      {"out", DType::kBF16, candidate.data(), kCount, kShape},
-      {"out", DType::kBF16, reference.data(), kCount, kShape},
-      {},
-      sandbox::default_tolerance(DType::kBF16),
-      0,
-      true};
+  const sandbox::CheckRequest request{{"out", DType::kBF16, candidate.data(), kCount, kShape},
+                                      {"out", DType::kBF16, reference.data(), kCount, kShape},
+                                      {},
+                                      sandbox::default_tolerance(DType::kBF16),
+                                      0,
+                                      true};
   const CompareReport via_checker = generic.check(request);
   const CompareReport direct = compare(DType::kBF16, candidate, reference, kShape);
   CHECK(via_checker.summary == direct.summary);
   CHECK(via_checker.pass == direct.pass);
   CHECK(*via_checker.first_mismatch == 60);
+}
+
+TEST_CASE("compare: mismatches and errors are found in every block of a large output") {
+  // The float loop accepts clean blocks of elements in one pass and re-walks the others; place
+  // failures at block edges, a matched infinity (an unclean block without failures) and a
+  // one-ulp difference in an otherwise clean block.
+  struct Case {
+    DType dtype;
+    double ulp_at_4;
+  };
+  const Case cases[] = {
+      {DType::kBF16, 0x1p-5}, {DType::kF16, 0x1p-8},  {DType::kF32, 0x1p-21},
+      {DType::kF64, 0x1p-50}, {DType::kFP8E4M3, 0.5}, {DType::kFP8E5M2, 1.0},
+  };
+  constexpr std::size_t kLarge = 5000;
+  for (const Case& c : cases) {
+    CAPTURE(core::dtype_name(c.dtype));
+    auto values = pattern(c.dtype, kLarge);
+    if (c.dtype != DType::kFP8E4M3) values[1500] = std::numeric_limits<double>::infinity();
+    values[3001] = 4.0;
+    const auto reference = make_buffer(c.dtype, values);
+    auto got = values;
+    got[3001] = 4.0 + c.ulp_at_4;
+    const CompareReport clean = compare(c.dtype, make_buffer(c.dtype, got), reference, {kLarge});
+    CHECK(clean.pass);
+    CHECK(clean.max_abs_error == c.ulp_at_4);
+    CHECK(clean.max_rel_error == c.ulp_at_4 / 4.0);
+    for (const std::size_t i : {0u, 511u, 512u, 4999u}) got[i] = far_from(c.dtype, values[i]);
+    const CompareReport report = compare(c.dtype, make_buffer(c.dtype, got), reference, {kLarge});
+    CHECK(report.mismatches == 4);
+    CHECK(*report.first_mismatch == 0);
+    CHECK(report.first_mismatch_coords == std::vector<std::int64_t>{0});
+    CHECK(report.nan_mismatches == 0);
+    CHECK(report.max_abs_error >= 8.0);
+  }
 }

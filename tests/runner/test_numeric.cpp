@@ -50,22 +50,34 @@ double decode_by_definition(std::uint32_t bits, const Format& format) {
   return negative ? -value : value;
 }
 
-const Format kBF16{"bf16", 8, 7, true,
+const Format kBF16{"bf16",
+                   8,
+                   7,
+                   true,
                    [](std::uint32_t b) {
                      return static_cast<double>(bf16_to_float(static_cast<std::uint16_t>(b)));
                    },
                    [](float f) { return static_cast<std::uint32_t>(float_to_bf16(f)); }};
-const Format kF16{"f16", 5, 10, true,
+const Format kF16{"f16",
+                  5,
+                  10,
+                  true,
                   [](std::uint32_t b) {
                     return static_cast<double>(f16_to_float(static_cast<std::uint16_t>(b)));
                   },
                   [](float f) { return static_cast<std::uint32_t>(float_to_f16(f)); }};
-const Format kE4M3{"fp8_e4m3", 4, 3, false,
+const Format kE4M3{"fp8_e4m3",
+                   4,
+                   3,
+                   false,
                    [](std::uint32_t b) {
                      return static_cast<double>(fp8_e4m3_to_float(static_cast<std::uint8_t>(b)));
                    },
                    [](float f) { return static_cast<std::uint32_t>(float_to_fp8_e4m3(f)); }};
-const Format kE5M2{"fp8_e5m2", 5, 2, true,
+const Format kE5M2{"fp8_e5m2",
+                   5,
+                   2,
+                   true,
                    [](std::uint32_t b) {
                      return static_cast<double>(fp8_e5m2_to_float(static_cast<std::uint8_t>(b)));
                    },
@@ -164,24 +176,24 @@ TEST_CASE("numeric: fp8 spot values match the format definitions") {
   const double inf = std::numeric_limits<double>::infinity();
   const Case cases[] = {
       {"e4m3", 0x00, 0.0},
-      {"e4m3", 0x01, 0x1p-9},           // smallest subnormal
-      {"e4m3", 0x07, 7 * 0x1p-9},       // largest subnormal
-      {"e4m3", 0x08, 0x1p-6},           // smallest normal
+      {"e4m3", 0x01, 0x1p-9},      // smallest subnormal
+      {"e4m3", 0x07, 7 * 0x1p-9},  // largest subnormal
+      {"e4m3", 0x08, 0x1p-6},      // smallest normal
       {"e4m3", 0x38, 1.0},
       {"e4m3", 0x39, 1.125},
       {"e4m3", 0x77, 240.0},
-      {"e4m3", 0x78, 256.0},            // exponent 1111 is finite in the fn variant
-      {"e4m3", 0x7E, 448.0},            // largest finite
-      {"e4m3", 0x7F, nan},              // the only NaN (and 0xFF)
+      {"e4m3", 0x78, 256.0},  // exponent 1111 is finite in the fn variant
+      {"e4m3", 0x7E, 448.0},  // largest finite
+      {"e4m3", 0x7F, nan},    // the only NaN (and 0xFF)
       {"e4m3", 0xFE, -448.0},
       {"e4m3", 0xFF, nan},
       {"e4m3", 0xB8, -1.0},
       {"e5m2", 0x00, 0.0},
-      {"e5m2", 0x01, 0x1p-16},          // smallest subnormal
-      {"e5m2", 0x04, 0x1p-14},          // smallest normal
+      {"e5m2", 0x01, 0x1p-16},  // smallest subnormal
+      {"e5m2", 0x04, 0x1p-14},  // smallest normal
       {"e5m2", 0x3C, 1.0},
       {"e5m2", 0x3D, 1.25},
-      {"e5m2", 0x7B, 57344.0},          // largest finite
+      {"e5m2", 0x7B, 57344.0},  // largest finite
       {"e5m2", 0x7C, inf},
       {"e5m2", 0x7D, nan},
       {"e5m2", 0x7E, nan},
@@ -212,15 +224,15 @@ TEST_CASE("numeric: encoding rounds to nearest with ties to even and saturates l
   const Case cases[] = {
       // bf16: 8-bit significand, ulp at 1 is 2^-7.
       {"bf16", 1.0f, 0x3F80},
-      {"bf16", 1.0f + 0x1p-8f, 0x3F80},           // tie -> even (down)
-      {"bf16", 1.0f + 3 * 0x1p-8f, 0x3F82},       // tie -> even (up)
+      {"bf16", 1.0f + 0x1p-8f, 0x3F80},             // tie -> even (down)
+      {"bf16", 1.0f + 3 * 0x1p-8f, 0x3F82},         // tie -> even (up)
       {"bf16", 1.0f + 0x1p-8f + 0x1p-20f, 0x3F81},  // just above the tie
       {"bf16", -1.0f - 0x1p-8f, 0xBF80},
-      {"bf16", big, 0x7F80},                      // rounds past the largest finite: inf
-      {"bf16", 0x1.FEp127f, 0x7F7F},              // largest finite bf16 itself
-      {"bf16", 0x1p-133f, 0x0001},                // smallest bf16 subnormal
-      {"bf16", 0x1p-134f, 0x0000},                // half of it: tie -> even (zero)
-      {"bf16", 3 * 0x1p-134f, 0x0002},            // 1.5 ulps: tie -> even (2)
+      {"bf16", big, 0x7F80},            // rounds past the largest finite: inf
+      {"bf16", 0x1.FEp127f, 0x7F7F},    // largest finite bf16 itself
+      {"bf16", 0x1p-133f, 0x0001},      // smallest bf16 subnormal
+      {"bf16", 0x1p-134f, 0x0000},      // half of it: tie -> even (zero)
+      {"bf16", 3 * 0x1p-134f, 0x0002},  // 1.5 ulps: tie -> even (2)
       {"bf16", -0.0f, 0x8000},
       {"bf16", inf, 0x7F80},
       {"bf16", -inf, 0xFF80},
@@ -230,11 +242,11 @@ TEST_CASE("numeric: encoding rounds to nearest with ties to even and saturates l
       {"f16", 1.0f + 3 * 0x1p-11f, 0x3C02},
       {"f16", 65504.0f, 0x7BFF},
       {"f16", 65519.0f, 0x7BFF},
-      {"f16", 65520.0f, 0x7C00},                  // tie between 65504 (odd) and 2^16: inf
+      {"f16", 65520.0f, 0x7C00},  // tie between 65504 (odd) and 2^16: inf
       {"f16", 1e6f, 0x7C00},
       {"f16", -1e6f, 0xFC00},
-      {"f16", 0x1p-24f, 0x0001},                  // smallest subnormal
-      {"f16", 0x1p-25f, 0x0000},                  // tie -> zero
+      {"f16", 0x1p-24f, 0x0001},  // smallest subnormal
+      {"f16", 0x1p-25f, 0x0000},  // tie -> zero
       {"f16", 0x1p-25f + 0x1p-40f, 0x0001},
       {"f16", 3 * 0x1p-25f, 0x0002},
       {"f16", 1023 * 0x1p-24f + 0x1p-25f, 0x0400},  // tie at the top of the subnormals: carry
@@ -244,30 +256,30 @@ TEST_CASE("numeric: encoding rounds to nearest with ties to even and saturates l
       {"f16", inf, 0x7C00},
       // e4m3 (fn, satfinite): largest 448, no infinities.
       {"e4m3", 1.0f, 0x38},
-      {"e4m3", 1.0625f, 0x38},                    // tie -> even
-      {"e4m3", 1.1875f, 0x3A},                    // tie -> even (up)
+      {"e4m3", 1.0625f, 0x38},  // tie -> even
+      {"e4m3", 1.1875f, 0x3A},  // tie -> even (up)
       {"e4m3", 448.0f, 0x7E},
-      {"e4m3", 464.0f, 0x7E},                     // tie between 448 and (NaN) 480: 448
-      {"e4m3", 470.0f, 0x7E},                     // saturates instead of rounding to NaN
+      {"e4m3", 464.0f, 0x7E},  // tie between 448 and (NaN) 480: 448
+      {"e4m3", 470.0f, 0x7E},  // saturates instead of rounding to NaN
       {"e4m3", 1e9f, 0x7E},
       {"e4m3", -1e9f, 0xFE},
       {"e4m3", inf, 0x7E},
       {"e4m3", -inf, 0xFE},
       {"e4m3", 0x1p-9f, 0x01},
-      {"e4m3", 0x1p-10f, 0x00},                   // tie -> zero
+      {"e4m3", 0x1p-10f, 0x00},  // tie -> zero
       {"e4m3", 0x1p-10f + 0x1p-20f, 0x01},
       {"e4m3", 3 * 0x1p-10f, 0x02},
-      {"e4m3", 7.5f * 0x1p-9f, 0x08},             // tie between 0x07 and 0x08: even, a normal
+      {"e4m3", 7.5f * 0x1p-9f, 0x08},  // tie between 0x07 and 0x08: even, a normal
       {"e4m3", -0.0f, 0x80},
       {"e4m3", 1e-30f, 0x00},
       {"e4m3", -1e-30f, 0x80},
       // e5m2 (satfinite): largest 57344.
       {"e5m2", 1.0f, 0x3C},
-      {"e5m2", 1.125f, 0x3C},                     // tie -> even
-      {"e5m2", 1.375f, 0x3E},                     // tie -> even (up)
+      {"e5m2", 1.125f, 0x3C},  // tie -> even
+      {"e5m2", 1.375f, 0x3E},  // tie -> even (up)
       {"e5m2", 57344.0f, 0x7B},
       {"e5m2", 61439.0f, 0x7B},
-      {"e5m2", 61440.0f, 0x7B},                   // tie would round to inf; saturates
+      {"e5m2", 61440.0f, 0x7B},  // tie would round to inf; saturates
       {"e5m2", 1e9f, 0x7B},
       {"e5m2", inf, 0x7B},
       {"e5m2", -inf, 0xFB},
@@ -313,9 +325,8 @@ TEST_CASE("numeric: encoding picks the nearest value with ties to even for a mil
     const std::uint32_t sign_bit = 1u << (format->exponent_bits + format->mantissa_bits);
     // Largest finite magnitude pattern: below the all-ones exponent (IEEE), or below the NaN.
     const std::uint32_t max_finite =
-        format->ieee_specials
-            ? ((((1u << format->exponent_bits) - 1) << format->mantissa_bits) - 1)
-            : sign_bit - 2;
+        format->ieee_specials ? ((((1u << format->exponent_bits) - 1) << format->mantissa_bits) - 1)
+                              : sign_bit - 2;
     const double max_value = decode_by_definition(max_finite, *format);
     const int bias = (1 << (format->exponent_bits - 1)) - 1;
     // Exponents from below half the smallest subnormal to past the largest finite.

@@ -63,9 +63,8 @@ TEST_CASE("timing: the median CI uses the binomial order-statistic ranks") {
     std::size_t n, low, high;
   };
   const Case cases[] = {
-      {0, 0, 0},       {1, 1, 1},       {2, 1, 2},         {5, 1, 5},
-      {6, 1, 6},       {7, 1, 7},       {10, 2, 9},        {20, 6, 15},
-      {50, 18, 33},    {100, 40, 61},   {1000, 469, 532},  {2000, 956, 1045},
+      {0, 0, 0},  {1, 1, 1},   {2, 1, 2},    {5, 1, 5},     {6, 1, 6},        {7, 1, 7},
+      {10, 2, 9}, {20, 6, 15}, {50, 18, 33}, {100, 40, 61}, {1000, 469, 532}, {2000, 956, 1045},
   };
   for (const Case& c : cases) {
     CAPTURE(c.n);
@@ -119,8 +118,7 @@ TEST_CASE("timing: the median CI narrows like 1/sqrt(n)") {
   CHECK(w100 / w400 == doctest::Approx(2.0).epsilon(0.2));
   CHECK(w400 / w1600 == doctest::Approx(2.0).epsilon(0.2));
   // For a normal distribution the half-width tends to 1.96 * sigma * sqrt(pi / 2) / sqrt(n).
-  CHECK(w1600 / 2 == doctest::Approx(1.96 * 50 * std::sqrt(std::acos(-1.0) / 2) / 40)
-                         .epsilon(0.1));
+  CHECK(w1600 / 2 == doctest::Approx(1.96 * 50 * std::sqrt(std::acos(-1.0) / 2) / 40).epsilon(0.1));
 }
 
 TEST_CASE("timing: outliers beyond 3 IQR are counted, not removed") {
@@ -198,8 +196,8 @@ TEST_CASE("timing: weighted geometric mean and its rejected inputs") {
   };
   const Case cases[] = {
       {{{2, 1}, {8, 1}}, 4.0},
-      {{{2, 10}, {8, 10}}, 4.0},                  // weights are normalized
-      {{{2, 3}, {8, 1}}, std::pow(2.0, 1.5)},     // (2^3 * 8)^(1/4)
+      {{{2, 10}, {8, 10}}, 4.0},               // weights are normalized
+      {{{2, 3}, {8, 1}}, std::pow(2.0, 1.5)},  // (2^3 * 8)^(1/4)
       {{{1.5, 0.2}}, 1.5},
       {{{0.5, 1}, {2, 1}}, 1.0},
       {{}, std::nullopt},
