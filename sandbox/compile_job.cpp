@@ -113,8 +113,8 @@ core::Result<CompileJob> job_from_wire(const Value& value) {
 Value output_to_wire(const CompileOutput& output) {
   Value value = output.to_value();
   value.erase("cubin_bytes");
-  value["cubin"] = Value::binary_t(std::vector<std::uint8_t>(output.cubin.begin(),
-                                                              output.cubin.end()));
+  value["cubin"] =
+      Value::binary_t(std::vector<std::uint8_t>(output.cubin.begin(), output.cubin.end()));
   return value;
 }
 
@@ -192,21 +192,46 @@ std::string compile_cache_key(const CompileJob& job, std::string_view toolchain)
 }
 
 std::optional<std::string> disallowed_extra_option(const std::vector<std::string>& options) {
-  static const char* const kExact[] = {
-      "-lineinfo", "--generate-line-info", "-use_fast_math", "--use_fast_math", "-w",
-      "--disable-warnings", "-restrict", "--restrict", "-extra-device-vectorization",
-      "--extra-device-vectorization", "-err-no", "-no-err-no"};
-  static const char* const kPrefixes[] = {
-      "-D", "--define-macro=", "-U", "--undefine-macro=", "-maxrregcount=",
-      "--maxrregcount=", "-ftz=", "--ftz=", "-prec-div=", "--prec-div=", "-prec-sqrt=",
-      "--prec-sqrt=", "-fmad=", "--fmad=", "-Ofast-compile=", "--Ofast-compile=",
-      "-diag-suppress=", "--diag-suppress=", "-diag-warn=", "--diag-warn=", "-diag-error=",
-      "--diag-error="};
+  static const char* const kExact[] = {"-lineinfo",
+                                       "--generate-line-info",
+                                       "-use_fast_math",
+                                       "--use_fast_math",
+                                       "-w",
+                                       "--disable-warnings",
+                                       "-restrict",
+                                       "--restrict",
+                                       "-extra-device-vectorization",
+                                       "--extra-device-vectorization",
+                                       "-err-no",
+                                       "-no-err-no"};
+  static const char* const kPrefixes[] = {"-D",
+                                          "--define-macro=",
+                                          "-U",
+                                          "--undefine-macro=",
+                                          "-maxrregcount=",
+                                          "--maxrregcount=",
+                                          "-ftz=",
+                                          "--ftz=",
+                                          "-prec-div=",
+                                          "--prec-div=",
+                                          "-prec-sqrt=",
+                                          "--prec-sqrt=",
+                                          "-fmad=",
+                                          "--fmad=",
+                                          "-Ofast-compile=",
+                                          "--Ofast-compile=",
+                                          "-diag-suppress=",
+                                          "--diag-suppress=",
+                                          "-diag-warn=",
+                                          "--diag-warn=",
+                                          "-diag-error=",
+                                          "--diag-error="};
   for (const auto& option : options) {
     bool allowed = false;
     for (const char* exact : kExact) allowed = allowed || option == exact;
     for (const char* prefix : kPrefixes) {
-      allowed = allowed || (option.rfind(prefix, 0) == 0 && option.size() > std::string_view(prefix).size());
+      allowed = allowed ||
+                (option.rfind(prefix, 0) == 0 && option.size() > std::string_view(prefix).size());
     }
     if (!allowed || option.find('\n') != std::string::npos) return option;
   }

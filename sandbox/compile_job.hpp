@@ -29,14 +29,14 @@ struct CompileJob {
 
 // Per-kernel figures from ptxas (`--ptxas-options=-v`) and the cubin's .nv.info attributes.
 struct KernelResources {
-  int registers = 0;            // per thread
-  int spill_store_bytes = 0;    // per thread
-  int spill_load_bytes = 0;     // per thread
-  int static_smem_bytes = 0;    // per block, static __shared__ only
-  int local_bytes = 0;          // per thread stack frame (local memory)
-  int constant_bytes = 0;       // cmem[0] kernel parameters + constants used
-  int max_threads = 0;          // per block: min(1024, register-file bound, __launch_bounds__)
-  int barriers = 0;             // named barriers used
+  int registers = 0;          // per thread
+  int spill_store_bytes = 0;  // per thread
+  int spill_load_bytes = 0;   // per thread
+  int static_smem_bytes = 0;  // per block, static __shared__ only
+  int local_bytes = 0;        // per thread stack frame (local memory)
+  int constant_bytes = 0;     // cmem[0] kernel parameters + constants used
+  int max_threads = 0;        // per block: min(1024, register-file bound, __launch_bounds__)
+  int barriers = 0;           // named barriers used
   core::Value to_value() const;
   static core::Result<KernelResources> from_value(const core::Value& value);
 };
@@ -44,11 +44,11 @@ struct KernelResources {
 struct CompileOutput {
   core::StepStatus status = core::StepStatus::kInfraError;  // kOk, kCompileError,
                                                             // kInvalidAction, kInfraError
-  std::string log;                                  // sanitized, capped, agent line numbers
-  std::string cubin;                                // ELF bytes; empty unless kOk
-  std::map<std::string, std::string> lowered_names;  // name expression -> mangled name
-  std::map<std::string, KernelResources> kernels;   // mangled entry name -> resources
-  double compile_ms = 0;                            // worker-side NVRTC time
+  std::string log;                                          // sanitized, capped, agent line numbers
+  std::string cubin;                                        // ELF bytes; empty unless kOk
+  std::map<std::string, std::string> lowered_names;         // name expression -> mangled name
+  std::map<std::string, KernelResources> kernels;           // mangled entry name -> resources
+  double compile_ms = 0;                                    // worker-side NVRTC time
   bool cache_hit = false;  // served from the cache or from an identical in-flight job
   // The observation's view: everything but the cubin (its size is reported instead).
   core::Value to_value() const;

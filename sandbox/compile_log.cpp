@@ -68,7 +68,8 @@ std::optional<int> number_before(std::string_view line, std::string_view label) 
   while (begin > 0 && line[begin - 1] >= '0' && line[begin - 1] <= '9') --begin;
   if (begin == end) return std::nullopt;
   long long value = 0;
-  for (std::size_t i = begin; i < end && value < (1ll << 40); ++i) value = value * 10 + (line[i] - '0');
+  for (std::size_t i = begin; i < end && value < (1ll << 40); ++i)
+    value = value * 10 + (line[i] - '0');
   return static_cast<int>(std::min<long long>(value, 1ll << 30));
 }
 
@@ -81,9 +82,9 @@ bool read_at(std::string_view bytes, std::uint64_t offset, T* out) {
 
 }  // namespace
 
-std::string sanitize_compile_log(std::string_view raw,
-                                 const std::vector<std::pair<std::string, std::string>>& replacements,
-                                 std::size_t max_bytes) {
+std::string sanitize_compile_log(
+    std::string_view raw, const std::vector<std::pair<std::string, std::string>>& replacements,
+    std::size_t max_bytes) {
   // Longest prefix first so a nested directory wins over its parent.
   auto ordered = replacements;
   std::sort(ordered.begin(), ordered.end(),
@@ -136,7 +137,7 @@ std::string sanitize_compile_log(std::string_view raw,
 
 std::map<std::string, KernelResources> parse_ptxas_info(std::string_view raw) {
   std::map<std::string, KernelResources> kernels;
-  std::string current;        // entry whose figures follow
+  std::string current;         // entry whose figures follow
   bool in_properties = false;  // inside "Function properties for <current>"
   std::size_t start = 0;
   while (start < raw.size()) {
@@ -191,7 +192,10 @@ void apply_cubin_attributes(std::string_view cubin,
   constexpr std::uint8_t kFormatSized = 0x04;
   constexpr std::uint8_t kAttrMaxThreads = 0x05;
   std::map<std::string, int> launch_bounds;
-  if (cubin.size() >= 64 && cubin.substr(0, 4) == std::string_view("\x7f" "ELF", 4) &&
+  if (cubin.size() >= 64 &&
+      cubin.substr(0, 4) == std::string_view("\x7f"
+                                             "ELF",
+                                             4) &&
       cubin[4] == 2 /* 64-bit */) {
     std::uint64_t section_offset = 0;
     std::uint16_t entry_size = 0, count = 0, names_index = 0;
@@ -236,7 +240,8 @@ void apply_cubin_attributes(std::string_view cubin,
             read_at(records, at + 8, &y);
             read_at(records, at + 12, &z);
             const std::uint64_t product = std::uint64_t{x} * y * z;
-            if (product > 0) launch_bounds[kernel] = static_cast<int>(std::min<std::uint64_t>(product, 1024));
+            if (product > 0)
+              launch_bounds[kernel] = static_cast<int>(std::min<std::uint64_t>(product, 1024));
           }
           at += 4 + value;
         }

@@ -20,9 +20,9 @@ inline constexpr std::size_t kDefaultMaxLogBytes = 16 * 1024;
 // prefix (host paths such as the CUDA include dir) to its short form, replaces invalid
 // UTF-8 with '?', and caps the result at max_bytes on a line boundary with a note saying how
 // much was cut. Thread-safe, never throws on any input.
-std::string sanitize_compile_log(std::string_view raw,
-                                 const std::vector<std::pair<std::string, std::string>>& replacements,
-                                 std::size_t max_bytes = kDefaultMaxLogBytes);
+std::string sanitize_compile_log(
+    std::string_view raw, const std::vector<std::pair<std::string, std::string>>& replacements,
+    std::size_t max_bytes = kDefaultMaxLogBytes);
 
 // Entry kernels named in ptxas `-v` output ("Compiling entry function '...'") with the figures
 // of their "Function properties" and "Used N registers" lines. max_threads is left 0.
@@ -31,7 +31,8 @@ std::map<std::string, KernelResources> parse_ptxas_info(std::string_view raw);
 // Completes `kernels` from the cubin: __launch_bounds__ (EIATTR_MAX_THREADS of each
 // .nv.info.<kernel> section), then max_threads = min(1024, launch bound, register-file bound
 // for 64 Ki registers per block). Bytes that are not a well-formed ELF64 are ignored.
-void apply_cubin_attributes(std::string_view cubin, std::map<std::string, KernelResources>* kernels);
+void apply_cubin_attributes(std::string_view cubin,
+                            std::map<std::string, KernelResources>* kernels);
 
 // Largest block size a kernel using `registers` per thread can launch with (64 Ki registers
 // per block, allocated per warp in units of 256).

@@ -115,7 +115,9 @@ class Slot {
   Slot(const Slot&) = delete;
   Slot& operator=(const Slot&) = delete;
 
-  void launch() { thread_ = std::thread([this] { run(); }); }
+  void launch() {
+    thread_ = std::thread([this] { run(); });
+  }
   void cancel() {
     if (cancel_pipe_[1] >= 0) {
       const char byte = 'x';
@@ -211,8 +213,11 @@ core::Status Slot::spawn_worker() {
   const auto& options = state_.options;
   SpawnOptions spawn;
   spawn.executable = options.worker_exe;
-  spawn.args = {"--arch", options.default_arch, "--max-log-bytes",
-                std::to_string(options.max_log_bytes), "--job-cpu-seconds",
+  spawn.args = {"--arch",
+                options.default_arch,
+                "--max-log-bytes",
+                std::to_string(options.max_log_bytes),
+                "--job-cpu-seconds",
                 std::to_string(2 * options.deadline.count() / 1000 + 5)};
   for (const auto& dir : options.include_dirs) {
     spawn.args.push_back("--include");
@@ -325,10 +330,9 @@ CompileOutput Slot::process(const QueuedJob& item, bool* cacheable) {
     ++state_.worker_restarts;
     if (end == RunEnd::kDeadline) {
       ++state_.timeouts;
-      return make_output(StepStatus::kCompileError,
-                         "compilation did not finish within the " +
-                             std::to_string(options.deadline.count()) +
-                             " ms deadline and was stopped\n");
+      return make_output(StepStatus::kCompileError, "compilation did not finish within the " +
+                                                        std::to_string(options.deadline.count()) +
+                                                        " ms deadline and was stopped\n");
     }
     ++state_.crashes;
     if (status.signal && *status.signal == SIGXCPU) {
@@ -363,9 +367,8 @@ CompilePool::~CompilePool() {
     left.swap(state_->queue);
   }
   for (const auto& item : left) {
-    state_->finish(item.key,
-                   make_output(StepStatus::kInfraError, "the compile pool is shutting down"),
-                   false);
+    state_->finish(
+        item.key, make_output(StepStatus::kInfraError, "the compile pool is shutting down"), false);
   }
 }
 
@@ -399,9 +402,8 @@ core::Result<std::unique_ptr<CompilePool>> CompilePool::start(CompilePoolOptions
   for (int i = 0; i < count; ++i) shared.slots.push_back(std::make_unique<Slot>(shared));
   for (auto& slot : shared.slots) slot->launch();
   std::unique_lock lock(shared.mutex);
-  const bool settled = shared.start_cv.wait_for(lock, start_timeout * 2, [&] {
-    return shared.slots_started + shared.slots_failed == count;
-  });
+  const bool settled = shared.start_cv.wait_for(
+      lock, start_timeout * 2, [&] { return shared.slots_started + shared.slots_failed == count; });
   if (!settled || shared.slots_failed > 0) {
     std::string why = settled ? shared.start_error : "compile workers did not start in time";
     lock.unlock();
@@ -415,10 +417,10 @@ std::future<CompileOutput> CompilePool::submit(CompileJob job) {
   ++state.jobs;
   if (job.arch.empty()) job.arch = state.options.default_arch;
   if (job.source.size() > state.options.max_source_bytes) {
-    return ready_future(make_output(
-        StepStatus::kInvalidAction,
-        "source is " + std::to_string(job.source.size()) + " bytes; the limit is " +
-            std::to_string(state.options.max_source_bytes) + " bytes"));
+    return ready_future(make_output(StepStatus::kInvalidAction,
+                                    "source is " + std::to_string(job.source.size()) +
+                                        " bytes; the limit is " +
+                                        std::to_string(state.options.max_source_bytes) + " bytes"));
   }
   if (auto offender = disallowed_extra_option(job.extra_options)) {
     return ready_future(

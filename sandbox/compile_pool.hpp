@@ -26,20 +26,20 @@ std::string default_compile_arch();
 
 struct CompilePoolOptions {
   std::filesystem::path worker_exe = default_worker_path();
-  int workers = 0;                                // 0: one per hardware thread
-  std::chrono::milliseconds deadline{20000};      // wall clock per compile
-  std::size_t memory_limit_bytes = 4ull << 30;    // RLIMIT_AS of each worker
-  std::filesystem::path cache_dir;                // empty: no disk cache
-  std::size_t memory_cache_entries = 1024;        // 0: no memory cache
-  bool isolate = true;                            // namespaces + pivot_root + seccomp
-  bool use_pch = true;                            // precompiled prelude, kept per worker
+  int workers = 0;                              // 0: one per hardware thread
+  std::chrono::milliseconds deadline{20000};    // wall clock per compile
+  std::size_t memory_limit_bytes = 4ull << 30;  // RLIMIT_AS of each worker
+  std::filesystem::path cache_dir;              // empty: no disk cache
+  std::size_t memory_cache_entries = 1024;      // 0: no memory cache
+  bool isolate = true;                          // namespaces + pivot_root + seccomp
+  bool use_pch = true;                          // precompiled prelude, kept per worker
   std::string default_arch = default_compile_arch();
   std::vector<std::filesystem::path> include_dirs = default_include_dirs();
-  int recycle_after_jobs = 500;                   // a worker is replaced after this many jobs
-  std::size_t max_source_bytes = 1u << 20;        // larger sources: kInvalidAction
-  std::size_t max_log_bytes = 16 * 1024;          // per compile log, after sanitizing
+  int recycle_after_jobs = 500;                     // a worker is replaced after this many jobs
+  std::size_t max_source_bytes = 1u << 20;          // larger sources: kInvalidAction
+  std::size_t max_log_bytes = 16 * 1024;            // per compile log, after sanitizing
   std::chrono::milliseconds start_timeout{120000};  // per worker start (warm-up + PCH)
-  bool allow_test_faults = false;                 // honour CompileJob::test_fault (tests only)
+  bool allow_test_faults = false;                   // honour CompileJob::test_fault (tests only)
 };
 
 // Thread-safe. Status of a CompileOutput:

@@ -83,8 +83,8 @@ class CompileWorker {
       if (dir != path) replacements_.emplace_back(dir + "/", shown + "/");
     }
     // Inside the jail /tmp is private to this worker; outside it, give each worker its own.
-    pch_dir_ = config_.isolate ? "/tmp/crucible-pch"
-                               : "/tmp/crucible-pch-" + std::to_string(::getpid());
+    pch_dir_ =
+        config_.isolate ? "/tmp/crucible-pch" : "/tmp/crucible-pch-" + std::to_string(::getpid());
     replacements_.emplace_back(pch_dir_ + "/", "");
   }
 
@@ -103,9 +103,9 @@ class CompileWorker {
     const char* options[] = {arch.c_str()};
     nvrtcResult result = nvrtcCompileProgram(program.get(), 1, options);
     if (result != NVRTC_SUCCESS) {
-      return core::Status(core::ErrorCode::kInternal,
-                          std::string("warm-up compile failed: ") + nvrtcGetErrorString(result) +
-                              "\n" + program_log(program.get()));
+      return core::Status(core::ErrorCode::kInternal, std::string("warm-up compile failed: ") +
+                                                          nvrtcGetErrorString(result) + "\n" +
+                                                          program_log(program.get()));
     }
     return {};
   }
@@ -123,8 +123,8 @@ class CompileWorker {
       const char* source = "\n";
       const char* header_sources[] = {compile_prelude().c_str()};
       const char* header_names[] = {kPreludeName};
-      if (nvrtcCreateProgram(program.out(), source, kSourceName, 1, header_sources,
-                             header_names) != NVRTC_SUCCESS) {
+      if (nvrtcCreateProgram(program.out(), source, kSourceName, 1, header_sources, header_names) !=
+          NVRTC_SUCCESS) {
         break;
       }
       auto options = base_options(arch);
@@ -184,10 +184,9 @@ class CompileWorker {
   }
 
   std::vector<std::string> base_options(const std::string& arch) const {
-    std::vector<std::string> options = {"-arch=" + arch, "-std=c++17",
-                                        std::string("--pre-include=") + kPreludeName,
-                                        "--no-source-include", "--ptxas-options=-v",
-                                        "--pch-messages=false"};
+    std::vector<std::string> options = {
+        "-arch=" + arch,       "-std=c++17",         std::string("--pre-include=") + kPreludeName,
+        "--no-source-include", "--ptxas-options=-v", "--pch-messages=false"};
     for (const auto& dir : includes_) options.push_back("-I" + dir);
     return options;
   }

@@ -125,15 +125,14 @@ core::Result<core::Value> read_frame(int fd, const core::DecodeLimits& limits,
                                      std::optional<std::chrono::steady_clock::time_point> deadline,
                                      int cancel_fd) {
   unsigned char header[4];
-  if (auto got = read_exact(fd, reinterpret_cast<char*>(header), sizeof header, deadline,
-                            cancel_fd);
+  if (auto got =
+          read_exact(fd, reinterpret_cast<char*>(header), sizeof header, deadline, cancel_fd);
       !got) {
     return got.error();
   }
-  const std::uint32_t size = static_cast<std::uint32_t>(header[0]) |
-                             (static_cast<std::uint32_t>(header[1]) << 8) |
-                             (static_cast<std::uint32_t>(header[2]) << 16) |
-                             (static_cast<std::uint32_t>(header[3]) << 24);
+  const std::uint32_t size =
+      static_cast<std::uint32_t>(header[0]) | (static_cast<std::uint32_t>(header[1]) << 8) |
+      (static_cast<std::uint32_t>(header[2]) << 16) | (static_cast<std::uint32_t>(header[3]) << 24);
   if (size > limits.max_bytes || size > kMaxFrameBytes) {
     return core::Error{ErrorCode::kTooLarge, "frame of " + std::to_string(size) + " bytes"};
   }

@@ -189,8 +189,8 @@ core::Result<ChildProcess> ChildProcess::spawn(const SpawnOptions& options) {
     ::waitpid(pid, &ignored_status, 0);
     close_all();
     return core::Result<ChildProcess>(
-        ErrorCode::kIo, "cannot start " + options.executable.string() + ": " +
-                            std::strerror(exec_error));
+        ErrorCode::kIo,
+        "cannot start " + options.executable.string() + ": " + std::strerror(exec_error));
   }
 
   ChildProcess child;

@@ -28,12 +28,12 @@ struct ResourceLimits {
 };
 
 struct SpawnOptions {
-  std::filesystem::path executable;   // absolute path; not searched in PATH
-  std::vector<std::string> args;      // argv[1..]; argv[0] is the executable's file name
-  std::vector<std::string> env;       // the child's whole environment ("K=V"); empty = none
-  bool pipe_stdin = true;             // false: /dev/null
-  bool pipe_stdout = true;            // false: /dev/null
-  bool pipe_stderr = true;            // false: inherit the parent's stderr
+  std::filesystem::path executable;  // absolute path; not searched in PATH
+  std::vector<std::string> args;     // argv[1..]; argv[0] is the executable's file name
+  std::vector<std::string> env;      // the child's whole environment ("K=V"); empty = none
+  bool pipe_stdin = true;            // false: /dev/null
+  bool pipe_stdout = true;           // false: /dev/null
+  bool pipe_stderr = true;           // false: inherit the parent's stderr
   ResourceLimits limits;
   // The child gets SIGKILL when the thread that spawned it exits (Linux PR_SET_PDEATHSIG
   // follows the spawning thread): spawn from a thread that outlives the child.

@@ -73,7 +73,9 @@ Value summary(std::vector<double> samples) {
     std::size_t index = static_cast<std::size_t>(q * static_cast<double>(samples.size() - 1) + 0.5);
     return samples[std::min(index, samples.size() - 1)];
   };
-  return Value{{"count", samples.size()}, {"p50_ms", at(0.5)}, {"p95_ms", at(0.95)},
+  return Value{{"count", samples.size()},
+               {"p50_ms", at(0.5)},
+               {"p95_ms", at(0.95)},
                {"min_ms", samples.empty() ? 0.0 : samples.front()},
                {"max_ms", samples.empty() ? 0.0 : samples.back()}};
 }
@@ -119,14 +121,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (flag == "--workers") workers = std::atoi(next().c_str());
-    else if (flag == "--iterations") iterations = std::atoi(next().c_str());
-    else if (flag == "--json") json_path = next();
-    else if (flag == "--worker") base.worker_exe = next();
-    else if (flag == "--no-isolate") base.isolate = false;
+    if (flag == "--workers")
+      workers = std::atoi(next().c_str());
+    else if (flag == "--iterations")
+      iterations = std::atoi(next().c_str());
+    else if (flag == "--json")
+      json_path = next();
+    else if (flag == "--worker")
+      base.worker_exe = next();
+    else if (flag == "--no-isolate")
+      base.isolate = false;
     else {
-      std::fprintf(stderr, "usage: bench_compile [--workers N] [--iterations N] [--json FILE] "
-                           "[--worker PATH] [--no-isolate]\n");
+      std::fprintf(stderr,
+                   "usage: bench_compile [--workers N] [--iterations N] [--json FILE] "
+                   "[--worker PATH] [--no-isolate]\n");
       return 2;
     }
   }
@@ -154,7 +162,8 @@ int main(int argc, char** argv) {
 
   report["warm_pch"] = warm_latency(base, iterations);
   std::printf("warm (reused worker, PCH): p50 %.1f ms, p95 %.1f ms  (NVRTC alone p50 %.1f ms)\n",
-              report["warm_pch"]["p50_ms"].get<double>(), report["warm_pch"]["p95_ms"].get<double>(),
+              report["warm_pch"]["p50_ms"].get<double>(),
+              report["warm_pch"]["p95_ms"].get<double>(),
               report["warm_pch"]["nvrtc"]["p50_ms"].get<double>());
   {
     auto options = base;
@@ -180,7 +189,8 @@ int main(int argc, char** argv) {
       if (!out.cache_hit) std::fprintf(stderr, "bench_compile: expected a cache hit\n");
     }
     report["cache_hit"] = summary(hits);
-    std::printf("cache hit: p50 %.3f ms, p95 %.3f ms\n", report["cache_hit"]["p50_ms"].get<double>(),
+    std::printf("cache hit: p50 %.3f ms, p95 %.3f ms\n",
+                report["cache_hit"]["p50_ms"].get<double>(),
                 report["cache_hit"]["p95_ms"].get<double>());
 
     const int jobs = std::max(workers * 8, iterations);
@@ -189,7 +199,9 @@ int main(int argc, char** argv) {
     for (int i = 0; i < jobs; ++i) futures.push_back(pool->submit(fresh_job()));
     for (auto& future : futures) future.get();
     const double seconds = ms_since(start) / 1000.0;
-    report["throughput"] = Value{{"workers", workers}, {"jobs", jobs}, {"seconds", seconds},
+    report["throughput"] = Value{{"workers", workers},
+                                 {"jobs", jobs},
+                                 {"seconds", seconds},
                                  {"compiles_per_second", jobs / seconds}};
     std::printf("throughput: %d jobs on %d workers in %.2f s = %.1f compiles/s\n", jobs, workers,
                 seconds, jobs / seconds);

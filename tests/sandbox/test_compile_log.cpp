@@ -19,9 +19,9 @@ TEST_CASE("compile log: host paths are rewritten, ptxas and PCH lines dropped") 
       "ptxas info    : Used 28 registers, used 1 barriers, 128 bytes smem\n"
       "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
       "ptxas warning : Registers are spilled\n";
-  const std::string log = sanitize_compile_log(
-      raw, {{"/usr/local/cuda-13.0/include/", "<cuda>/"},
-            {"/usr/local/cuda-13.0/include/cccl/", "<cccl>/"}});
+  const std::string log =
+      sanitize_compile_log(raw, {{"/usr/local/cuda-13.0/include/", "<cuda>/"},
+                                 {"/usr/local/cuda-13.0/include/cccl/", "<cccl>/"}});
   CHECK(log ==
         "<cccl>/cuda/std/detail/x.h(12): error: bad\n"
         "<cuda>/cuda_bf16.hpp(3): note: here\n"
@@ -112,7 +112,8 @@ TEST_CASE("cache key: every input changes the key") {
 }
 
 TEST_CASE("extra options: only code-generation and macro flags are allowed") {
-  CHECK_FALSE(disallowed_extra_option({"-lineinfo", "-DTILE=128", "--use_fast_math", "-maxrregcount=64"}));
+  CHECK_FALSE(
+      disallowed_extra_option({"-lineinfo", "-DTILE=128", "--use_fast_math", "-maxrregcount=64"}));
   CHECK(disallowed_extra_option({"-I/etc"}) == "-I/etc");
   CHECK(disallowed_extra_option({"--include-path=/"}));
   CHECK(disallowed_extra_option({"--pre-include=/etc/passwd"}));
@@ -139,7 +140,10 @@ TEST_CASE("worker wire format: jobs and outputs round-trip") {
   CompileOutput out;
   out.status = StepStatus::kOk;
   out.log = "warning";
-  out.cubin = std::string("\x7f" "ELF\0\1\2", 7);
+  out.cubin = std::string(
+      "\x7f"
+      "ELF\0\1\2",
+      7);
   out.lowered_names = {{"k<1>", "_Z1kILi1EEvv"}};
   out.kernels["_Z1kILi1EEvv"].registers = 30;
   out.compile_ms = 12.5;

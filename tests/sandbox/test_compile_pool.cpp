@@ -63,7 +63,9 @@ CompilePool& strict_pool() {
   return *pool;
 }
 
-CompileOutput compile(CompilePool& pool, CompileJob job) { return pool.submit(std::move(job)).get(); }
+CompileOutput compile(CompilePool& pool, CompileJob job) {
+  return pool.submit(std::move(job)).get();
+}
 
 CompileJob job_of(std::string source, std::vector<std::string> names = {}) {
   CompileJob job;
@@ -72,12 +74,15 @@ CompileJob job_of(std::string source, std::vector<std::string> names = {}) {
   return job;
 }
 
-std::int64_t stat(CompilePool& pool, const char* name) { return pool.stats()[name].get<std::int64_t>(); }
+std::int64_t stat(CompilePool& pool, const char* name) {
+  return pool.stats()[name].get<std::int64_t>();
+}
 
 std::string unique_kernel(int tag) {
-  return "__global__ void k" + std::to_string(tag) + "(float* out, const __nv_bfloat16* in) {\n"
-         "  out[threadIdx.x] = __bfloat162float(in[threadIdx.x]) * " + std::to_string(tag) +
-         ".0f;\n}\n";
+  return "__global__ void k" + std::to_string(tag) +
+         "(float* out, const __nv_bfloat16* in) {\n"
+         "  out[threadIdx.x] = __bfloat162float(in[threadIdx.x]) * " +
+         std::to_string(tag) + ".0f;\n}\n";
 }
 
 }  // namespace
@@ -86,7 +91,9 @@ TEST_CASE("compile pool: a bf16 rms_norm kernel compiles with its resources and 
   auto out = compile(main_pool(), job_of(corpus("ok_rms_norm_bf16.cu"), {"rms_norm_kernel<256>"}));
   INFO(out.log);
   REQUIRE(out.status == StepStatus::kOk);
-  CHECK(out.cubin.substr(0, 4) == "\x7f" "ELF");
+  CHECK(out.cubin.substr(0, 4) ==
+        "\x7f"
+        "ELF");
   REQUIRE(out.lowered_names.count("rms_norm_kernel<256>") == 1);
   const std::string mangled = out.lowered_names.at("rms_norm_kernel<256>");
   CHECK(mangled.rfind("_Z", 0) == 0);
@@ -213,7 +220,8 @@ TEST_CASE("compile pool: a non-terminating constant expression is a compile erro
 
 TEST_CASE("compile pool: a source over the size cap is an invalid action, never compiled") {
   std::string huge = "// huge source\n";
-  while (huge.size() < (1u << 20) + 1024) huge += "__device__ int filler_" + std::to_string(huge.size()) + " = 1;\n";
+  while (huge.size() < (1u << 20) + 1024)
+    huge += "__device__ int filler_" + std::to_string(huge.size()) + " = 1;\n";
   const auto compiled = stat(main_pool(), "compiled");
   auto out = compile(main_pool(), job_of(huge));
   CHECK(out.status == StepStatus::kInvalidAction);
@@ -221,7 +229,9 @@ TEST_CASE("compile pool: a source over the size cap is an invalid action, never 
   CHECK(stat(main_pool(), "compiled") == compiled);
 }
 
-TEST_CASE("compile pool: a worker that crashes is replaced; a source that crashes it twice is a compile error") {
+TEST_CASE(
+    "compile pool: a worker that crashes is replaced; a source that crashes it twice is a compile "
+    "error") {
   CompilePool& pool = main_pool();
   const auto crashes = stat(pool, "crashes");
   CompileJob job = job_of(unique_kernel(3));
@@ -236,7 +246,9 @@ TEST_CASE("compile pool: a worker that crashes is replaced; a source that crashe
   CHECK(next.status == StepStatus::kOk);
 }
 
-TEST_CASE("compile pool: a worker killed from outside costs the job nothing (retried on a fresh worker)") {
+TEST_CASE(
+    "compile pool: a worker killed from outside costs the job nothing (retried on a fresh "
+    "worker)") {
   CompilePool& pool = main_pool();
   // Workers lost by earlier tests are replaced in the background: wait for both.
   auto pids = pool.stats()["worker_pids"];
