@@ -325,7 +325,15 @@ void Server::Impl::run() {
 
 void Server::Impl::handle_request(Route route, const std::string& payload) {
   if (payload.size() > options_.limits.max_frame_bytes) {
-    send_error(route, nullptr, ErrorCode::kTooLarge,
+    // The frame is already in memory (ZeroMQ capped it at 4x the limit): decode it once more,
+    // leniently, only to address the reply to its id.
+    core::DecodeLimits lenient = options_.limits.decode_limits();
+    lenient.max_bytes = payload.size();
+    lenient.max_str_bytes = static_cast<std::uint32_t>(payload.size());
+    lenient.max_bin_bytes = static_cast<std::uint32_t>(payload.size());
+    const auto oversized = core::decode_msgpack(payload, lenient);
+    const Value id = oversized ? core::recover_id(*oversized, options_.limits) : Value(nullptr);
+    send_error(route, id, ErrorCode::kTooLarge,
                "frame of " + std::to_string(payload.size()) + " bytes exceeds the limit of " +
                    std::to_string(options_.limits.max_frame_bytes));
     return;

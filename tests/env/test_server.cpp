@@ -109,7 +109,13 @@ TEST_CASE("server: hello, tasks, task and stats describe the server truthfully")
   const auto task = client.task("llm/rms_norm");
   REQUIRE(task.ok());
   CHECK((*task)["task"]["id"] == "llm/rms_norm");
-  CHECK(core::to_json_text((*task)["task"]).find("hidden") == std::string::npos);
+  const std::string view = core::to_json_text((*task)["task"]);
+  const auto* full = testing::shared_registry().find("llm/rms_norm");
+  REQUIRE(full != nullptr);
+  REQUIRE_FALSE(full->hidden_cases().empty());
+  for (const auto* hidden : full->hidden_cases()) {
+    CHECK_MESSAGE(view.find("\"" + hidden->name + "\"") == std::string::npos, hidden->name);
+  }
 
   const auto stats = client.stats();
   REQUIRE(stats.ok());
@@ -215,6 +221,7 @@ TEST_CASE("server: every client-reachable error code comes back with a clear mes
   raw.send(core::encode_msgpack(Value{{"v", 1}, {"id", 1}, {"op", "hello"}, {"pad", std::string(2 << 20, 'p')}}));
   reply = raw.receive();
   CHECK(reply["error"]["code"] == "too_large");
+  CHECK(reply["id"] == 1);
   raw.socket.send(zmq::str_buffer("part one"), zmq::send_flags::sndmore);
   raw.socket.send(zmq::str_buffer("part two"), zmq::send_flags::none);
   reply = raw.receive();
@@ -342,7 +349,9 @@ TEST_CASE("server: a client that disconnects mid-request does not disturb the ot
   {
     auto leaver = connect(server);
     leaver.submit(Op::kScore, Value{{"task", "llm/rms_norm"}, {"source", kKernel}});
-    // Leaving scope closes the socket with linger 0 while the score is still running.
+    // Give the request time to leave (linger 0 would discard it), then leave while the score
+    // is still running: the socket closes with the reply undelivered.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   auto stayer = connect(server);
   const auto score = stayer.score("llm/rms_norm", kKernel);
@@ -407,4 +416,53 @@ TEST_CASE("server: a non-loopback bind is refused without --allow-remote") {
   auto server = env::Server::create(options, testing::shared_registry(), testing::no_gpu_pipeline());
   REQUIRE_FALSE(server.ok());
   CHECK(server.error().message.find("--allow-remote") != std::string::npos);
+}
+
+TEST_CASE("server: a step compiles for real, then stops truthfully at the missing GPU") {
+  RunningServer server({}, testing::no_gpu_pipeline(/*compile=*/true));
+  auto client = connect(server, 120000);
+  const auto hello = client.hello();
+  REQUIRE(hello.ok());
+  CHECK((*hello)["stages"]["compile"] == true);
+
+  const std::string good = R"(#include <cuda_bf16.h>
+// @launch scale<<<num_tokens, 256>>>(out, input, hidden_size)
+extern "C" __global__ void scale(__nv_bfloat16* out, const __nv_bfloat16* input, int hidden_size) {
+  const size_t row = blockIdx.x * static_cast<size_t>(hidden_size);
+  for (int i = threadIdx.x; i < hidden_size; i += blockDim.x) out[row + i] = input[row + i];
+}
+)";
+  const auto compiled = client.score("llm/rms_norm", good);
+  REQUIRE(compiled.ok());
+  const auto& result = (*compiled)["result"];
+  CHECK(result["status"] == "infra_error");
+  CHECK(result["message"] == "no CUDA device on this server");
+  CHECK(result["reward"]["infra"] == true);
+  REQUIRE(result["compile"].is_object());
+  CHECK(result["stages"].contains("compile"));
+  CHECK(result["compile"].dump().find("scale") != std::string::npos);
+
+  // Line 4 of the agent's file holds the error, whatever the server prepends.
+  const std::string bad = R"(#include <cuda_bf16.h>
+// @launch scale<<<num_tokens, 256>>>(out, input, hidden_size)
+extern "C" __global__ void scale(__nv_bfloat16* out, const __nv_bfloat16* input, int hidden_size) {
+  out[0] = undeclared_name;
+}
+)";
+  const auto failed = client.score("llm/rms_norm", bad);
+  REQUIRE(failed.ok());
+  CHECK((*failed)["result"]["status"] == "compile_error");
+  CHECK((*failed)["reward"] == -1.0);
+  const std::string message = (*failed)["result"]["message"];
+  CHECK_MESSAGE(message.find("(4)") != std::string::npos, message);
+  CHECK(message.find("undeclared_name") != std::string::npos);
+
+  // A plan that names a kernel the source does not define is refused before compiling... or,
+  // for a name the directive parser cannot see, when the compiled module lacks it.
+  const auto unknown = client.score("llm/rms_norm",
+                                    "// @launch nothere<<<1, 32>>>(out)\n"
+                                    "extern \"C\" __global__ void other(float* out) {}\n");
+  REQUIRE(unknown.ok());
+  CHECK((*unknown)["result"]["status"] != "ok");
+  CHECK((*unknown)["result"]["status"] != "infra_error");
 }
