@@ -167,9 +167,7 @@ const std::string& compile_prelude() {
       "#include <cuda_fp16.h>\n"
       "#include <cuda_bf16.h>\n"
       "#include <cuda_fp8.h>\n"
-      "#include <cuda/std/cstdint>\n"
-      "#include <cuda/std/limits>\n"
-      "#include <cuda/std/type_traits>\n";
+      "#include <cuda/std/cstdint>\n";
   return kPrelude;
 }
 

@@ -324,24 +324,32 @@ int run(int argc, char** argv) {
   const pid_t parent = getppid();
   const auto started = std::chrono::steady_clock::now();
   CompileWorker worker(config);
-  if (auto warmed = worker.warm_up(); !warmed) fatal(warmed.error().message);
-  const double warm_up_ms = elapsed_ms(started);
-
+  JailOptions jail;
+  for (const auto& dir : worker.includes()) jail.readonly_dirs.emplace_back(dir);
   Value isolation = Value::object();
   isolation["enabled"] = config.isolate;
+  JailReport report;
   if (config.isolate) {
-    JailOptions jail;
-    for (const auto& dir : worker.includes()) jail.readonly_dirs.emplace_back(dir);
-    auto report = enter_jail(jail);
-    if (!report) fatal("cannot enter the jail: " + report.error().message);
+    // Namespaces first: the kernel refuses a new user namespace to a multi-threaded process,
+    // and the warm-up below may leave NVRTC (or a library it loads) with threads.
+    auto entered = enter_namespaces(jail);
+    if (!entered) fatal("cannot enter the namespaces: " + entered.error().message);
+    report = *entered;
+  }
+  if (auto warmed = worker.warm_up(); !warmed) fatal(warmed.error().message);
+  const double warm_up_ms = elapsed_ms(started);
+  if (config.isolate) {
+    if (auto rooted = enter_jail_root(jail, &report); !rooted) {
+      fatal("cannot enter the jail: " + rooted.error().message);
+    }
     // Changing credentials cleared the parent-death signal; set it again.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) std::_Exit(3);
     if (auto filtered = install_syscall_filter(); !filtered) {
       fatal("cannot install the seccomp filter: " + filtered.error().message);
     }
-    isolation["outside_uid"] = report->outside_uid;
-    isolation["mounts"] = report->mounts;
+    isolation["outside_uid"] = report.outside_uid;
+    isolation["mounts"] = report.mounts;
     isolation["namespaces"] = Value::array({"user", "mount", "net", "ipc", "uts"});
     isolation["seccomp"] = true;
   }

@@ -66,25 +66,8 @@ unsigned long locked_flags(const std::string& path) {
 
 }  // namespace
 
-core::Result<JailReport> enter_jail(const JailOptions& options) {
+core::Result<JailReport> enter_namespaces(const JailOptions& options) {
   JailReport report;
-  // Canonical paths, parents before children, nested ones dropped.
-  std::vector<std::string> dirs;
-  for (const auto& dir : options.readonly_dirs) {
-    std::error_code error;
-    auto canonical = std::filesystem::canonical(dir, error);
-    if (error || !std::filesystem::is_directory(canonical)) continue;
-    dirs.push_back(canonical.string());
-  }
-  std::sort(dirs.begin(), dirs.end());
-  std::vector<std::string> roots;
-  for (const auto& dir : dirs) {
-    bool nested = std::any_of(roots.begin(), roots.end(), [&](const std::string& root) {
-      return dir == root || dir.rfind(root + "/", 0) == 0;
-    });
-    if (!nested) roots.push_back(dir);
-  }
-
   uid_t uid = ::geteuid();
   gid_t gid = ::getegid();
   if (uid == 0) {
@@ -108,9 +91,29 @@ core::Result<JailReport> enter_jail(const JailOptions& options) {
     return failure("write gid_map");
   }
   report.outside_uid = uid;
-
+  // Nothing mounted from here on may propagate back to the host.
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     return failure("make mounts private");
+  }
+  return report;
+}
+
+core::Status enter_jail_root(const JailOptions& options, JailReport* report) {
+  // Canonical paths, parents before children, nested ones dropped.
+  std::vector<std::string> dirs;
+  for (const auto& dir : options.readonly_dirs) {
+    std::error_code error;
+    auto canonical = std::filesystem::canonical(dir, error);
+    if (error || !std::filesystem::is_directory(canonical)) continue;
+    dirs.push_back(canonical.string());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  std::vector<std::string> roots;
+  for (const auto& dir : dirs) {
+    bool nested = std::any_of(roots.begin(), roots.end(), [&](const std::string& root) {
+      return dir == root || dir.rfind(root + "/", 0) == 0;
+    });
+    if (!nested) roots.push_back(dir);
   }
   // Build the new root on a tmpfs mounted over /tmp (visible only in this namespace).
   const std::string root = "/tmp";
@@ -128,7 +131,7 @@ core::Result<JailReport> enter_jail(const JailOptions& options) {
     if (::mount(nullptr, target.c_str(), nullptr, flags, nullptr) != 0) {
       return failure("remount read-only " + dir);
     }
-    report.mounts.push_back(dir + " (ro)");
+    report->mounts.push_back(dir + " (ro)");
   }
   if (!make_dirs(root + "/tmp") || !make_dirs(root + "/.old_root")) return failure("mkdir");
   if (::syscall(SYS_pivot_root, root.c_str(), (root + "/.old_root").c_str()) != 0) {
@@ -142,13 +145,20 @@ core::Result<JailReport> enter_jail(const JailOptions& options) {
       0) {
     return failure("mount /tmp");
   }
-  report.mounts.push_back("/tmp (tmpfs, " + std::to_string(options.tmp_bytes >> 20) + " MiB)");
+  report->mounts.push_back("/tmp (tmpfs, " + std::to_string(options.tmp_bytes >> 20) + " MiB)");
   if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
               nullptr) != 0) {
     return failure("remount / read-only");
   }
   // No ptrace attach or /proc access from other processes of the same outside uid.
   ::prctl(PR_SET_DUMPABLE, 0);
+  return {};
+}
+
+core::Result<JailReport> enter_jail(const JailOptions& options) {
+  auto report = enter_namespaces(options);
+  if (!report) return report;
+  if (auto rooted = enter_jail_root(options, &*report); !rooted) return rooted.error();
   return report;
 }
 
@@ -231,6 +241,11 @@ core::Status install_syscall_filter() {
     if (int rc = ::seccomp_rule_add(filter, SCMP_ACT_ERRNO(ENOSYS), clone3, 0); rc != 0) {
       return fail("seccomp rule clone3", rc);
     }
+  }
+  // Every thread of the process gets the filter (NVRTC or the libraries it loads may have
+  // started threads by now).
+  if (int rc = ::seccomp_attr_set(filter, SCMP_FLTATR_CTL_TSYNC, 1); rc != 0) {
+    return fail("seccomp thread sync", rc);
   }
   if (int rc = ::seccomp_load(filter); rc != 0) return fail("seccomp_load", rc);
   ::seccomp_release(filter);

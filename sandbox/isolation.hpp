@@ -28,18 +28,27 @@ struct JailReport {
   std::vector<std::string> mounts;
 };
 
-// Moves the calling process (it must be single-threaded) into a new user, mount, network,
-// IPC and UTS namespace whose root is a read-only tmpfs holding only `readonly_dirs` and a
-// small writable /tmp. Works as root and unprivileged (needs unprivileged user namespaces
-// then). Everything the process needs from the host (shared libraries, dlopen'ed plugins)
-// must be loaded before this call. On failure the process is in an unspecified state and
-// should exit. Errors: kInternal with the failing step and errno text.
+// Step 1, while the process is still single-threaded (the kernel refuses CLONE_NEWUSER
+// otherwise): when root, drop to `unprivileged_id`; then enter new user, mount, network, IPC
+// and UTS namespaces, map the outside uid/gid to root inside, and make every mount private.
+// The host file system is still visible afterwards, so libraries can still be loaded (and
+// NVRTC warmed up, which may start threads). Works as root and unprivileged (then it needs
+// unprivileged user namespaces). Errors: kInternal with the failing step and errno text.
+core::Result<JailReport> enter_namespaces(const JailOptions& options);
+
+// Step 2: pivot_root into a read-only tmpfs holding only `readonly_dirs` (read-only binds) and
+// a small private writable /tmp; the host tree is detached. Everything the process needs from
+// the host must be loaded before this call. Thread-safe with respect to the process's other
+// threads (they share its root). On failure the process should exit.
+core::Status enter_jail_root(const JailOptions& options, JailReport* report);
+
+// Both steps at once, for processes that need nothing loaded in between.
 core::Result<JailReport> enter_jail(const JailOptions& options);
 
 // Installs a seccomp filter that refuses (EPERM) system calls a compiler has no use for:
 // sockets, exec, process creation (clone without CLONE_THREAD, fork, vfork), ptrace and
 // cross-process memory access, mounts and namespaces, kernel keyring, bpf, perf, io_uring,
-// module loading. Sets no_new_privs. clone3 answers ENOSYS so libc falls back to clone,
+// module loading. Sets no_new_privs and applies to every thread. clone3 answers ENOSYS so libc falls back to clone,
 // whose flags a filter can inspect. Errors: kInternal.
 core::Status install_syscall_filter();
 

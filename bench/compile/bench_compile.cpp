@@ -1,6 +1,6 @@
 // bench_compile: prints compile latency percentiles and pool throughput for a bf16 rms_norm
 // kernel, and writes them as JSON.
-//   bench_compile [--workers N] [--iterations N] [--json FILE] [--worker PATH] [--no-isolate]
+//   crucible-bench-compile [--workers N] [--iterations N] [--json FILE] [--worker PATH] [--no-isolate]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
       base.isolate = false;
     else {
       std::fprintf(stderr,
-                   "usage: bench_compile [--workers N] [--iterations N] [--json FILE] "
+                   "usage: crucible-bench-compile [--workers N] [--iterations N] [--json FILE] "
                    "[--worker PATH] [--no-isolate]\n");
       return 2;
     }
