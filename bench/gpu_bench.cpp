@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the figures here");
   app.add_option("--steps", steps, "steps for the latency figures")->capture_default_str();
   app.add_option("--noise-steps", noise_steps, "steps for the speedup noise")->capture_default_str();
+  double time_cap_ms = 0;
+  app.add_option("--time-cap-ms", time_cap_ms, "timing budget per case (0: the server default)");
   CLI11_PARSE(app, argc, argv);
   core::set_log_level(core::LogLevel::kWarn);
 
@@ -86,10 +88,12 @@ int main(int argc, char** argv) {
     return 77;
   }
   pipeline_options.compile_options.cache_dir.clear();  // every new source really compiles
+  if (time_cap_ms > 0) pipeline_options.gpu_options.timing.time_cap_ms = time_cap_ms;
   std::string notes;
   auto pipeline = env::build_pipeline(pipeline_options, &notes);
   if (!notes.empty()) std::fprintf(stderr, "%s", notes.c_str());
   env::ServerOptions options;
+  options.gpus = pipeline_options.gpus.to_value();
   options.bind = "tcp://127.0.0.1:*";
   options.log_path = std::filesystem::temp_directory_path() / "crucible-gpu-bench" / "trajectories.log";
   std::filesystem::remove_all(options.log_path.parent_path());
@@ -172,8 +176,9 @@ int main(int argc, char** argv) {
     Value report{{"benchmark", "gpu"},
                  {"date", stamp},
                  {"gpus", hello["gpus"]},
-                 {"command", "crucible-bench-gpu --json " + json_path},
+                 {"command", "crucible-bench-gpu --time-cap-ms " + std::to_string(static_cast<int>(pipeline_options.gpu_options.timing.time_cap_ms)) + " --json " + json_path},
                  {"task", "llm/rms_norm"},
+                 {"time_cap_ms", pipeline_options.gpu_options.timing.time_cap_ms},
                  {"kernel", "examples/solutions/llm/rms_norm.cu"},
                  {"step_latency_s",
                   {{"first", cold.seconds},

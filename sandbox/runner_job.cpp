@@ -57,8 +57,7 @@ Value RunJob::to_value() const {
                  {"max_samples", timing.max_samples},
                  {"warmup_calls", timing.warmup_calls},
                  {"time_cap_ms", timing.time_cap_ms},
-                 {"check_fraction", timing.check_fraction},
-                 {"check_small_bytes", timing.check_small_bytes}}}};
+                 {"check_fraction", timing.check_fraction}}}};
 }
 
 core::Result<RunJob> RunJob::from_value(const Value& value) {
@@ -85,7 +84,6 @@ core::Result<RunJob> RunJob::from_value(const Value& value) {
     job.timing.warmup_calls = get_or(timing, "warmup_calls", job.timing.warmup_calls);
     job.timing.time_cap_ms = get_or(timing, "time_cap_ms", job.timing.time_cap_ms);
     job.timing.check_fraction = get_or(timing, "check_fraction", job.timing.check_fraction);
-    job.timing.check_small_bytes = get_or(timing, "check_small_bytes", job.timing.check_small_bytes);
     return job;
   } catch (const std::exception& e) {
     return core::Error{core::ErrorCode::kBadRequest, std::string("malformed run job: ") + e.what()};

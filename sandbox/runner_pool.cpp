@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -88,6 +89,20 @@ struct RunnerPool::State {
     }
   }
 
+  // Copy bandwidth per device, measured by the first runner and handed to the ones after it.
+  std::mutex bandwidth_mutex;
+  std::map<int, double> bandwidth_gbps;
+  double known_bandwidth(int device) {
+    std::lock_guard lock(bandwidth_mutex);
+    const auto it = bandwidth_gbps.find(device);
+    return it == bandwidth_gbps.end() ? 0.0 : it->second;
+  }
+  void remember_bandwidth(int device, double gbps) {
+    if (gbps <= 0.0) return;
+    std::lock_guard lock(bandwidth_mutex);
+    bandwidth_gbps.emplace(device, gbps);
+  }
+
   // Starts a runner on the spawner thread; the future resolves once it said ready.
   std::shared_future<core::Result<StartedRunner>> start_runner(int device) {
     auto task = std::make_shared<std::packaged_task<core::Result<StartedRunner>()>>(
@@ -95,6 +110,11 @@ struct RunnerPool::State {
           SpawnOptions spawn;
           spawn.executable = options.runner_exe;
           spawn.args = {"--device", std::to_string(device), "--home", options.home.string()};
+          const double bandwidth = known_bandwidth(device);
+          if (bandwidth > 0.0) {
+            spawn.args.push_back("--copy-bandwidth-gbps");
+            spawn.args.push_back(std::to_string(bandwidth));
+          }
           for (char** env = environ; env != nullptr && *env != nullptr; ++env) spawn.env.emplace_back(*env);
           spawn.pipe_stderr = false;
           spawn.limits.core_bytes = 0;
@@ -115,7 +135,10 @@ struct RunnerPool::State {
             return core::Error{core::ErrorCode::kIo, "GPU runner on device " + std::to_string(device) +
                                                          " failed to start: " + why};
           }
-          return StartedRunner{process, ready->value("device", Value::object())};
+          Value info = ready->value("device", Value::object());
+          info["warm_up_ms"] = ready->value("warm_up_ms", 0.0);
+          remember_bandwidth(device, info.value("copy_bandwidth_gbps", 0.0));
+          return StartedRunner{process, info};
         });
     std::shared_future<core::Result<StartedRunner>> future = task->get_future().share();
     {

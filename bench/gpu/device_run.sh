@@ -22,7 +22,10 @@ step test_gpu_corpus
 run timeout 420 $B/test_gpu_corpus 2>&1 | grep -v "^20[0-9][0-9]-" | tee "$OUT/test_gpu_corpus.txt" | tail -40
 if [ "${1:-}" != "tests-only" ]; then
   step crucible-bench-gpu
-  run timeout 400 $B/crucible-bench-gpu --home "$PWD" --json "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.txt"
+  run timeout 400 $B/crucible-bench-gpu --home "$PWD" --steps 10 --json "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.txt"
+  step "crucible-bench-gpu, fast timing"
+  run timeout 300 $B/crucible-bench-gpu --home "$PWD" --steps 10 --time-cap-ms 150 --json "$OUT/gpu_bench_fast.json" 2>&1 | tee "$OUT/gpu_bench_fast.txt"
+  [ "${1:-}" = "no-ncu" ] && exit 0
   step "CUPTI vs ncu"
   run timeout 60 $B/crucible-kernel-timing --reps 200 > "$OUT/cupti.json"
   LD_LIBRARY_PATH="$libs" timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv -k regex:rms \

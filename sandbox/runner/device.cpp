@@ -2,13 +2,22 @@
 #include "sandbox/runner/device.hpp"
 
 #include <dlfcn.h>
+#include <nvrtc.h>
 
+#include <atomic>
 #include <chrono>
 #include <utility>
 
 #include "sandbox/runner/cuda_check.hpp"
 
 namespace crucible::sandbox::runner {
+
+namespace {
+std::atomic<bool> g_abandoned{false};
+}  // namespace
+
+void abandon_context() { g_abandoned.store(true); }
+bool context_abandoned() { return g_abandoned.load(); }
 
 DeviceBuffer::DeviceBuffer(std::size_t payload_bytes, bool with_canaries)
     : bytes_(payload_bytes), pad_(with_canaries ? kCanaryBytes : 0) {
@@ -23,7 +32,7 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-    if (base_ != 0) cuMemFree(base_);
+    if (base_ != 0 && !context_abandoned()) cuMemFree(base_);
     base_ = std::exchange(other.base_, 0);
     bytes_ = std::exchange(other.bytes_, 0);
     pad_ = std::exchange(other.pad_, 0);
@@ -32,7 +41,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (base_ != 0) cuMemFree(base_);
+  if (base_ != 0 && !context_abandoned()) cuMemFree(base_);
 }
 
 void Device::open(int index) {
@@ -58,6 +67,41 @@ void Device::open(int index) {
   max_smem_optin = static_cast<std::size_t>(value);
   check(cuDeviceTotalMem(&total_memory, device), "cuDeviceTotalMem");
   l2_scratch = DeviceBuffer(std::max<std::size_t>(2 * l2_bytes, 64u << 20), false);
+  l2_sink = DeviceBuffer(4096, false);
+  check(cuMemsetD32Async(l2_scratch.data(), 0x3f800000u, l2_scratch.bytes() / 4, stream),
+        "cuMemsetD32Async");
+  // The sweep kernel: every thread reads 16-byte vectors across the buffer; the sum is stored
+  // only when it equals a value no input produces, so the loads cannot be optimised away.
+  static const char* kSweep = R"(
+extern "C" __global__ void crucible_l2_sweep(const uint4* data, unsigned long long count,
+                                             unsigned int salt, unsigned int* sink) {
+  unsigned int acc = 0;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    const uint4 v = data[i];
+    acc ^= v.x + v.y + v.z + v.w;
+  }
+  if (acc == salt) sink[threadIdx.x & 1023] = acc;
+}
+)";
+  nvrtcProgram program = nullptr;
+  if (nvrtcCreateProgram(&program, kSweep, "sweep.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) {
+    throw CudaFailure(CUDA_ERROR_UNKNOWN, "nvrtcCreateProgram (L2 sweep)");
+  }
+  const std::string arch = "-arch=sm_" + std::to_string(compute_major) + std::to_string(compute_minor);
+  const char* options[] = {arch.c_str()};
+  const bool compiled = nvrtcCompileProgram(program, 1, options) == NVRTC_SUCCESS;
+  std::size_t size = 0;
+  std::string cubin;
+  if (compiled && nvrtcGetCUBINSize(program, &size) == NVRTC_SUCCESS) {
+    cubin.resize(size);
+    nvrtcGetCUBIN(program, cubin.data());
+  }
+  nvrtcDestroyProgram(&program);
+  if (cubin.empty()) throw CudaFailure(CUDA_ERROR_UNKNOWN, "compiling the L2 sweep kernel");
+  check(cuModuleLoadData(&sweep_module, cubin.data()), "cuModuleLoadData (L2 sweep)");
+  check(cuModuleGetFunction(&sweep, sweep_module, "crucible_l2_sweep"), "cuModuleGetFunction");
+  check(cuStreamSynchronize(stream), "L2 scratch");
 }
 
 void Device::measure_bandwidth() {
@@ -86,8 +130,14 @@ void Device::measure_bandwidth() {
 }
 
 void Device::flush_l2(std::uint32_t salt) {
-  check(cuMemsetD32Async(l2_scratch.data(), 0x9E3779B9u ^ salt, l2_scratch.bytes() / 4, stream),
-        "cuMemsetD32Async (L2 flush)");
+  CUdeviceptr data = l2_scratch.data();
+  unsigned long long count = l2_scratch.bytes() / 16;
+  unsigned int value = 0x9E3779B9u ^ salt;  // a match only writes to the sink: harmless
+  CUdeviceptr sink = l2_sink.data();
+  void* params[] = {&data, &count, &value, &sink};
+  check(cuLaunchKernel(sweep, static_cast<unsigned>(sm_count) * 4, 1, 1, 512, 1, 1, 0, stream,
+                       params, nullptr),
+        "L2 sweep");
 }
 
 core::Value Device::describe() const {

@@ -12,6 +12,12 @@
 
 namespace crucible::sandbox::runner {
 
+// Set once a kernel is known to be stuck (a timeout): from then on nothing may be freed or
+// unloaded, because cuMemFree and cuModuleUnload wait for the device, and the device never
+// finishes. The process reports and exits; the server kills it.
+void abandon_context();
+bool context_abandoned();
+
 // Device memory with a canary region before and after the payload. `data()` is 256-byte
 // aligned. Frees itself; move-only.
 class DeviceBuffer {
@@ -49,7 +55,10 @@ struct Device {
   std::size_t l2_bytes = 0;
   std::size_t max_smem_optin = 0;
   std::size_t total_memory = 0;
-  DeviceBuffer l2_scratch;          // 2 x L2, rewritten between timed calls
+  DeviceBuffer l2_scratch;          // 2 x L2, read between timed calls
+  DeviceBuffer l2_sink;             // where the sweep kernel parks its (never used) result
+  CUmodule sweep_module = nullptr;
+  CUfunction sweep = nullptr;       // reads all of l2_scratch
   double copy_bandwidth_bps = 0.0;  // device-to-device copy, bytes read + written per second
 
   // cuInit, primary context, a stream and the scratch buffer; no kernel runs, so a spare runner
@@ -57,7 +66,10 @@ struct Device {
   void open(int ordinal);
   // Measures copy_bandwidth_bps once (1 GiB device-to-device copies); later calls return at once.
   void measure_bandwidth();
-  // Writes the whole scratch buffer on the stream, evicting every line of L2.
+  // Reads the whole scratch buffer on the stream, evicting every line of L2. Reading (not
+  // writing) matters: a write-based flush leaves L2 full of dirty lines whose write-back then
+  // competes with the next timed kernel for memory bandwidth (measured: +17 % on a 21 us
+  // kernel against ncu's cache control).
   void flush_l2(std::uint32_t salt);
   core::Value describe() const;
 };

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <random>
 #include <string>
 #include <thread>
@@ -56,6 +58,7 @@ void sync_or_fail(CUstream stream, bool candidate, const std::string& what, doub
   while ((rc = cuStreamQuery(stream)) == CUDA_ERROR_NOT_READY) {
     const auto now = Clock::now();
     if (now > deadline) {
+      abandon_context();
       if (!candidate) {
         fail(StepStatus::kInfraError, "the reference did not finish " + what + " within " +
                                           std::to_string(static_cast<long>(timeout_ms)) + " ms",
@@ -82,6 +85,73 @@ std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+
+// Input values are a pure function of (generator, dtype, seed, index), so they are generated in
+// parallel slices and kept: the steps of one episode share a seed and reuse them. The cache is
+// bounded by bytes and forgets the least recently used entry first.
+class HostValueCache {
+ public:
+  using Bytes = std::shared_ptr<const std::vector<std::byte>>;
+  static HostValueCache& instance() {
+    static HostValueCache cache;
+    return cache;
+  }
+  Bytes get(const tasks::GeneratorSpec& spec, core::DType dtype, std::size_t count,
+            std::uint64_t seed, const std::string& key) {
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = entries_.find(key);
+      if (it != entries_.end()) {
+        it->second.last_use = ++clock_;
+        return it->second.bytes;
+      }
+    }
+    auto bytes = std::make_shared<std::vector<std::byte>>(count * core::dtype_size(dtype));
+    const std::size_t threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 16);
+    // Slices start at even indices: randn draws elements in pairs.
+    const std::size_t slice = ((count / threads + 1) + 1) & ~std::size_t{1};
+    std::vector<std::thread> workers;
+    std::vector<core::Status> results(threads);
+    const std::size_t esize = core::dtype_size(dtype);
+    for (std::size_t t = 0; t < threads; ++t) {
+      const std::size_t first = t * slice;
+      if (first >= count) break;
+      const std::size_t n = std::min(slice, count - first);
+      workers.emplace_back([&, t, first, n] {
+        results[t] = tasks::generate_into(
+            spec, dtype, seed, std::span<std::byte>(bytes->data() + first * esize, n * esize), first);
+      });
+    }
+    for (auto& worker : workers) worker.join();
+    for (const auto& result : results) {
+      if (!result) fail(StepStatus::kInfraError, "input values: " + result.error().message);
+    }
+    std::lock_guard lock(mutex_);
+    bytes_ += bytes->size();
+    entries_[key] = Entry{bytes, ++clock_};
+    while (bytes_ > kCapacityBytes && entries_.size() > 1) {
+      auto oldest = entries_.begin();
+      for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        if (it->second.last_use < oldest->second.last_use) oldest = it;
+      }
+      bytes_ -= oldest->second.bytes->size();
+      entries_.erase(oldest);
+    }
+    return bytes;
+  }
+
+ private:
+  static constexpr std::size_t kCapacityBytes = std::size_t{4} << 30;
+  struct Entry {
+    Bytes bytes;
+    std::uint64_t last_use = 0;
+  };
+  std::mutex mutex_;
+  std::map<std::string, Entry> entries_;
+  std::size_t bytes_ = 0;
+  std::uint64_t clock_ = 0;
+};
 
 // One compiled module and, for every launch of its plan, the function and parameter sizes.
 struct LoadedKernel {
@@ -139,7 +209,7 @@ class LoadedModule {
     }
   }
   ~LoadedModule() {
-    if (module_ != nullptr) cuModuleUnload(module_);
+    if (module_ != nullptr && !context_abandoned()) cuModuleUnload(module_);
   }
   LoadedModule(const LoadedModule&) = delete;
   LoadedModule& operator=(const LoadedModule&) = delete;
@@ -407,14 +477,17 @@ class JobRunner {
     const auto& c = *setup.c;
     const CUstream stream = device_.stream;
     const std::size_t n = task_.tensors.size();
-    std::vector<std::vector<std::byte>> inputs(n);
+    std::vector<HostValueCache::Bytes> input_values(n);
     for (std::size_t t = 0; t < n; ++t) {
       const auto& tensor = task_.tensors[t];
       if (!tasks::is_input(tensor.role)) continue;
-      auto values = tasks::generate_tensor(c, tensor, setup.seed, static_cast<std::uint64_t>(draw));
-      if (!values) fail(StepStatus::kInfraError, "inputs of case " + c.name + ": " + values.error().message);
-      inputs[t] = std::move(values).value();
+      const std::uint64_t seed = tasks::tensor_seed(setup.seed, tensor.name, static_cast<std::uint64_t>(draw));
+      input_values[t] = HostValueCache::instance().get(
+          c.values.at(tensor.name), tensor.dtype, setup.counts[t], seed,
+          task_.id + "|" + c.name + "|" + tensor.name + "|" + std::to_string(seed) + "|" +
+              std::to_string(setup.counts[t]));
     }
+    auto inputs = [&](std::size_t t) -> const std::vector<std::byte>& { return *input_values[t]; };
     std::vector<DeviceBuffer> buffers;
     std::vector<CUdeviceptr> pointers;
     for (std::size_t t = 0; t < n; ++t) {
@@ -435,7 +508,7 @@ class JobRunner {
       for (std::size_t t = 0; t < n; ++t) {
         const auto& tensor = task_.tensors[t];
         if (tasks::is_input(tensor.role)) {
-          upload(pointers[t], inputs[t].data(), setup.bytes[t], stream);
+          upload(pointers[t], inputs(t).data(), setup.bytes[t], stream);
         } else {
           poison.resize(setup.bytes[t]);
           fill_poison(tensor.dtype, poison.data(), setup.counts[t], variant);
@@ -509,7 +582,7 @@ class JobRunner {
                            std::to_string(bad) + " after its last element)");
       }
       if (tensor.role == tasks::Role::kIn) {
-        const auto diff = compare_bytes(payload, inputs[t].data(), setup.bytes[t]);
+        const auto diff = compare_bytes(payload, inputs(t).data(), setup.bytes[t]);
         if (!diff.equal) {
           problems.push_back("modified the read-only input '" + tensor.name + "' (" +
                              std::to_string(diff.diff_bytes) + " bytes changed, first at element " +
@@ -592,11 +665,12 @@ class JobRunner {
       const auto& tensor = task_.tensors[t];
       const std::size_t esize = core::dtype_size(tensor.dtype);
       if (tasks::is_input(tensor.role)) {
-        const auto& spec = c.values.at(tensor.name);
-        auto values = tasks::generate(spec, tensor.dtype,
-                                      static_cast<std::int64_t>(setup.counts[t] + kPoolExtra),
-                                      tasks::tensor_seed(setup.seed, tensor.name, 2));
-        if (!values) fail(StepStatus::kInfraError, "timing inputs: " + values.error().message);
+        const std::uint64_t seed = tasks::tensor_seed(setup.seed, tensor.name, 2);
+        const std::size_t count = setup.counts[t] + kPoolExtra;
+        const auto values = HostValueCache::instance().get(
+            c.values.at(tensor.name), tensor.dtype, count, seed,
+            task_.id + "|" + c.name + "|" + tensor.name + "|" + std::to_string(seed) + "|" +
+                std::to_string(count));
         pools[t] = DeviceBuffer(values->size(), false);
         upload(pools[t].data(), values->data(), values->size(), stream);
         check(cuStreamSynchronize(stream), "pool upload");
@@ -638,13 +712,9 @@ class JobRunner {
       device_.flush_l2(static_cast<std::uint32_t>(call));
     };
 
-    std::size_t output_bytes = 0;
-    for (std::size_t t = 0; t < n; ++t) {
-      if (tasks::is_output(task_.tensors[t].role)) output_bytes += setup.bytes[t];
-    }
     std::mt19937_64 chooser(mix(job_.secret, setup.index));
     std::uniform_real_distribution<double> coin(0.0, 1.0);
-    const bool check_every_call = output_bytes <= job_.timing.check_small_bytes;
+    bool first_candidate_call = true;
 
     const Side reference{&reference_plan_, reference_module_.get(), false};
     const Side candidate{&candidate_plan_, candidate_module_.get(), true};
@@ -698,7 +768,13 @@ class JobRunner {
              is_candidate ? setup.candidate : setup.reference, setup, slot.tensor_ptrs,
              is_candidate ? slot.candidate_ws_ptrs : slot.reference_ws_ptrs);
       timer_.set_tag(0);
-      if (is_candidate && (check_every_call || coin(chooser) < job_.timing.check_fraction)) {
+      // The first timed call, then a share drawn from the secret: a kernel cannot tell which
+      // of its calls are checked, so one that misbehaves on a fraction f of calls escapes
+      // n checks with probability (1 - f)^n.
+      const bool check_this = is_candidate && !is_warmup &&
+                              (first_candidate_call || coin(chooser) < job_.timing.check_fraction);
+      if (is_candidate && !is_warmup) first_candidate_call = false;
+      if (check_this) {
         // The candidate's outputs of this timed call, then the reference on the same inputs.
         sync_or_fail(stream, true, "in timed call " + std::to_string(this_call), job_.kernel_timeout_ms);
         for (std::size_t t = 0; t < n; ++t) {

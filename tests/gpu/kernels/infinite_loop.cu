@@ -1,12 +1,14 @@
 // expect: timeout
-// Never finishes: spins on a condition that is never true.
+// Never finishes: spins until a clock runs backwards.
 // @launch rms<<<num_tokens, 256>>>(out, input, weight, epsilon, hidden_size)
 #include <cuda_bf16.h>
 extern "C" __global__ void rms(__nv_bfloat16* out, const __nv_bfloat16* input,
                                const __nv_bfloat16* weight, float epsilon, int hidden_size) {
   __shared__ float partial[256];
-  volatile int never = 0;
-  while (never == 0) { }
+  // clock64() only grows, so this never ends; the compiler cannot prove it and drop the loop.
+  const long long start = clock64();
+  while (clock64() >= start) {
+  }
   const __nv_bfloat16* x = input + static_cast<size_t>(blockIdx.x) * hidden_size;
   __nv_bfloat16* y = out + static_cast<size_t>(blockIdx.x) * hidden_size;
   float sum = 0.0f;

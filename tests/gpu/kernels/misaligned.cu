@@ -5,9 +5,12 @@
 extern "C" __global__ void rms(__nv_bfloat16* out, const __nv_bfloat16* input,
                                const __nv_bfloat16* weight, float epsilon, int hidden_size) {
   __shared__ float partial[256];
-  if (threadIdx.x == 0) { const float4 v = *reinterpret_cast<const float4*>(x + 1); partial[0] = v.x; }
   const __nv_bfloat16* x = input + static_cast<size_t>(blockIdx.x) * hidden_size;
   __nv_bfloat16* y = out + static_cast<size_t>(blockIdx.x) * hidden_size;
+  if (threadIdx.x == 0) {
+    const float4 v = *reinterpret_cast<const float4*>(x + 1);  // 2 bytes past a 16-byte boundary
+    partial[0] = v.x;
+  }
   float sum = 0.0f;
   for (int i = threadIdx.x; i < hidden_size; i += 256) {
     const float v = __bfloat162float(x[i]);
