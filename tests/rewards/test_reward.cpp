@@ -75,10 +75,12 @@ TEST_CASE("reward spec: overrides apply and bad specs are refused with the key n
   };
   const Bad bad[] = {
       {"default", "reward spec: must be a map"},
-      {{{"preset", "kevin"}}, "reward spec: unknown preset 'kevin'; known presets: default"},
+      {{{"preset", "kevins"}},
+       "reward spec: unknown preset 'kevins'; known presets: default, fast_p, kevin, drkernel, "
+       "kernrl, sol"},
       {{{"corect", 1.0}},
        "reward spec: unknown key 'corect'; known keys: preset, correct, speed_weight, "
-       "speed_floor, speed_cap, penalty"},
+       "speed_floor, speed_cap, penalty, improvement, improvement_weight"},
       {{{"correct", "1"}}, "reward spec: 'correct' must be a number"},
       {{{"penalty", {{"ok", 1.0}}}}, "reward spec: 'penalty' names unknown failure status 'ok'"},
       {{{"penalty", {{"wrong", 1.0}}}},

@@ -1,0 +1,30 @@
+// expect: incorrect
+// Trick: odd blocks skip the reduction and read the sum of squares from shared memory they never
+// wrote, hoping the previous block on the same SM left a value that is close enough.
+// Caught: correctness runs twice with different input values and another poison pattern; rows
+// normalised by a stale or garbage sum mismatch the reference.
+// @launch rms<<<num_tokens, 256>>>(out, input, weight, epsilon, hidden_size)
+#include <cuda_bf16.h>
+extern "C" __global__ void rms(__nv_bfloat16* out, const __nv_bfloat16* input,
+                               const __nv_bfloat16* weight, float epsilon, int hidden_size) {
+  __shared__ float partial[256];
+  const __nv_bfloat16* x = input + static_cast<size_t>(blockIdx.x) * hidden_size;
+  __nv_bfloat16* y = out + static_cast<size_t>(blockIdx.x) * hidden_size;
+  if (blockIdx.x % 2 == 0) {
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < hidden_size; i += 256) {
+      const float v = __bfloat162float(x[i]);
+      sum += v * v;
+    }
+    partial[threadIdx.x] = sum;
+    __syncthreads();
+    for (int half = 128; half > 0; half /= 2) {
+      if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+      __syncthreads();
+    }
+  }
+  const float inv_rms = rsqrtf(partial[0] / hidden_size + epsilon);
+  for (int i = threadIdx.x; i < hidden_size; i += 256) {
+    y[i] = __float2bfloat16(__bfloat162float(x[i]) * inv_rms * __bfloat162float(weight[i]));
+  }
+}
