@@ -1,0 +1,129 @@
+// Offline evaluation: load solutions, score each (in-process or through a server), keep results.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/result.hpp"
+#include "core/value.hpp"
+#include "env/pipeline.hpp"
+#include "rewards/reward.hpp"
+#include "tasks/registry.hpp"
+
+namespace crucible::env {
+
+// One solution to score.
+struct Sample {
+  std::string sample_id;  // unique within a run; resume keys on it
+  std::string task;       // task id, e.g. "llm/rms_norm"
+  std::string source;     // CUDA source, as an agent would send it
+  core::Value meta = nullptr;  // carried into the result record untouched
+};
+
+// Loads samples from `input`:
+//  - a folder: every `*.cu` below it. `<dir>/llm/rms_norm.cu` is a sample of task llm/rms_norm
+//    (sample id "llm/rms_norm"); `<dir>/llm/rms_norm/<name>.cu` is a further sample of the same
+//    task (sample id "llm/rms_norm/<name>"). A file that names no task of `registry` is skipped
+//    and listed in `skipped`.
+//  - a file: JSON lines of {task, source, sample_id?, meta?}; blank lines are ignored; a
+//    missing sample_id becomes "<task>#<line number>".
+// Samples come back sorted by sample id (folders) or in file order (JSONL). Errors: kIo,
+// kInvalidArgument (a malformed line, a duplicate sample id; the message names the line).
+core::Result<std::vector<Sample>> load_samples(const std::filesystem::path& input,
+                                               const tasks::Registry& registry,
+                                               std::vector<std::string>* skipped = nullptr);
+
+// Keeps the samples whose task matches `selection`: "all", a category ("llm") or a task id
+// ("llm/rms_norm"). An empty selection means all. Errors: kInvalidArgument for a selector that
+// names neither a task nor a category of `registry`; kUnknownTask for a sample whose task is
+// not in the registry (JSONL input).
+core::Result<std::vector<Sample>> select_samples(std::vector<Sample> samples,
+                                                 const std::vector<std::string>& selection,
+                                                 const tasks::Registry& registry);
+
+// Scores one sample and returns its result record (see make_result_record). Implementations
+// are called from `workers` threads at once, each passing its own worker index.
+class Scorer {
+ public:
+  virtual ~Scorer() = default;
+  virtual core::Value score(const Sample& sample, const tasks::Task& task,
+                            std::size_t worker) = 0;
+  // "in-process" or the server endpoint; written into every record.
+  virtual std::string where() const = 0;
+};
+
+// Scores through a Pipeline in this process (Pipeline::run is thread-safe).
+std::unique_ptr<Scorer> make_pipeline_scorer(const Pipeline& pipeline,
+                                             rewards::RewardSpec reward_spec,
+                                             std::uint64_t seed);
+
+// Scores through a running server's `score` op, one DEALER socket per worker, each request
+// pipelined with the other workers'. Errors at connect time: kIo. A request that fails (timeout,
+// server error) becomes a record with status infra_error and the reason as its message.
+core::Result<std::unique_ptr<Scorer>> make_server_scorer(const std::string& endpoint,
+                                                         std::size_t workers,
+                                                         core::Value reward_spec,
+                                                         std::uint64_t seed,
+                                                         std::chrono::milliseconds timeout);
+
+// The result record of one sample (one line of results.jsonl):
+// {sample_id, task, category, status, message, speedup?, reward, reward_terms, infra, seed,
+//  source_sha256, source_bytes, meta, scored_by, time, wall_ms, result: the full StepResult}.
+core::Value make_result_record(const Sample& sample, const tasks::Task& task,
+                               const core::Value& step_result, double reward, std::uint64_t seed,
+                               const std::string& scored_by, double wall_ms);
+
+// Shows progress on stderr: a redrawn bar with rate and ETA on a terminal, one plain line per
+// ~5 % (at most one per 2 s) otherwise. Thread-safe.
+class Progress {
+ public:
+  Progress(std::string label, std::size_t total, bool terminal);
+  ~Progress();
+  void advance(const std::string& status);
+  void finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+struct EvalOptions {
+  std::filesystem::path out_dir;
+  std::size_t workers = 4;
+  bool resume = false;
+  // Set (e.g. from a SIGINT handler) to stop starting samples; in-flight ones finish and are
+  // kept. Not owned; may be null.
+  const std::atomic<bool>* stop = nullptr;
+  bool progress_terminal = false;
+  bool quiet = false;  // no progress output at all (tests)
+};
+
+struct EvalOutcome {
+  std::size_t already_done = 0;  // records found in results.jsonl by --resume
+  std::size_t scored = 0;        // records added by this run
+  std::size_t remaining = 0;     // samples not scored (stopped early)
+  bool interrupted = false;
+  core::Value summary;           // what summary.json holds
+};
+
+// Scores `samples` with `scorer`, appending one line per sample to out_dir/results.jsonl as it
+// finishes (a single write, so an interrupted run keeps every finished record), then writes
+// summary.json, report.md and report.html from every record in results.jsonl. With `resume`,
+// samples already in results.jsonl are skipped and a torn last line is dropped; without it, an
+// existing non-empty results.jsonl is refused (kInvalidArgument) rather than mixed with a new
+// run. Errors: kIo.
+core::Result<EvalOutcome> run_eval(const std::vector<Sample>& samples,
+                                   const tasks::Registry& registry, Scorer& scorer,
+                                   const EvalOptions& options, core::Value run_info);
+
+// Reads results.jsonl; a line that does not parse (a torn tail) is skipped and counted.
+core::Result<std::vector<core::Value>> read_results(const std::filesystem::path& path,
+                                                    std::size_t* torn_lines = nullptr);
+
+}  // namespace crucible::env

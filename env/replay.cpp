@@ -1,0 +1,311 @@
+// Trajectory replay: reward re-scoring from logged measurements and re-measurement with drift.
+#include "env/replay.hpp"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "core/step_status.hpp"
+#include "env/trajectory_log.hpp"
+
+namespace crucible::env {
+namespace {
+
+using core::Value;
+
+std::optional<double> logged_speedup(const Value& result) {
+  if (result.contains("speedup") && result["speedup"].is_number()) {
+    return result["speedup"].get<double>();
+  }
+  return std::nullopt;
+}
+
+double logged_reward(const Value& record) {
+  if (record.contains("reward") && record["reward"].is_number()) {
+    return record["reward"].get<double>();
+  }
+  return 0.0;
+}
+
+Value step_base(const Value& record, std::size_t index) {
+  Value step{{"index", index}, {"task", record.value("task", "?")}};
+  if (record.contains("episode")) step["episode"] = record["episode"];
+  if (record.contains("step")) step["step"] = record["step"];
+  return step;
+}
+
+double quantile(std::vector<double> sorted, double q) {
+  if (sorted.empty()) return 0.0;
+  const double position = q * static_cast<double>(sorted.size() - 1);
+  const auto low = static_cast<std::size_t>(std::floor(position));
+  const auto high = std::min(low + 1, sorted.size() - 1);
+  const double t = position - static_cast<double>(low);
+  return sorted[low] * (1 - t) + sorted[high] * t;
+}
+
+std::string fixed(double x, int decimals = 3) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", decimals, x);
+  return text;
+}
+
+std::string cell(const Value& v) {
+  if (v.is_number()) return fixed(v.get<double>());
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+  return "-";
+}
+
+}  // namespace
+
+core::Result<LoadedLog> load_log(const std::filesystem::path& path) {
+  LoadedLog loaded;
+  auto report = read_trajectory_log(path, [&](Value&& record) {
+    loaded.records.push_back(std::move(record));
+    return true;
+  });
+  if (!report) {
+    return core::Error{report.error().code,
+                       "cannot replay " + path.string() + ": " + report.error().message};
+  }
+  loaded.read_report = Value{{"format_version", report->format_version},
+                             {"records", report->records},
+                             {"torn_tail", report->torn_tail}};
+  if (report->torn_tail) {
+    loaded.read_report["tail_reason"] = report->tail_reason;
+    loaded.read_report["torn_bytes"] = report->file_bytes - report->good_bytes;
+  }
+  return loaded;
+}
+
+core::Value rescore_log(const std::vector<core::Value>& records, const rewards::RewardSpec& spec) {
+  Value steps = Value::array();
+  double sum_old = 0, sum_new = 0;
+  std::size_t changed = 0;
+  std::map<std::string, std::array<double, 3>> by_status;  // steps, sum old, sum new
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const Value& record = records[i];
+    const Value result = record.value("result", Value::object());
+    const std::string status_name = result.value("status", "infra_error");
+    const auto status = core::step_status_from_name(status_name);
+    rewards::Measurement measurement;
+    measurement.status = status.value_or(core::StepStatus::kInfraError);
+    measurement.speedup = logged_speedup(result);
+    const auto breakdown = rewards::compute_reward(spec, measurement);
+    const double old_reward = logged_reward(record);
+    Value step = step_base(record, i);
+    step["status"] = status_name;
+    if (measurement.speedup) step["speedup"] = *measurement.speedup;
+    step["old_reward"] = old_reward;
+    step["new_reward"] = breakdown.total;
+    step["delta"] = breakdown.total - old_reward;
+    step["terms"] = breakdown.terms;
+    steps.push_back(step);
+    sum_old += old_reward;
+    sum_new += breakdown.total;
+    if (std::fabs(breakdown.total - old_reward) > 1e-12) ++changed;
+    auto& bucket = by_status[status_name];
+    bucket[0] += 1;
+    bucket[1] += old_reward;
+    bucket[2] += breakdown.total;
+  }
+  const double n = std::max<double>(1.0, static_cast<double>(records.size()));
+  Value statuses = Value::object();
+  for (const auto& [name, bucket] : by_status) {
+    statuses[name] = Value{{"steps", static_cast<std::size_t>(bucket[0])},
+                           {"mean_old", bucket[1] / bucket[0]},
+                           {"mean_new", bucket[2] / bucket[0]}};
+  }
+  return Value{{"mode", "rescore"},
+               {"reward_spec", rewards::reward_spec_to_value(spec)},
+               {"steps", steps},
+               {"summary",
+                {{"steps", records.size()},
+                 {"mean_old", sum_old / n},
+                 {"mean_new", sum_new / n},
+                 {"mean_delta", (sum_new - sum_old) / n},
+                 {"changed", changed},
+                 {"by_status", statuses}}}};
+}
+
+core::Value remeasure_log(const std::vector<core::Value>& records, const tasks::Registry& registry,
+                          const Pipeline& pipeline, std::size_t workers) {
+  std::vector<Value> steps(records.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    while (true) {
+      const std::size_t i = next.fetch_add(1);
+      if (i >= records.size()) return;
+      const Value& record = records[i];
+      Value step = step_base(record, i);
+      const Value old_result = record.value("result", Value::object());
+      step["old_status"] = old_result.value("status", "infra_error");
+      const auto old_speedup = logged_speedup(old_result);
+      if (old_speedup) step["old_speedup"] = *old_speedup;
+      step["old_reward"] = logged_reward(record);
+      const tasks::Task* task = registry.find(record.value("task", ""));
+      auto spec = rewards::parse_reward_spec(record.value("reward_spec", Value(nullptr)));
+      if (task == nullptr || !spec || !record.contains("source") || !record["source"].is_string()) {
+        step["skipped"] = task == nullptr ? "task not in this build's registry"
+                          : !spec         ? "logged reward spec does not parse: " +
+                                        spec.error().message
+                                          : "record holds no source";
+        steps[i] = step;
+        continue;
+      }
+      StepJob job{task, record["source"].get<std::string>(), record.value("plan", Value(nullptr)),
+                  record.value("seed", std::uint64_t{0}), std::move(spec).value()};
+      const StepResult result = pipeline.run(job);
+      const std::string new_status(core::step_status_name(result.status));
+      step["new_status"] = new_status;
+      step["flipped"] = new_status != step["old_status"].get<std::string>();
+      if (result.speedup) step["new_speedup"] = *result.speedup;
+      if (result.speedup && old_speedup && *old_speedup > 0) {
+        step["speedup_ratio"] = *result.speedup / *old_speedup;
+      }
+      step["new_reward"] = result.reward.total;
+      step["reward_delta"] = result.reward.total - step["old_reward"].get<double>();
+      step["message"] = result.message;
+      steps[i] = step;
+    }
+  };
+  std::vector<std::thread> threads;
+  const std::size_t count = std::clamp<std::size_t>(workers, 1, 64);
+  for (std::size_t t = 0; t < std::min(count, std::max<std::size_t>(records.size(), 1)); ++t) {
+    threads.emplace_back(work);
+  }
+  for (auto& thread : threads) thread.join();
+
+  std::size_t flips = 0, correct_flips = 0, new_infra = 0, skipped = 0, compared = 0;
+  Value flip_counts = Value::object();
+  std::vector<double> ratios, deltas;
+  for (const auto& step : steps) {
+    if (step.contains("skipped")) {
+      ++skipped;
+      continue;
+    }
+    ++compared;
+    const std::string old_status = step["old_status"];
+    const std::string new_status = step["new_status"];
+    if (new_status == "infra_error" && old_status != "infra_error") ++new_infra;
+    if (step["flipped"].get<bool>()) {
+      ++flips;
+      const std::string key = old_status + "->" + new_status;
+      flip_counts[key] = flip_counts.value(key, 0) + 1;
+      if (old_status == "ok") ++correct_flips;
+    }
+    if (step.contains("speedup_ratio")) ratios.push_back(step["speedup_ratio"].get<double>());
+    deltas.push_back(step["reward_delta"].get<double>());
+  }
+  std::sort(ratios.begin(), ratios.end());
+  Value ratio_summary{{"count", ratios.size()}};
+  if (!ratios.empty()) {
+    const auto within = std::count_if(ratios.begin(), ratios.end(),
+                                      [](double r) { return std::fabs(r - 1.0) <= 0.02; });
+    ratio_summary["min"] = ratios.front();
+    ratio_summary["p05"] = quantile(ratios, 0.05);
+    ratio_summary["p50"] = quantile(ratios, 0.5);
+    ratio_summary["p95"] = quantile(ratios, 0.95);
+    ratio_summary["max"] = ratios.back();
+    ratio_summary["within_2pct"] = static_cast<double>(within) / ratios.size();
+  }
+  double sum = 0, sum_abs = 0, max_abs = 0;
+  for (double d : deltas) {
+    sum += d;
+    sum_abs += std::fabs(d);
+    max_abs = std::max(max_abs, std::fabs(d));
+  }
+  const double n = std::max<double>(1.0, static_cast<double>(deltas.size()));
+  return Value{{"mode", "remeasure"},
+               {"steps", steps},
+               {"summary",
+                {{"steps", records.size()},
+                 {"compared", compared},
+                 {"skipped", skipped},
+                 {"status_flips", flips},
+                 {"flips", flip_counts},
+                 {"correct_flips", correct_flips},
+                 {"new_infra_errors", new_infra},
+                 {"speedup_ratio", ratio_summary},
+                 {"reward_delta",
+                  {{"mean", sum / n}, {"mean_abs", sum_abs / n}, {"max_abs", max_abs}}}}}};
+}
+
+std::string format_replay(const core::Value& replay, std::size_t max_rows) {
+  std::ostringstream out;
+  const Value& steps = replay["steps"];
+  const Value& summary = replay["summary"];
+  const bool rescore = replay.value("mode", "") == "rescore";
+  char line[256];
+  if (rescore) {
+    std::snprintf(line, sizeof line, "%5s  %-20s %-14s %9s %10s %10s %9s\n", "#", "task",
+                  "status", "speedup", "old", "new", "delta");
+  } else {
+    std::snprintf(line, sizeof line, "%5s  %-20s %-14s %-14s %9s %9s %9s %9s\n", "#", "task",
+                  "old status", "new status", "old x", "new x", "ratio", "dreward");
+  }
+  out << line;
+  std::size_t shown = 0;
+  for (const auto& step : steps) {
+    if (shown++ >= max_rows) {
+      out << "  ... " << steps.size() - max_rows << " more steps in the JSON output\n";
+      break;
+    }
+    const std::string task = step.value("task", "?").substr(0, 20);
+    if (rescore) {
+      std::snprintf(line, sizeof line, "%5zu  %-20s %-14s %9s %10s %10s %9s\n",
+                    step["index"].get<std::size_t>(), task.c_str(),
+                    step.value("status", "").c_str(), cell(step.value("speedup", Value())).c_str(),
+                    cell(step["old_reward"]).c_str(), cell(step["new_reward"]).c_str(),
+                    cell(step["delta"]).c_str());
+    } else if (step.contains("skipped")) {
+      std::snprintf(line, sizeof line, "%5zu  %-20s skipped: %s\n",
+                    step["index"].get<std::size_t>(), task.c_str(),
+                    step["skipped"].get<std::string>().c_str());
+    } else {
+      std::snprintf(line, sizeof line, "%5zu  %-20s %-14s %-14s %9s %9s %9s %9s\n",
+                    step["index"].get<std::size_t>(), task.c_str(),
+                    step.value("old_status", "").c_str(), step.value("new_status", "").c_str(),
+                    cell(step.value("old_speedup", Value())).c_str(),
+                    cell(step.value("new_speedup", Value())).c_str(),
+                    cell(step.value("speedup_ratio", Value())).c_str(),
+                    cell(step["reward_delta"]).c_str());
+    }
+    out << line;
+  }
+  out << "\n";
+  if (rescore) {
+    out << "steps " << summary["steps"] << ", rewards changed " << summary["changed"]
+        << ", mean reward " << fixed(summary["mean_old"].get<double>()) << " -> "
+        << fixed(summary["mean_new"].get<double>()) << " (delta "
+        << fixed(summary["mean_delta"].get<double>()) << ")\n";
+    return out.str();
+  }
+  out << "steps " << summary["steps"] << ", compared " << summary["compared"] << ", skipped "
+      << summary["skipped"] << "\nstatus flips " << summary["status_flips"]
+      << " (correct kernels that flipped: " << summary["correct_flips"]
+      << ", steps now infra_error: " << summary["new_infra_errors"] << ")";
+  for (const auto& [key, count] : summary["flips"].items()) out << "\n  " << key << ": " << count;
+  const Value& ratio = summary["speedup_ratio"];
+  out << "\nspeedup ratio new/old over " << ratio["count"] << " steps timed both times";
+  if (ratio.value("count", 0) > 0) {
+    out << ": min " << fixed(ratio["min"].get<double>()) << ", p05 "
+        << fixed(ratio["p05"].get<double>()) << ", median " << fixed(ratio["p50"].get<double>())
+        << ", p95 " << fixed(ratio["p95"].get<double>()) << ", max "
+        << fixed(ratio["max"].get<double>()) << ", within +-2%: "
+        << fixed(100 * ratio["within_2pct"].get<double>(), 1) << "%";
+  }
+  const Value& delta = summary["reward_delta"];
+  out << "\nreward delta: mean " << fixed(delta["mean"].get<double>()) << ", mean |d| "
+      << fixed(delta["mean_abs"].get<double>()) << ", max |d| "
+      << fixed(delta["max_abs"].get<double>()) << "\n";
+  return out.str();
+}
+
+}  // namespace crucible::env

@@ -1,0 +1,86 @@
+// Eval metrics on hand-made results: geometric means, fast_p, categories, infra_error excluded.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <optional>
+
+#include "env/report.hpp"
+#include "tests/eval/eval_test_support.hpp"
+
+using namespace crucible;
+
+namespace {
+
+struct MetricsCase {
+  const char* name;
+  std::vector<core::Value> records;
+  std::size_t scored, correct, infra;
+  double correct_rate;
+  std::optional<double> geomean_correct, geomean_all;
+  std::vector<std::pair<double, double>> fast_p;  // (p, expected)
+};
+
+void check_optional(const std::optional<double>& got, const std::optional<double>& want) {
+  REQUIRE(got.has_value() == want.has_value());
+  if (want) CHECK(*got == doctest::Approx(*want).epsilon(1e-9));
+}
+
+}  // namespace
+
+TEST_CASE("eval metrics: correct rate, geometric means and fast_p follow the documented rules") {
+  const auto all = testing::hand_made_results();
+  const std::vector<core::Value> alpha(all.begin(), all.begin() + 3);
+  const std::vector<core::Value> beta(all.begin() + 3, all.end());
+  const std::vector<MetricsCase> cases = {
+      // 5 scored (d is infra), 3 correct; correct-only geomean (2*0.5*4)^(1/3); over all the
+      // failures c and f count as 1.0: (2*0.5*1*4*1)^(1/5).
+      {"overall", all, 5, 3, 1, 0.6, std::cbrt(4.0), std::pow(4.0, 0.2),
+       {{0.0, 0.6}, {0.5, 0.4}, {1.0, 0.4}, {2.0, 0.2}, {3.99, 0.2}, {4.0, 0.0}}},
+      {"alpha", alpha, 3, 2, 0, 2.0 / 3, 1.0, 1.0, {{0.0, 2.0 / 3}, {1.0, 1.0 / 3}, {2.0, 0.0}}},
+      // infra_error d takes no part: 2 scored, 1 correct.
+      {"beta", beta, 2, 1, 1, 0.5, 4.0, 2.0, {{0.0, 0.5}, {3.0, 0.5}, {4.0, 0.0}}},
+      {"infra only", {testing::sample_record("x", "beta", "infra_error")}, 0, 0, 1, 0.0,
+       std::nullopt, std::nullopt, {{0.0, 0.0}, {1.0, 0.0}}},
+      {"empty", {}, 0, 0, 0, 0.0, std::nullopt, std::nullopt, {{0.0, 0.0}}},
+      // A correct sample without timing counts as correct, is left out of the correct-only
+      // geomean and counts as 1.0 over all.
+      {"untimed ok", {testing::sample_record("u", "alpha", "ok"),
+                      testing::sample_record("v", "alpha", "ok", 9.0)},
+       2, 2, 0, 1.0, 9.0, 3.0, {{0.0, 1.0}, {1.0, 0.5}}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    const auto m = env::compute_metrics(c.records);
+    CHECK(m.scored == c.scored);
+    CHECK(m.correct == c.correct);
+    CHECK(m.infra_errors == c.infra);
+    CHECK(m.correct_rate == doctest::Approx(c.correct_rate));
+    check_optional(m.geomean_speedup_correct, c.geomean_correct);
+    check_optional(m.geomean_speedup_all, c.geomean_all);
+    for (const auto& [p, want] : c.fast_p) {
+      CAPTURE(p);
+      CHECK(m.fast_p(p) == doctest::Approx(want));
+    }
+  }
+}
+
+TEST_CASE("eval summary: per-category metrics, a fast_p curve over [0, 4] and infra listed apart") {
+  const auto summary = env::summarize(testing::hand_made_results(), {{"input", "hand-made"}});
+  CHECK(summary["overall"]["scored"] == 5);
+  CHECK(summary["overall"]["infra_errors"] == 1);
+  CHECK(summary["overall"]["statuses"]["infra_error"] == 1);
+  CHECK(summary["overall"]["statuses"]["ok"] == 3);
+  CHECK(summary["categories"]["alpha"]["correct"] == 2);
+  CHECK(summary["categories"]["beta"]["geomean_speedup_all"].get<double>() ==
+        doctest::Approx(2.0));
+  CHECK(summary["tasks"]["beta/e"]["best_speedup"].get<double>() == doctest::Approx(4.0));
+  const auto& curve = summary["fast_p"];
+  REQUIRE(curve.size() == 81);
+  CHECK(curve.front()["p"].get<double>() == 0.0);
+  CHECK(curve.back()["p"].get<double>() == doctest::Approx(4.0));
+  CHECK(curve[20]["overall"].get<double>() == doctest::Approx(0.4));  // p = 1
+  CHECK(curve[20]["alpha"].get<double>() == doctest::Approx(1.0 / 3));
+  REQUIRE(summary["infra_errors"].size() == 1);
+  CHECK(summary["infra_errors"][0]["sample_id"] == "d");
+  CHECK(summary["conventions"].get<std::string>().find("excluded") != std::string::npos);
+}

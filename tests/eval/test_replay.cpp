@@ -1,0 +1,168 @@
+// crucible replay: rewards re-scored from logged measurements, re-measurement drift, log versions.
+#include <doctest/doctest.h>
+
+#include "core/checksum.hpp"
+#include "env/replay.hpp"
+#include "env/trajectory_log.hpp"
+#include "tests/env/server_fixture.hpp"
+#include "tests/eval/eval_test_support.hpp"
+
+using namespace crucible;
+
+namespace {
+
+const std::string kRmsNormSource =
+    testing::read_file(CRUCIBLE_SOURCE_DIR "/examples/solutions/llm/rms_norm.cu");
+
+core::Value logged_step(int step, const std::string& status, double speedup = 0.0) {
+  const auto spec = rewards::default_reward_spec();
+  rewards::Measurement m;
+  m.status = *core::step_status_from_name(status);
+  if (speedup > 0) m.speedup = speedup;
+  const auto reward = rewards::compute_reward(spec, m);
+  core::Value result{{"status", status}, {"message", ""}, {"reward", reward.to_value()}};
+  if (speedup > 0) result["speedup"] = speedup;
+  return core::Value{{"kind", "step"},        {"task", "llm/rms_norm"},
+                     {"seed", 11},            {"source", kRmsNormSource},
+                     {"plan", nullptr},       {"reward_spec", rewards::reward_spec_to_value(spec)},
+                     {"result", result},      {"reward", reward.total},
+                     {"episode", "ep-test"},  {"step", step}};
+}
+
+std::filesystem::path write_log(const std::vector<core::Value>& records) {
+  const auto path = testing::fresh_dir("log") / "trajectories.log";
+  auto log = env::TrajectoryLog::open(path, false);
+  REQUIRE(log.ok());
+  for (const auto& record : records) REQUIRE((*log)->append(record).ok());
+  return path;
+}
+
+std::vector<core::Value> three_steps() {
+  return {logged_step(1, "ok", 2.0), logged_step(2, "incorrect"), logged_step(3, "infra_error")};
+}
+
+double new_reward(const core::Value& replay, std::size_t i) {
+  return replay["steps"][i]["new_reward"].get<double>();
+}
+
+}  // namespace
+
+TEST_CASE("replay --rescore: the same spec reproduces the logged rewards exactly") {
+  auto loaded = env::load_log(write_log(three_steps()));
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->records.size() == 3);
+  const auto replay = env::rescore_log(loaded->records, rewards::default_reward_spec());
+  CHECK(replay["summary"]["changed"] == 0);
+  CHECK(replay["summary"]["mean_delta"].get<double>() == doctest::Approx(0.0));
+  CHECK(new_reward(replay, 0) == doctest::Approx(1.5));  // 1 + 0.5 * log2(2)
+}
+
+TEST_CASE("replay --rescore: another spec changes the rewards as that spec says") {
+  auto loaded = env::load_log(write_log(three_steps()));
+  REQUIRE(loaded.ok());
+  struct Case {
+    const char* spec;
+    double ok, incorrect, infra;
+  };
+  const std::vector<Case> cases = {
+      {R"({"speed_weight": 1.0})", 2.0, -1e9, 0.0},                 // 1 + 1 * log2(2)
+      {R"({"correct": 3.0, "speed_weight": 0.0})", 3.0, -1e9, 0.0},
+      {R"({"penalty": {"incorrect": -0.7}})", 1.5, -0.7, 0.0},
+      {R"({"speed_cap": 0.5})", 1.25, -1e9, 0.0},                   // log2(2) capped at 0.5
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.spec);
+    auto spec = rewards::parse_reward_spec(core::Value::parse(c.spec));
+    REQUIRE(spec.ok());
+    const auto replay = env::rescore_log(loaded->records, *spec);
+    CHECK(new_reward(replay, 0) == doctest::Approx(c.ok));
+    if (c.incorrect > -1e8) CHECK(new_reward(replay, 1) == doctest::Approx(c.incorrect));
+    CHECK(new_reward(replay, 2) == doctest::Approx(c.infra));  // infra_error is never penalised
+    CHECK(replay["steps"][0]["delta"].get<double>() ==
+          doctest::Approx(c.ok - replay["steps"][0]["old_reward"].get<double>()));
+    CHECK(replay["summary"]["by_status"]["ok"]["mean_new"].get<double>() ==
+          doctest::Approx(c.ok));
+  }
+  const auto table = env::format_replay(
+      env::rescore_log(loaded->records,
+                       *rewards::parse_reward_spec(core::Value::parse(R"({"speed_weight": 1.0})"))));
+  CHECK(table.find("mean reward") != std::string::npos);
+  CHECK(table.find("2.000") != std::string::npos);
+}
+
+TEST_CASE("replay: re-measuring without a GPU reports every step's drift truthfully") {
+  auto loaded = env::load_log(write_log(three_steps()));
+  REQUIRE(loaded.ok());
+  const auto pipeline = testing::no_gpu_pipeline(false);
+  const auto replay = env::remeasure_log(loaded->records, testing::shared_registry(), pipeline, 2);
+  const auto& summary = replay["summary"];
+  CHECK(summary["compared"] == 3);
+  CHECK(summary["status_flips"] == 2);  // ok -> infra_error, incorrect -> infra_error
+  CHECK(summary["correct_flips"] == 1);
+  CHECK(summary["new_infra_errors"] == 2);
+  CHECK(summary["flips"]["ok->infra_error"] == 1);
+  CHECK(summary["speedup_ratio"]["count"] == 0);
+  CHECK(summary["reward_delta"]["max_abs"].get<double>() == doctest::Approx(1.5));
+  CHECK(replay["steps"][2]["flipped"] == false);
+  const auto table = env::format_replay(replay);
+  CHECK(table.find("status flips 2 (correct kernels that flipped: 1") != std::string::npos);
+}
+
+TEST_CASE("replay: a log of a newer format is refused with a message saying so") {
+  const auto path = write_log(three_steps());
+  std::string bytes = testing::read_file(path);
+  bytes[8] = 42;  // format version, then a valid header checksum so only the version is wrong
+  const std::uint32_t crc = core::crc32c(std::string_view(bytes.data(), 12));
+  for (int i = 0; i < 4; ++i) bytes[12 + i] = static_cast<char>((crc >> (8 * i)) & 0xFF);
+  testing::write_file(path, bytes);
+  auto loaded = env::load_log(path);
+  REQUIRE_FALSE(loaded.ok());
+  CHECK(loaded.error().message.find("cannot replay") != std::string::npos);
+  CHECK(loaded.error().message.find("uses log format 42") != std::string::npos);
+  CHECK(loaded.error().message.find("use a newer crucible") != std::string::npos);
+#ifdef CRUCIBLE_EXE
+  std::string output;
+  const int rc = testing::run_command(std::string(CRUCIBLE_EXE) + " replay --rescore -o - '" +
+                                          path.string() + "'",
+                                      &output);
+  CHECK(rc == 2);
+  CHECK(output.find("crucible replay: cannot replay") != std::string::npos);
+  CHECK(output.find("use a newer crucible") != std::string::npos);
+#endif
+}
+
+#ifdef CRUCIBLE_EXE
+TEST_CASE("replay CLI: --rescore on the committed example log writes the JSON it prints") {
+  const std::string log = CRUCIBLE_SOURCE_DIR "/examples/trajectories/trajectories.log";
+  REQUIRE(std::filesystem::exists(log));
+  const auto out = testing::fresh_dir("cli") / "replay.json";
+  std::string output;
+  const int rc = testing::run_command(
+      std::string(CRUCIBLE_EXE) + " replay --rescore --reward '{\"penalty\": {\"compile_error\": "
+                                  "-2.0}}' -o '" + out.string() + "' '" + log + "'",
+      &output);
+  REQUIRE_MESSAGE(rc == 0, output);
+  const auto replay = core::Value::parse(testing::read_file(out));
+  CHECK(replay["mode"] == "rescore");
+  CHECK(replay["summary"]["steps"].get<int>() >= 5);
+  for (const auto& step : replay["steps"]) {
+    if (step["status"] == "compile_error") CHECK(step["new_reward"].get<double>() == -2.0);
+  }
+  CHECK(output.find("mean reward") != std::string::npos);
+}
+
+TEST_CASE("eval CLI: the example solutions evaluate and write every report file") {
+  const auto out = testing::fresh_dir("cli-eval");
+  std::string output;
+  const int rc = testing::run_command(
+      std::string(CRUCIBLE_EXE) + " --home '" CRUCIBLE_SOURCE_DIR "' eval --no-compile -o '" +
+          out.string() + "' '" CRUCIBLE_SOURCE_DIR "/examples/trajectories/solutions.jsonl'",
+      &output);
+  REQUIRE_MESSAGE(rc == 0, output);
+  for (const char* name : {"results.jsonl", "summary.json", "report.md", "report.html"}) {
+    CAPTURE(name);
+    CHECK(std::filesystem::exists(out / name));
+  }
+  CHECK(output.find("infra_error") != std::string::npos);
+}
+#endif
