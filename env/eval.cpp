@@ -154,10 +154,9 @@ class PipelineScorer final : public Scorer {
     const auto start = Clock::now();
     StepJob job{&task, sample.source, nullptr, seed_, spec_};
     StepResult result = pipeline_.run(job);
-    const double wall_ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    return make_result_record(sample, task, result.to_value(), result.reward.total, seed_,
-                              where(), wall_ms);
+    const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    return make_result_record(sample, task, result.to_value(), result.reward.total, seed_, where(),
+                              wall_ms);
   }
   std::string where() const override { return "in-process"; }
 
@@ -193,8 +192,7 @@ class ServerScorer final : public Scorer {
   Value score(const Sample& sample, const tasks::Task& task, std::size_t worker) override {
     const auto start = Clock::now();
     Value reply = request(*sockets_.at(worker), sample);
-    const double wall_ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     Value result = reply.contains("result") ? reply["result"] : infra_result("no result");
     const double reward = reply.value("reward", 0.0);
     return make_result_record(sample, task, result, reward, seed_, where(), wall_ms);
@@ -217,9 +215,10 @@ class ServerScorer final : public Scorer {
       const auto deadline = Clock::now() + timeout_;
       while (Clock::now() < deadline) {
         zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - Clock::now());
-        zmq::poll(&item, 1, std::max<std::chrono::milliseconds>(left, std::chrono::milliseconds(1)));
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        zmq::poll(&item, 1,
+                  std::max<std::chrono::milliseconds>(left, std::chrono::milliseconds(1)));
         if ((item.revents & ZMQ_POLLIN) == 0) continue;
         zmq::message_t message;
         if (!socket.recv(message, zmq::recv_flags::none)) continue;
@@ -326,8 +325,7 @@ core::Result<std::vector<Sample>> select_samples(std::vector<Sample> samples,
     const auto* task = registry.find(sample.task);
     if (task == nullptr) {
       return core::Error{ErrorCode::kUnknownTask, "sample '" + sample.sample_id +
-                                                      "' names unknown task '" + sample.task +
-                                                      "'"};
+                                                      "' names unknown task '" + sample.task + "'"};
     }
     const bool chosen =
         all || std::any_of(selection.begin(), selection.end(), [&](const std::string& s) {
@@ -339,8 +337,7 @@ core::Result<std::vector<Sample>> select_samples(std::vector<Sample> samples,
 }
 
 std::unique_ptr<Scorer> make_pipeline_scorer(const Pipeline& pipeline,
-                                             rewards::RewardSpec reward_spec,
-                                             std::uint64_t seed) {
+                                             rewards::RewardSpec reward_spec, std::uint64_t seed) {
   return std::make_unique<PipelineScorer>(pipeline, std::move(reward_spec), seed);
 }
 
@@ -434,8 +431,7 @@ void Progress::advance(const std::string& status) {
   }
   if (s.terminal) {
     constexpr int kWidth = 30;
-    const int filled = s.total == 0 ? kWidth
-                                    : static_cast<int>(kWidth * s.done / s.total);
+    const int filled = s.total == 0 ? kWidth : static_cast<int>(kWidth * s.done / s.total);
     std::string bar(static_cast<std::size_t>(filled), '#');
     bar.resize(kWidth, '.');
     char rate_text[32];

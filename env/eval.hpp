@@ -20,9 +20,9 @@ namespace crucible::env {
 
 // One solution to score.
 struct Sample {
-  std::string sample_id;  // unique within a run; resume keys on it
-  std::string task;       // task id, e.g. "llm/rms_norm"
-  std::string source;     // CUDA source, as an agent would send it
+  std::string sample_id;       // unique within a run; resume keys on it
+  std::string task;            // task id, e.g. "llm/rms_norm"
+  std::string source;          // CUDA source, as an agent would send it
   core::Value meta = nullptr;  // carried into the result record untouched
 };
 
@@ -52,16 +52,14 @@ core::Result<std::vector<Sample>> select_samples(std::vector<Sample> samples,
 class Scorer {
  public:
   virtual ~Scorer() = default;
-  virtual core::Value score(const Sample& sample, const tasks::Task& task,
-                            std::size_t worker) = 0;
+  virtual core::Value score(const Sample& sample, const tasks::Task& task, std::size_t worker) = 0;
   // "in-process" or the server endpoint; written into every record.
   virtual std::string where() const = 0;
 };
 
 // Scores through a Pipeline in this process (Pipeline::run is thread-safe).
 std::unique_ptr<Scorer> make_pipeline_scorer(const Pipeline& pipeline,
-                                             rewards::RewardSpec reward_spec,
-                                             std::uint64_t seed);
+                                             rewards::RewardSpec reward_spec, std::uint64_t seed);
 
 // Scores through a running server's `score` op, one DEALER socket per worker, each request
 // pipelined with the other workers'. Errors at connect time: kIo. A request that fails (timeout,
@@ -109,7 +107,7 @@ struct EvalOutcome {
   std::size_t scored = 0;        // records added by this run
   std::size_t remaining = 0;     // samples not scored (stopped early)
   bool interrupted = false;
-  core::Value summary;           // what summary.json holds
+  core::Value summary;  // what summary.json holds
 };
 
 // Scores `samples` with `scorer`, appending one line per sample to out_dir/results.jsonl as it

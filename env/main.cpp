@@ -260,8 +260,9 @@ int run_eval_command(const std::string& home_flag, const EvalArgs& args,
                     ? " (" + std::to_string(outcome->already_done) + " kept from the earlier run)"
                     : std::string())
             << "; correct " << env::format_percent(overall["correct_rate"].get<double>())
-            << ", geomean speedup (correct) " << env::format_number(overall["geomean_speedup_correct"])
-            << ", infra_error " << overall["infra_errors"] << " (excluded)\n"
+            << ", geomean speedup (correct) "
+            << env::format_number(overall["geomean_speedup_correct"]) << ", infra_error "
+            << overall["infra_errors"] << " (excluded)\n"
             << "report: " << (std::filesystem::path(args.out_dir) / "report.html").string() << "\n";
   if (outcome->interrupted) {
     std::cerr << "interrupted: " << outcome->remaining
@@ -405,7 +406,7 @@ int main(int argc, char** argv) {
   bool eval_no_compile = false;
   auto* eval_cmd = app.add_subcommand("eval", "score a folder or a JSONL file of solutions");
   eval_cmd->add_option("input", eval_args.input,
-                       "folder of <task-id>.cu files, or JSONL of {task, source, sample_id?, meta?}")
+                       "folder of <task-id>.cu files, or JSONL of {task, source, ...}")
       ->required()
       ->check(CLI::ExistingPath);
   eval_cmd->add_option("-o,--out", eval_args.out_dir, "output folder")->capture_default_str();
@@ -414,7 +415,8 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--server", eval_args.server,
                        "score through a running server at this endpoint instead of in-process");
   eval_cmd->add_option("--reward", eval_args.reward, "reward spec: JSON text or a JSON file");
-  eval_cmd->add_option("--seed", eval_args.seed, "case seed for every sample")->capture_default_str();
+  eval_cmd->add_option("--seed", eval_args.seed, "case seed for every sample")
+      ->capture_default_str();
   eval_cmd->add_option("-j,--jobs", eval_args.jobs, "samples scored at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));

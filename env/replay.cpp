@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <array>
-#include <optional>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -153,9 +153,8 @@ core::Value remeasure_log(const std::vector<core::Value>& records, const tasks::
       auto spec = rewards::parse_reward_spec(record.value("reward_spec", Value(nullptr)));
       if (task == nullptr || !spec || !record.contains("source") || !record["source"].is_string()) {
         step["skipped"] = task == nullptr ? "task not in this build's registry"
-                          : !spec         ? "logged reward spec does not parse: " +
-                                        spec.error().message
-                                          : "record holds no source";
+                          : !spec ? "logged reward spec does not parse: " + spec.error().message
+                                  : "record holds no source";
         steps[i] = step;
         continue;
       }
@@ -222,19 +221,19 @@ core::Value remeasure_log(const std::vector<core::Value>& records, const tasks::
     max_abs = std::max(max_abs, std::fabs(d));
   }
   const double n = std::max<double>(1.0, static_cast<double>(deltas.size()));
-  return Value{{"mode", "remeasure"},
-               {"steps", steps},
-               {"summary",
-                {{"steps", records.size()},
-                 {"compared", compared},
-                 {"skipped", skipped},
-                 {"status_flips", flips},
-                 {"flips", flip_counts},
-                 {"correct_flips", correct_flips},
-                 {"new_infra_errors", new_infra},
-                 {"speedup_ratio", ratio_summary},
-                 {"reward_delta",
-                  {{"mean", sum / n}, {"mean_abs", sum_abs / n}, {"max_abs", max_abs}}}}}};
+  return Value{
+      {"mode", "remeasure"},
+      {"steps", steps},
+      {"summary",
+       {{"steps", records.size()},
+        {"compared", compared},
+        {"skipped", skipped},
+        {"status_flips", flips},
+        {"flips", flip_counts},
+        {"correct_flips", correct_flips},
+        {"new_infra_errors", new_infra},
+        {"speedup_ratio", ratio_summary},
+        {"reward_delta", {{"mean", sum / n}, {"mean_abs", sum_abs / n}, {"max_abs", max_abs}}}}}};
 }
 
 std::string format_replay(const core::Value& replay, std::size_t max_rows) {
@@ -244,8 +243,8 @@ std::string format_replay(const core::Value& replay, std::size_t max_rows) {
   const bool rescore = replay.value("mode", "") == "rescore";
   char line[256];
   if (rescore) {
-    std::snprintf(line, sizeof line, "%5s  %-20s %-14s %9s %10s %10s %9s\n", "#", "task",
-                  "status", "speedup", "old", "new", "delta");
+    std::snprintf(line, sizeof line, "%5s  %-20s %-14s %9s %10s %10s %9s\n", "#", "task", "status",
+                  "speedup", "old", "new", "delta");
   } else {
     std::snprintf(line, sizeof line, "%5s  %-20s %-14s %-14s %9s %9s %9s %9s\n", "#", "task",
                   "old status", "new status", "old x", "new x", "ratio", "dreward");
@@ -269,13 +268,12 @@ std::string format_replay(const core::Value& replay, std::size_t max_rows) {
                     step["index"].get<std::size_t>(), task.c_str(),
                     step["skipped"].get<std::string>().c_str());
     } else {
-      std::snprintf(line, sizeof line, "%5zu  %-20s %-14s %-14s %9s %9s %9s %9s\n",
-                    step["index"].get<std::size_t>(), task.c_str(),
-                    step.value("old_status", "").c_str(), step.value("new_status", "").c_str(),
-                    cell(step.value("old_speedup", Value())).c_str(),
-                    cell(step.value("new_speedup", Value())).c_str(),
-                    cell(step.value("speedup_ratio", Value())).c_str(),
-                    cell(step["reward_delta"]).c_str());
+      std::snprintf(
+          line, sizeof line, "%5zu  %-20s %-14s %-14s %9s %9s %9s %9s\n",
+          step["index"].get<std::size_t>(), task.c_str(), step.value("old_status", "").c_str(),
+          step.value("new_status", "").c_str(), cell(step.value("old_speedup", Value())).c_str(),
+          cell(step.value("new_speedup", Value())).c_str(),
+          cell(step.value("speedup_ratio", Value())).c_str(), cell(step["reward_delta"]).c_str());
     }
     out << line;
   }
@@ -298,8 +296,8 @@ std::string format_replay(const core::Value& replay, std::size_t max_rows) {
     out << ": min " << fixed(ratio["min"].get<double>()) << ", p05 "
         << fixed(ratio["p05"].get<double>()) << ", median " << fixed(ratio["p50"].get<double>())
         << ", p95 " << fixed(ratio["p95"].get<double>()) << ", max "
-        << fixed(ratio["max"].get<double>()) << ", within +-2%: "
-        << fixed(100 * ratio["within_2pct"].get<double>(), 1) << "%";
+        << fixed(ratio["max"].get<double>())
+        << ", within +-2%: " << fixed(100 * ratio["within_2pct"].get<double>(), 1) << "%";
   }
   const Value& delta = summary["reward_delta"];
   out << "\nreward delta: mean " << fixed(delta["mean"].get<double>()) << ", mean |d| "

@@ -12,9 +12,7 @@ namespace {
 
 using core::Value;
 
-Value optional_value(const std::optional<double>& x) {
-  return x ? Value(*x) : Value(nullptr);
-}
+Value optional_value(const std::optional<double>& x) { return x ? Value(*x) : Value(nullptr); }
 
 std::optional<double> geomean(const std::vector<double>& values) {
   if (values.empty()) return std::nullopt;
@@ -35,8 +33,8 @@ std::vector<double> fast_p_points() {
 double Metrics::fast_p(double p) const {
   if (scored == 0) return 0.0;
   if (p <= 0.0) return static_cast<double>(correct) / static_cast<double>(scored);
-  const auto faster = std::count_if(speedups.begin(), speedups.end(),
-                                    [p](double s) { return s > p; });
+  const auto faster =
+      std::count_if(speedups.begin(), speedups.end(), [p](double s) { return s > p; });
   return static_cast<double>(faster) / static_cast<double>(scored);
 }
 
@@ -154,12 +152,23 @@ std::string escape_html(const std::string& text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -184,7 +193,8 @@ constexpr const char* kTableHead =
     "| fast_1 | fast_2 | infra_error (excluded) |\n|---|---|---|---|---|---|---|---|---|\n";
 
 // One horizontal bar chart: a label, a bar and the value printed beside it.
-std::string bar_chart(const std::string& title, const std::vector<std::pair<std::string, double>>& bars,
+std::string bar_chart(const std::string& title,
+                      const std::vector<std::pair<std::string, double>>& bars,
                       const std::vector<std::string>& value_text, const std::string& color,
                       double reference_line) {
   constexpr int kLabelWidth = 180, kBarWidth = 360, kRow = 24, kTop = 28;
@@ -193,18 +203,19 @@ std::string bar_chart(const std::string& title, const std::vector<std::pair<std:
   if (max_value <= 0) max_value = 1;
   const int height = kTop + kRow * static_cast<int>(bars.size()) + 10;
   std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"" << kLabelWidth + kBarWidth + 90
-      << "\" height=\"" << height << "\" aria-label=\"" << escape_html(title) << "\">\n"
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\""
+      << kLabelWidth + kBarWidth + 90 << "\" height=\"" << height << "\" aria-label=\""
+      << escape_html(title) << "\">\n"
       << "<text x=\"0\" y=\"16\" class=\"title\">" << escape_html(title) << "</text>\n";
   for (std::size_t i = 0; i < bars.size(); ++i) {
     const int y = kTop + kRow * static_cast<int>(i);
     const double width = kBarWidth * std::max(0.0, bars[i].second) / max_value;
-    svg << "<text x=\"" << kLabelWidth - 6 << "\" y=\"" << y + 15
-        << "\" text-anchor=\"end\">" << escape_html(bars[i].first) << "</text>\n"
+    svg << "<text x=\"" << kLabelWidth - 6 << "\" y=\"" << y + 15 << "\" text-anchor=\"end\">"
+        << escape_html(bars[i].first) << "</text>\n"
         << "<rect x=\"" << kLabelWidth << "\" y=\"" << y + 3 << "\" width=\"" << width
         << "\" height=\"" << kRow - 8 << "\" fill=\"" << color << "\"/>\n"
-        << "<text x=\"" << kLabelWidth + width + 6 << "\" y=\"" << y + 15
-        << "\" class=\"value\">" << escape_html(value_text[i]) << "</text>\n";
+        << "<text x=\"" << kLabelWidth + width + 6 << "\" y=\"" << y + 15 << "\" class=\"value\">"
+        << escape_html(value_text[i]) << "</text>\n";
   }
   if (reference_line > 0) {
     const double x = kLabelWidth + kBarWidth * reference_line / max_value;
@@ -229,8 +240,8 @@ std::string fast_p_chart(const Value& curve) {
     const double y = kTop + kHeight - kHeight * i / 4.0;
     svg << "<text x=\"" << x << "\" y=\"" << kTop + kHeight + 16 << "\" text-anchor=\"middle\">"
         << i << "</text>\n"
-        << "<text x=\"" << kLeft - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
-        << 25 * i << "%</text>\n";
+        << "<text x=\"" << kLeft - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">" << 25 * i
+        << "%</text>\n";
   }
   svg << "<text x=\"" << kLeft + kWidth / 2 << "\" y=\"" << kTop + kHeight + 34
       << "\" text-anchor=\"middle\">p (speedup threshold)</text>\n<polyline fill=\"none\" "
@@ -304,9 +315,8 @@ std::string render_html(const core::Value& summary) {
        << "svg text{font-size:12px;font-family:sans-serif}svg .title{font-weight:bold}\n"
        << "</style>\n</head>\n<body>\n<h1>crucible eval report</h1>\n";
   html << "<p>Input <code>" << escape_html(run.value("input", "?")) << "</code>, scored by "
-       << escape_html(run.value("scored_by", "?")) << "; "
-       << run.value("samples_recorded", 0) << " samples recorded of "
-       << run.value("samples_selected", 0) << " selected"
+       << escape_html(run.value("scored_by", "?")) << "; " << run.value("samples_recorded", 0)
+       << " samples recorded of " << run.value("samples_selected", 0) << " selected"
        << (run.value("interrupted", false) ? " (interrupted)" : "") << ".</p>\n";
 
   html << "<h2>Overall</h2>\n<table id=\"overall\">\n"
@@ -350,12 +360,12 @@ std::string render_html(const core::Value& summary) {
   for (const auto& [name, m] : summary["categories"].items()) {
     const Value& g = m["geomean_speedup_all"];
     bars.emplace_back(name, g.is_number() ? g.get<double>() : 0.0);
-    texts.push_back(format_number(g) + "x (correct only: " +
-                    format_number(m["geomean_speedup_correct"]) + "x)");
+    texts.push_back(format_number(g) +
+                    "x (correct only: " + format_number(m["geomean_speedup_correct"]) + "x)");
   }
   html << "<h2>Categories</h2>\n"
-       << bar_chart("geometric-mean speedup per category (failures as 1.0)", bars, texts,
-                    "#bf8700", 1.0);
+       << bar_chart("geometric-mean speedup per category (failures as 1.0)", bars, texts, "#bf8700",
+                    1.0);
   html << "<table id=\"categories\">\n<tr><th>category</th><th>scored</th><th>correct "
           "rate</th><th>geomean (correct)</th><th>geomean (all)</th><th>fast_1</th></tr>\n";
   for (const auto& [name, m] : summary["categories"].items()) {
@@ -367,7 +377,8 @@ std::string render_html(const core::Value& summary) {
   }
   html << "</table>\n";
 
-  html << "<h2>fast_p</h2>\n" << fast_p_chart(summary["fast_p"])
+  html << "<h2>fast_p</h2>\n"
+       << fast_p_chart(summary["fast_p"])
        << "<table id=\"fast-p\">\n<tr><th>p</th><th>fast_p</th></tr>\n";
   for (const auto& point : summary["fast_p"]) {
     const double p = point["p"].get<double>();
@@ -387,8 +398,8 @@ std::string render_html(const core::Value& summary) {
     std::size_t shown = 0;
     for (const auto& item : infra) {
       if (++shown > 20) break;
-      html << "<li><code>" << escape_html(item.value("sample_id", "")) << "</code>: "
-           << escape_html(item.value("message", "")) << "</li>\n";
+      html << "<li><code>" << escape_html(item.value("sample_id", ""))
+           << "</code>: " << escape_html(item.value("message", "")) << "</li>\n";
     }
     html << "</ul>\n";
   }

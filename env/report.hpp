@@ -24,12 +24,12 @@ inline constexpr double kFastPMax = 4.0;
 inline constexpr double kFastPStep = 0.05;
 
 struct Metrics {
-  std::size_t samples = 0;      // every record, infra included
+  std::size_t samples = 0;  // every record, infra included
   std::size_t infra_errors = 0;
-  std::size_t scored = 0;       // samples - infra_errors
+  std::size_t scored = 0;  // samples - infra_errors
   std::size_t correct = 0;
-  std::size_t timed = 0;        // correct samples with a speedup
-  double correct_rate = 0.0;    // correct / scored (0 when nothing was scored)
+  std::size_t timed = 0;      // correct samples with a speedup
+  double correct_rate = 0.0;  // correct / scored (0 when nothing was scored)
   std::optional<double> geomean_speedup_correct;
   std::optional<double> geomean_speedup_all;
   std::optional<double> best_speedup;

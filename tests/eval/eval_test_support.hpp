@@ -29,16 +29,16 @@ inline core::Value sample_record(const std::string& id, const std::string& categ
 //   a: ok 2.0, b: ok 0.5, c: incorrect               (category "alpha")
 //   d: infra_error, e: ok 4.0, f: compile_error      (category "beta")
 inline std::vector<core::Value> hand_made_results() {
-  return {sample_record("a", "alpha", "ok", 2.0), sample_record("b", "alpha", "ok", 0.5),
+  return {sample_record("a", "alpha", "ok", 2.0),   sample_record("b", "alpha", "ok", 0.5),
           sample_record("c", "alpha", "incorrect"), sample_record("d", "beta", "infra_error"),
-          sample_record("e", "beta", "ok", 4.0), sample_record("f", "beta", "compile_error")};
+          sample_record("e", "beta", "ok", 4.0),    sample_record("f", "beta", "compile_error")};
 }
 
 inline std::filesystem::path fresh_dir(const std::string& name) {
   static int counter = 0;
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("crucible-eval-test-" + std::to_string(::getpid()) + "-" +
-                    std::to_string(counter++) + "-" + name);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("crucible-eval-test-" + std::to_string(::getpid()) +
+                                                "-" + std::to_string(counter++) + "-" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

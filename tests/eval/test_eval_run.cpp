@@ -71,7 +71,9 @@ TEST_CASE("eval input: JSONL records, default sample ids, and errors that name t
   const auto& registry = testing::shared_registry();
   const auto dir = testing::fresh_dir("jsonl");
   testing::write_file(dir / "good.jsonl",
-                      jsonl_line({{"task", "llm/rms_norm"}, {"source", "a"}, {"sample_id", "x"},
+                      jsonl_line({{"task", "llm/rms_norm"},
+                                  {"source", "a"},
+                                  {"sample_id", "x"},
                                   {"meta", {{"model", "m1"}}}}) +
                           "\n" + jsonl_line({{"task", "llm/rms_norm"}, {"source", "b"}}));
   auto samples = env::load_samples(dir / "good.jsonl", registry);
@@ -81,8 +83,8 @@ TEST_CASE("eval input: JSONL records, default sample ids, and errors that name t
   CHECK((*samples)[0].meta["model"] == "m1");
   CHECK((*samples)[1].sample_id == "llm/rms_norm#3");
 
-  testing::write_file(dir / "bad.jsonl", jsonl_line({{"task", "llm/rms_norm"}, {"source", "a"}}) +
-                                             "{not json\n");
+  testing::write_file(dir / "bad.jsonl",
+                      jsonl_line({{"task", "llm/rms_norm"}, {"source", "a"}}) + "{not json\n");
   auto bad = env::load_samples(dir / "bad.jsonl", registry);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("bad.jsonl:2: not a JSON object") != std::string::npos);
@@ -92,9 +94,10 @@ TEST_CASE("eval input: JSONL records, default sample ids, and errors that name t
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().message.find("`task` and `source`") != std::string::npos);
 
-  testing::write_file(dir / "twice.jsonl",
-                      jsonl_line({{"task", "llm/rms_norm"}, {"source", "a"}, {"sample_id", 7}}) +
-                          jsonl_line({{"task", "llm/rms_norm"}, {"source", "b"}, {"sample_id", 7}}));
+  testing::write_file(
+      dir / "twice.jsonl",
+      jsonl_line({{"task", "llm/rms_norm"}, {"source", "a"}, {"sample_id", 7}}) +
+          jsonl_line({{"task", "llm/rms_norm"}, {"source", "b"}, {"sample_id", 7}}));
   auto twice = env::load_samples(dir / "twice.jsonl", registry);
   REQUIRE_FALSE(twice.ok());
   CHECK(twice.error().message.find("'7' is used twice") != std::string::npos);
@@ -103,8 +106,8 @@ TEST_CASE("eval input: JSONL records, default sample ids, and errors that name t
 TEST_CASE("eval selection: all, a category or a task id; unknown selectors and tasks are errors") {
   const auto& registry = testing::shared_registry();
   const std::vector<env::Sample> samples = numbered_samples(3);
-  for (const auto& selection : std::vector<std::vector<std::string>>{
-           {}, {"all"}, {"llm"}, {"llm/rms_norm"}}) {
+  for (const auto& selection :
+       std::vector<std::vector<std::string>>{{}, {"all"}, {"llm"}, {"llm/rms_norm"}}) {
     auto kept = env::select_samples(samples, selection, registry);
     REQUIRE(kept.ok());
     CHECK(kept->size() == 3);
@@ -113,8 +116,7 @@ TEST_CASE("eval selection: all, a category or a task id; unknown selectors and t
   REQUIRE_FALSE(unknown_selector.ok());
   CHECK(unknown_selector.error().message.find("neither a task id nor a category") !=
         std::string::npos);
-  auto unknown_task =
-      env::select_samples({{"z", "llm/nope", "", nullptr}}, {"all"}, registry);
+  auto unknown_task = env::select_samples({{"z", "llm/nope", "", nullptr}}, {"all"}, registry);
   REQUIRE_FALSE(unknown_task.ok());
   CHECK(unknown_task.error().code == core::ErrorCode::kUnknownTask);
 }
@@ -166,10 +168,12 @@ TEST_CASE("eval run: JSONL scored in-process with real compile workers gives eac
       dir / "samples.jsonl",
       jsonl_line({{"task", "llm/rms_norm"}, {"source", kRmsNormSource}, {"sample_id", "good"}}) +
           jsonl_line({{"task", "llm/rms_norm"},
-                      {"source", "// @launch k<<<1, 1>>>(out)\nextern \"C\" __global__ void "
-                                 "k(float* out) { out[0] = undeclared_name; }\n"},
+                      {"source",
+                       "// @launch k<<<1, 1>>>(out)\nextern \"C\" __global__ void "
+                       "k(float* out) { out[0] = undeclared_name; }\n"},
                       {"sample_id", "broken"}}) +
-          jsonl_line({{"task", "llm/rms_norm"}, {"source", "int main() { return 0; }\n"},
+          jsonl_line({{"task", "llm/rms_norm"},
+                      {"source", "int main() { return 0; }\n"},
                       {"sample_id", "no_kernel"}}));
   auto samples = env::load_samples(dir / "samples.jsonl", registry);
   REQUIRE(samples.ok());
@@ -248,8 +252,7 @@ TEST_CASE("eval run: an interrupted run keeps what was scored and --resume finis
 TEST_CASE("eval run: --server scores through a running server's score op") {
   const auto& registry = testing::shared_registry();
   testing::RunningServer server;
-  auto scorer = env::make_server_scorer(server.endpoint(), 2, nullptr, 5,
-                                        std::chrono::seconds(30));
+  auto scorer = env::make_server_scorer(server.endpoint(), 2, nullptr, 5, std::chrono::seconds(30));
   REQUIRE(scorer.ok());
   env::EvalOptions options;
   options.out_dir = testing::fresh_dir("server");
@@ -271,8 +274,8 @@ TEST_CASE("eval run: --server scores through a running server's score op") {
 
 TEST_CASE("eval run: an unreachable server gives infra_error records, never a made-up score") {
   const auto& registry = testing::shared_registry();
-  auto scorer = env::make_server_scorer("tcp://127.0.0.1:1", 1, nullptr, 1,
-                                        std::chrono::milliseconds(300));
+  auto scorer =
+      env::make_server_scorer("tcp://127.0.0.1:1", 1, nullptr, 1, std::chrono::milliseconds(300));
   REQUIRE(scorer.ok());
   env::EvalOptions options;
   options.out_dir = testing::fresh_dir("unreachable");

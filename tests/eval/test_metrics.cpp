@@ -34,19 +34,40 @@ TEST_CASE("eval metrics: correct rate, geometric means and fast_p follow the doc
   const std::vector<MetricsCase> cases = {
       // 5 scored (d is infra), 3 correct; correct-only geomean (2*0.5*4)^(1/3); over all the
       // failures c and f count as 1.0: (2*0.5*1*4*1)^(1/5).
-      {"overall", all, 5, 3, 1, 0.6, std::cbrt(4.0), std::pow(4.0, 0.2),
+      {"overall",
+       all,
+       5,
+       3,
+       1,
+       0.6,
+       std::cbrt(4.0),
+       std::pow(4.0, 0.2),
        {{0.0, 0.6}, {0.5, 0.4}, {1.0, 0.4}, {2.0, 0.2}, {3.99, 0.2}, {4.0, 0.0}}},
       {"alpha", alpha, 3, 2, 0, 2.0 / 3, 1.0, 1.0, {{0.0, 2.0 / 3}, {1.0, 1.0 / 3}, {2.0, 0.0}}},
       // infra_error d takes no part: 2 scored, 1 correct.
       {"beta", beta, 2, 1, 1, 0.5, 4.0, 2.0, {{0.0, 0.5}, {3.0, 0.5}, {4.0, 0.0}}},
-      {"infra only", {testing::sample_record("x", "beta", "infra_error")}, 0, 0, 1, 0.0,
-       std::nullopt, std::nullopt, {{0.0, 0.0}, {1.0, 0.0}}},
+      {"infra only",
+       {testing::sample_record("x", "beta", "infra_error")},
+       0,
+       0,
+       1,
+       0.0,
+       std::nullopt,
+       std::nullopt,
+       {{0.0, 0.0}, {1.0, 0.0}}},
       {"empty", {}, 0, 0, 0, 0.0, std::nullopt, std::nullopt, {{0.0, 0.0}}},
       // A correct sample without timing counts as correct, is left out of the correct-only
       // geomean and counts as 1.0 over all.
-      {"untimed ok", {testing::sample_record("u", "alpha", "ok"),
-                      testing::sample_record("v", "alpha", "ok", 9.0)},
-       2, 2, 0, 1.0, 9.0, 3.0, {{0.0, 1.0}, {1.0, 0.5}}},
+      {"untimed ok",
+       {testing::sample_record("u", "alpha", "ok"),
+        testing::sample_record("v", "alpha", "ok", 9.0)},
+       2,
+       2,
+       0,
+       1.0,
+       9.0,
+       3.0,
+       {{0.0, 1.0}, {1.0, 0.5}}},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
@@ -71,8 +92,7 @@ TEST_CASE("eval summary: per-category metrics, a fast_p curve over [0, 4] and in
   CHECK(summary["overall"]["statuses"]["infra_error"] == 1);
   CHECK(summary["overall"]["statuses"]["ok"] == 3);
   CHECK(summary["categories"]["alpha"]["correct"] == 2);
-  CHECK(summary["categories"]["beta"]["geomean_speedup_all"].get<double>() ==
-        doctest::Approx(2.0));
+  CHECK(summary["categories"]["beta"]["geomean_speedup_all"].get<double>() == doctest::Approx(2.0));
   CHECK(summary["tasks"]["beta/e"]["best_speedup"].get<double>() == doctest::Approx(4.0));
   const auto& curve = summary["fast_p"];
   REQUIRE(curve.size() == 81);

@@ -22,11 +22,11 @@ core::Value logged_step(int step, const std::string& status, double speedup = 0.
   const auto reward = rewards::compute_reward(spec, m);
   core::Value result{{"status", status}, {"message", ""}, {"reward", reward.to_value()}};
   if (speedup > 0) result["speedup"] = speedup;
-  return core::Value{{"kind", "step"},        {"task", "llm/rms_norm"},
-                     {"seed", 11},            {"source", kRmsNormSource},
-                     {"plan", nullptr},       {"reward_spec", rewards::reward_spec_to_value(spec)},
-                     {"result", result},      {"reward", reward.total},
-                     {"episode", "ep-test"},  {"step", step}};
+  return core::Value{{"kind", "step"},       {"task", "llm/rms_norm"},
+                     {"seed", 11},           {"source", kRmsNormSource},
+                     {"plan", nullptr},      {"reward_spec", rewards::reward_spec_to_value(spec)},
+                     {"result", result},     {"reward", reward.total},
+                     {"episode", "ep-test"}, {"step", step}};
 }
 
 std::filesystem::path write_log(const std::vector<core::Value>& records) {
@@ -65,10 +65,10 @@ TEST_CASE("replay --rescore: another spec changes the rewards as that spec says"
     double ok, incorrect, infra;
   };
   const std::vector<Case> cases = {
-      {R"({"speed_weight": 1.0})", 2.0, -1e9, 0.0},                 // 1 + 1 * log2(2)
+      {R"({"speed_weight": 1.0})", 2.0, -1e9, 0.0},  // 1 + 1 * log2(2)
       {R"({"correct": 3.0, "speed_weight": 0.0})", 3.0, -1e9, 0.0},
       {R"({"penalty": {"incorrect": -0.7}})", 1.5, -0.7, 0.0},
-      {R"({"speed_cap": 0.5})", 1.25, -1e9, 0.0},                   // log2(2) capped at 0.5
+      {R"({"speed_cap": 0.5})", 1.25, -1e9, 0.0},  // log2(2) capped at 0.5
   };
   for (const auto& c : cases) {
     CAPTURE(c.spec);
@@ -80,12 +80,11 @@ TEST_CASE("replay --rescore: another spec changes the rewards as that spec says"
     CHECK(new_reward(replay, 2) == doctest::Approx(c.infra));  // infra_error is never penalised
     CHECK(replay["steps"][0]["delta"].get<double>() ==
           doctest::Approx(c.ok - replay["steps"][0]["old_reward"].get<double>()));
-    CHECK(replay["summary"]["by_status"]["ok"]["mean_new"].get<double>() ==
-          doctest::Approx(c.ok));
+    CHECK(replay["summary"]["by_status"]["ok"]["mean_new"].get<double>() == doctest::Approx(c.ok));
   }
-  const auto table = env::format_replay(
-      env::rescore_log(loaded->records,
-                       *rewards::parse_reward_spec(core::Value::parse(R"({"speed_weight": 1.0})"))));
+  const auto table = env::format_replay(env::rescore_log(
+      loaded->records,
+      *rewards::parse_reward_spec(core::Value::parse(R"({"speed_weight": 1.0})"))));
   CHECK(table.find("mean reward") != std::string::npos);
   CHECK(table.find("2.000") != std::string::npos);
 }
@@ -122,9 +121,8 @@ TEST_CASE("replay: a log of a newer format is refused with a message saying so")
   CHECK(loaded.error().message.find("use a newer crucible") != std::string::npos);
 #ifdef CRUCIBLE_EXE
   std::string output;
-  const int rc = testing::run_command(std::string(CRUCIBLE_EXE) + " replay --rescore -o - '" +
-                                          path.string() + "'",
-                                      &output);
+  const int rc = testing::run_command(
+      std::string(CRUCIBLE_EXE) + " replay --rescore -o - '" + path.string() + "'", &output);
   CHECK(rc == 2);
   CHECK(output.find("crucible replay: cannot replay") != std::string::npos);
   CHECK(output.find("use a newer crucible") != std::string::npos);
@@ -137,10 +135,12 @@ TEST_CASE("replay CLI: --rescore on the committed example log writes the JSON it
   REQUIRE(std::filesystem::exists(log));
   const auto out = testing::fresh_dir("cli") / "replay.json";
   std::string output;
-  const int rc = testing::run_command(
-      std::string(CRUCIBLE_EXE) + " replay --rescore --reward '{\"penalty\": {\"compile_error\": "
-                                  "-2.0}}' -o '" + out.string() + "' '" + log + "'",
-      &output);
+  const int rc =
+      testing::run_command(std::string(CRUCIBLE_EXE) +
+                               " replay --rescore --reward '{\"penalty\": {\"compile_error\": "
+                               "-2.0}}' -o '" +
+                               out.string() + "' '" + log + "'",
+                           &output);
   REQUIRE_MESSAGE(rc == 0, output);
   const auto replay = core::Value::parse(testing::read_file(out));
   CHECK(replay["mode"] == "rescore");

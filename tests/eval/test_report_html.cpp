@@ -9,9 +9,10 @@ using namespace crucible;
 namespace {
 
 core::Value hand_made_summary() {
-  return env::summarize(testing::hand_made_results(),
-                        {{"input", "hand<made>.jsonl"}, {"scored_by", "in-process"},
-                         {"samples_selected", 6}, {"samples_recorded", 6}});
+  return env::summarize(testing::hand_made_results(), {{"input", "hand<made>.jsonl"},
+                                                       {"scored_by", "in-process"},
+                                                       {"samples_selected", 6},
+                                                       {"samples_recorded", 6}});
 }
 
 // The text of the element with `id`, read back by xmllint from the page parsed as XML (a
@@ -49,9 +50,9 @@ TEST_CASE("eval report: report.html is well-formed, self-contained and holds the
   const std::string html = env::render_html(hand_made_summary());
   testing::write_file(page, html);
   std::string output;
-  REQUIRE_MESSAGE(testing::run_command("xmllint --nonet --noout '" + page.string() + "'",
-                                       &output) == 0,
-                  output);
+  REQUIRE_MESSAGE(
+      testing::run_command("xmllint --nonet --noout '" + page.string() + "'", &output) == 0,
+      output);
   CHECK(xpath_text(page, "string(//*[@id=\"correct-rate\"])") == "60.0%");
   CHECK(xpath_text(page, "string(//*[@id=\"geomean-correct\"])") == "1.587");
   CHECK(xpath_text(page, "string(//*[@id=\"geomean-all\"])") == "1.320");
@@ -59,8 +60,8 @@ TEST_CASE("eval report: report.html is well-formed, self-contained and holds the
   CHECK(xpath_text(page, "string(//*[@id=\"infra\"])") == "1");
   // Four charts, the per-task speedups printed in the chart itself.
   CHECK(xpath_text(page, "count(//*[local-name()=\"svg\"])") == "4");
-  CHECK(html.find(">4.000x</text>") != std::string::npos);   // beta/e
-  CHECK(html.find(">0.500x</text>") != std::string::npos);   // alpha/b
+  CHECK(html.find(">4.000x</text>") != std::string::npos);                 // beta/e
+  CHECK(html.find(">0.500x</text>") != std::string::npos);                 // alpha/b
   CHECK(html.find("2.000x (correct only: 4.000x)") != std::string::npos);  // beta category
   // The input name is escaped; nothing is fetched from elsewhere.
   CHECK(html.find("hand&lt;made&gt;.jsonl") != std::string::npos);
@@ -78,8 +79,9 @@ TEST_CASE("eval report: headless Chromium renders report.html with the numbers i
     }
   }
   if (browser.empty()) {
-    MESSAGE("SKIPPED LOUDLY: no chromium on this machine; the render check did not run "
-            "(apt-get install chromium)");
+    MESSAGE(
+        "SKIPPED LOUDLY: no chromium on this machine; the render check did not run "
+        "(apt-get install chromium)");
     return;
   }
   const auto dir = testing::fresh_dir("chromium");
@@ -89,8 +91,8 @@ TEST_CASE("eval report: headless Chromium renders report.html with the numbers i
   const int rc = testing::run_command(
       "timeout 120 " + browser +
           " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
-          "--user-data-dir='" + (dir / "profile").string() + "' --dump-dom 'file://" +
-          page.string() + "' 2>/dev/null",
+          "--user-data-dir='" +
+          (dir / "profile").string() + "' --dump-dom 'file://" + page.string() + "' 2>/dev/null",
       &dom);
   REQUIRE_MESSAGE(rc == 0, dom);
   CHECK(dom.find("<td id=\"correct-rate\">60.0%</td>") != std::string::npos);
@@ -104,8 +106,11 @@ TEST_CASE("eval report: headless Chromium renders report.html with the numbers i
   const int shot_rc = testing::run_command(
       "timeout 120 " + browser +
           " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
-          "--user-data-dir='" + (dir / "profile").string() + "' --window-size=1000,1600 "
-          "--screenshot='" + shot.string() + "' 'file://" + page.string() + "'",
+          "--user-data-dir='" +
+          (dir / "profile").string() +
+          "' --window-size=1000,1600 "
+          "--screenshot='" +
+          shot.string() + "' 'file://" + page.string() + "'",
       nullptr);
   CHECK(shot_rc == 0);
   CHECK(std::filesystem::exists(shot));
