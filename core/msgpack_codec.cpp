@@ -1,6 +1,8 @@
 // msgpack decoding through msgpack-cxx (which enforces the limits) and conversion to Value.
 #include "core/msgpack_codec.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <msgpack.hpp>
 
 namespace crucible::core {
@@ -56,6 +58,17 @@ Result<Value> to_value(const msgpack::object& object) {
 }
 
 }  // namespace
+
+DecodeLimits trusted_decode_limits(std::size_t max_bytes) {
+  DecodeLimits limits;
+  limits.max_bytes = max_bytes;
+  limits.max_depth = 64;
+  limits.max_array_items = 1u << 24;
+  limits.max_map_entries = 1u << 20;
+  limits.max_str_bytes = static_cast<std::uint32_t>(std::min<std::size_t>(max_bytes, UINT32_MAX));
+  limits.max_bin_bytes = limits.max_str_bytes;
+  return limits;
+}
 
 Result<Value> decode_msgpack(std::string_view bytes, const DecodeLimits& limits) {
   if (bytes.size() > limits.max_bytes) {

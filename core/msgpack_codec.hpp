@@ -22,6 +22,10 @@ struct DecodeLimits {
   std::uint32_t max_bin_bytes = 1u << 20;  // one binary blob
 };
 
+// Limits for bytes crucible wrote itself or got from its own server (log records, child-process
+// frames, replies): only the size bounds memory; depth and counts are generous.
+DecodeLimits trusted_decode_limits(std::size_t max_bytes);
+
 // Decodes exactly one msgpack object spanning all of `bytes`. Map keys must be strings; ext
 // types are refused. Errors: kTooLarge (over a limit), kBadRequest (malformed, trailing
 // bytes, non-string key). Never throws for bad input. Thread-safe.

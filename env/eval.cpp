@@ -1,6 +1,8 @@
 // Offline evaluation: sample loading, in-process and server scorers, the run loop and resume.
 #include "env/eval.hpp"
 
+#include "clients/cpp/client.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -15,7 +17,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <zmq.hpp>
 
 #include "core/checksum.hpp"
 #include "core/msgpack_codec.hpp"
@@ -124,17 +125,6 @@ core::Result<std::vector<Sample>> load_jsonl(const std::filesystem::path& path) 
   return samples;
 }
 
-// Replies come from crucible's own server: only their size needs a bound.
-core::DecodeLimits reply_limits() {
-  core::DecodeLimits limits;
-  limits.max_bytes = 64u << 20;
-  limits.max_str_bytes = 64u << 20;
-  limits.max_bin_bytes = 64u << 20;
-  limits.max_depth = 64;
-  limits.max_array_items = 1u << 20;
-  limits.max_map_entries = 1u << 16;
-  return limits;
-}
 
 // The reply of a failed request, as a step result, so it is recorded like any other sample.
 Value infra_result(const std::string& message) {
@@ -174,78 +164,47 @@ class ServerScorer final : public Scorer {
         reward_spec_(std::move(reward_spec)),
         seed_(seed),
         timeout_(timeout),
-        sockets_(workers) {}
+        clients_(workers) {}
 
   core::Status connect() {
-    try {
-      for (auto& socket : sockets_) {
-        socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-        socket->set(zmq::sockopt::linger, 0);
-        socket->connect(endpoint_);
-      }
-    } catch (const zmq::error_t& e) {
-      return core::Error{ErrorCode::kIo, "cannot connect to " + endpoint_ + ": " + e.what()};
+    for (auto& client : clients_) {
+      clients::ClientOptions options;
+      options.endpoint = endpoint_;
+      options.timeout = timeout_;
+      auto connected = clients::Client::connect(options);
+      if (!connected) return connected.error();
+      client = std::make_unique<clients::Client>(std::move(connected).value());
     }
     return {};
   }
 
   Value score(const Sample& sample, const tasks::Task& task, std::size_t worker) override {
     const auto start = Clock::now();
-    Value reply = request(*sockets_.at(worker), sample);
+    Value fields{{"task", sample.task}, {"source", sample.source}, {"seed", seed_}};
+    if (!reward_spec_.is_null()) fields["reward"] = reward_spec_;
+    // Each worker owns one client (a client is single-threaded); any failure becomes an
+    // infra_error result: the sample was not judged.
+    auto reply = clients_.at(worker)->call(core::Op::kScore, std::move(fields));
     const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    Value result = reply.contains("result") ? reply["result"] : infra_result("no result");
-    const double reward = reply.value("reward", 0.0);
+    if (!reply) {
+      return make_result_record(
+          sample, task,
+          infra_result(std::string(core::error_code_name(reply.error().code)) + ": " +
+                       reply.error().message),
+          0.0, seed_, where(), wall_ms);
+    }
+    Value result = reply->contains("result") ? (*reply)["result"] : infra_result("no result");
+    const double reward = reply->value("reward", 0.0);
     return make_result_record(sample, task, result, reward, seed_, where(), wall_ms);
   }
   std::string where() const override { return endpoint_; }
 
  private:
-  // One request on this worker's socket; replies to earlier, timed-out requests are skipped by
-  // id. Any failure becomes an infra_error result: the sample was not judged.
-  Value request(zmq::socket_t& socket, const Sample& sample) {
-    const std::uint64_t id = next_id_.fetch_add(1);
-    Value frame = core::make_request(id, core::Op::kScore);
-    frame["task"] = sample.task;
-    frame["source"] = sample.source;
-    frame["seed"] = seed_;
-    if (!reward_spec_.is_null()) frame["reward"] = reward_spec_;
-    try {
-      const std::string payload = core::encode_msgpack(frame);
-      socket.send(zmq::buffer(payload), zmq::send_flags::none);
-      const auto deadline = Clock::now() + timeout_;
-      while (Clock::now() < deadline) {
-        zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        zmq::poll(&item, 1,
-                  std::max<std::chrono::milliseconds>(left, std::chrono::milliseconds(1)));
-        if ((item.revents & ZMQ_POLLIN) == 0) continue;
-        zmq::message_t message;
-        if (!socket.recv(message, zmq::recv_flags::none)) continue;
-        auto decoded = core::decode_msgpack(
-            std::string_view(static_cast<const char*>(message.data()), message.size()),
-            reply_limits());
-        if (!decoded) return Value{{"result", infra_result("undecodable reply")}};
-        if (!decoded->contains("id") || (*decoded)["id"] != Value(id)) continue;
-        if (decoded->value("ok", false)) return std::move(decoded).value();
-        const Value error = decoded->value("error", Value::object());
-        return Value{{"result", infra_result("server error " + error.value("code", "?") + ": " +
-                                             error.value("message", ""))}};
-      }
-      return Value{{"result", infra_result("no reply from " + endpoint_ + " within " +
-                                           std::to_string(timeout_.count()) + " ms")}};
-    } catch (const zmq::error_t& e) {
-      return Value{{"result", infra_result(std::string("socket error: ") + e.what())}};
-    }
-  }
-
   std::string endpoint_;
   Value reward_spec_;
   std::uint64_t seed_;
   std::chrono::milliseconds timeout_;
-  zmq::context_t context_;
-  std::vector<std::unique_ptr<zmq::socket_t>> sockets_;
-  std::atomic<std::uint64_t> next_id_{1};
+  std::vector<std::unique_ptr<clients::Client>> clients_;
 };
 
 core::Status write_file(const std::filesystem::path& path, const std::string& text) {

@@ -47,7 +47,11 @@ StepResult Pipeline::run(const StepJob& job) const {
       break;
     }
   }
-  result.reward = rewards::compute_reward(job.reward_spec, {result.status, result.speedup});
+  rewards::Measurement measurement(result.status, result.speedup);
+  measurement.candidate_ns = result.candidate_ns;
+  measurement.reference_ns = result.reference_ns;
+  measurement.floor_ns = result.floor_ns;
+  result.reward = rewards::compute_reward(job.reward_spec, measurement);
   return result;
 }
 

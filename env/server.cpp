@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -64,6 +65,7 @@ struct Episode {
   std::uint32_t steps_done = 0;
   bool finished = false;             // terminated by stop_on_ok
   Value best = nullptr;              // {step, reward, status, speedup?}
+  std::optional<double> best_base;   // best unshaped reward so far (multi-turn shaping)
   Clock::time_point last_active;
 };
 
@@ -514,6 +516,15 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
   ++inflight_;
   auto work = [this, route, id, op, job = std::move(job), episode, step]() {
     StepResult result = pipeline_.run(job);
+    if (episode && job.reward_spec.improvement) {
+      // Reward only what this step adds over the episode's best so far.
+      std::lock_guard lock(episodes_mutex_);
+      const double base = result.reward.base;
+      result.reward = rewards::shape_for_episode(job.reward_spec, result.reward, episode->best_base);
+      if (!result.reward.infra && (!episode->best_base || base > *episode->best_base)) {
+        episode->best_base = base;
+      }
+    }
     Value reply = core::ok_reply(id);
     Value record{{"kind", core::op_name(op)},
                  {"time", utc_now_text()},

@@ -1,6 +1,8 @@
 // Compile and GPU stages, and pipeline assembly.
 #include "env/stages.hpp"
 
+#include <cmath>
+#include <optional>
 #include <random>
 
 #include "core/log.hpp"
@@ -22,6 +24,26 @@ std::string log_head(const std::string& log, std::size_t max_lines = 6) {
   while (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
 }
+// Weighted geometric mean over the timed cases of a runner report of `field`: a case's median
+// ({"candidate": {"median_ns": ...}}) or a plain number ("floor_ns"). nullopt if any is missing.
+std::optional<double> weighted_geomean_of(const core::Value& timing, const std::string& field) {
+  const auto cases = timing.find("cases");
+  if (cases == timing.end() || !cases->is_array() || cases->empty()) return std::nullopt;
+  double log_sum = 0.0;
+  double weights = 0.0;
+  for (const auto& c : *cases) {
+    const auto it = c.find(field);
+    if (it == c.end()) return std::nullopt;
+    const core::Value& value = it->is_object() ? it->value("median_ns", core::Value()) : *it;
+    if (!value.is_number() || value.get<double>() <= 0.0) return std::nullopt;
+    const double weight = c.value("weight", 1.0);
+    log_sum += weight * std::log(value.get<double>());
+    weights += weight;
+  }
+  if (weights <= 0.0) return std::nullopt;
+  return std::exp(log_sum / weights);
+}
+
 }  // namespace
 
 bool CompileStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) {
@@ -106,6 +128,11 @@ bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& res
   result.timing = report.timing;
   if (!result.timing.is_null()) result.timing["device"] = report.device;
   result.speedup = report.speedup;
+  if (report.status == StepStatus::kOk && report.timing.is_object()) {
+    result.candidate_ns = weighted_geomean_of(report.timing, "candidate");
+    result.reference_ns = weighted_geomean_of(report.timing, "reference");
+    result.floor_ns = weighted_geomean_of(report.timing, "floor_ns");
+  }
   return report.status == StepStatus::kOk;
 }
 

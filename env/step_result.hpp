@@ -17,6 +17,11 @@ struct StepResult {
   core::Value correctness = nullptr;   // per-case correctness, when the GPU stage ran
   core::Value timing = nullptr;        // per-case timing, when the GPU stage ran
   std::optional<double> speedup;       // weighted geometric mean over timing cases
+  // Weighted geometric means over timing cases of the candidate's and the reference's median
+  // call time and of the roofline floor, in nanoseconds (for rewards that need times).
+  std::optional<double> candidate_ns;
+  std::optional<double> reference_ns;
+  std::optional<double> floor_ns;
   core::Value stages = core::Value::object();  // stage name -> wall milliseconds
   rewards::RewardBreakdown reward;
 

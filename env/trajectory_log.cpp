@@ -168,13 +168,7 @@ core::Result<LogReadReport> read_trajectory_log(
   report.format_version = *version;
   report.good_bytes = kHeaderBytes;
 
-  core::DecodeLimits limits;
-  limits.max_bytes = kLogMaxRecordBytes;
-  limits.max_depth = 64;
-  limits.max_array_items = 1u << 24;
-  limits.max_map_entries = 1u << 20;
-  limits.max_str_bytes = kLogMaxRecordBytes;
-  limits.max_bin_bytes = kLogMaxRecordBytes;
+  const core::DecodeLimits limits = core::trusted_decode_limits(kLogMaxRecordBytes);
   std::string record_header(kRecordHeaderBytes, '\0');
   std::string payload;
   while (true) {

@@ -1,6 +1,7 @@
 // crucible-compile-worker: a long-lived NVRTC child. Loads NVRTC, enters its jail, builds a
 // precompiled header of the prelude, then answers compile jobs framed on stdin/stdout.
 // Links NVRTC only, never the CUDA driver, so it runs on machines without a GPU.
+#include <algorithm>
 #include <nvrtc.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -50,7 +51,8 @@ std::string program_log(nvrtcProgram program) {
   if (nvrtcGetProgramLogSize(program, &size) != NVRTC_SUCCESS || size == 0) return {};
   std::string log(size, '\0');
   if (nvrtcGetProgramLog(program, log.data()) != NVRTC_SUCCESS) return {};
-  if (!log.empty() && log.back() == '\0') log.pop_back();
+  // NVRTC's log is NUL-terminated, and an empty log can be a lone NUL: no NUL reaches agents.
+  log.erase(std::remove(log.begin(), log.end(), '\0'), log.end());
   return log;
 }
 

@@ -30,16 +30,7 @@ std::filesystem::path default_runner_path() {
 
 namespace {
 
-core::DecodeLimits report_limits() {
-  core::DecodeLimits limits;
-  limits.max_bytes = kMaxFrameBytes;
-  limits.max_depth = 32;
-  limits.max_array_items = 1u << 20;
-  limits.max_map_entries = 1u << 16;
-  limits.max_str_bytes = kMaxFrameBytes;
-  limits.max_bin_bytes = kMaxFrameBytes;
-  return limits;
-}
+core::DecodeLimits report_limits() { return core::trusted_decode_limits(kMaxFrameBytes); }
 
 struct StartedRunner {
   std::shared_ptr<ChildProcess> process;

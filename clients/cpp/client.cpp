@@ -79,14 +79,8 @@ core::Status Client::receive_one(std::chrono::milliseconds budget, bool* got) {
       (void)socket_->recv(extra, zmq::recv_flags::dontwait);
       if (!extra.more()) break;
     }
-    core::DecodeLimits limits;
-    limits.max_bytes = options_.max_reply_bytes;
-    limits.max_depth = 64;
-    limits.max_array_items = 1u << 24;
-    limits.max_map_entries = 1u << 20;
-    limits.max_str_bytes = static_cast<std::uint32_t>(options_.max_reply_bytes);
-    limits.max_bin_bytes = static_cast<std::uint32_t>(options_.max_reply_bytes);
-    auto reply = core::decode_msgpack(message.to_string_view(), limits);
+    auto reply = core::decode_msgpack(message.to_string_view(),
+                                      core::trusted_decode_limits(options_.max_reply_bytes));
     if (!reply || !reply->is_object()) return {};  // not a reply to anything we sent
     const auto id_it = reply->find("id");
     if (id_it == reply->end() || !id_it->is_number_unsigned()) return {};

@@ -75,13 +75,7 @@ int main(int argc, char** argv) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_started).count();
   if (!sandbox::write_frame(STDOUT_FILENO, ready)) return 2;
 
-  core::DecodeLimits limits;
-  limits.max_bytes = sandbox::kMaxFrameBytes;
-  limits.max_depth = 32;
-  limits.max_str_bytes = sandbox::kMaxFrameBytes;
-  limits.max_bin_bytes = sandbox::kMaxFrameBytes;
-  limits.max_array_items = 1u << 20;
-  limits.max_map_entries = 1u << 16;
+  const core::DecodeLimits limits = core::trusted_decode_limits(sandbox::kMaxFrameBytes);
   while (true) {
     auto frame = sandbox::read_frame(STDIN_FILENO, limits);
     if (!frame) return frame.error().message == "eof" ? 0 : 2;

@@ -1,0 +1,49 @@
+// A stand-in for crucible-gpu-runner that speaks its protocol and misbehaves on request, so the
+// server-side supervisor (sandbox/runner_pool) is tested without a GPU. The job's task name says
+// what to do: "hang" never answers, "crash" aborts, "lost" reports a lost context and exits,
+// "garbage" writes a malformed frame; anything else is answered ok.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "sandbox/frame_pipe.hpp"
+#include "sandbox/runner_job.hpp"
+
+int main() {
+  using namespace crucible;
+  if (!sandbox::write_frame(STDOUT_FILENO,
+                            core::Value{{"ready", true},
+                                        {"device", {{"name", "scripted"}, {"pid", ::getpid()}}},
+                                        {"warm_up_ms", 0.0}})) {
+    return 2;
+  }
+  while (true) {
+    auto frame = sandbox::read_frame(STDIN_FILENO, core::trusted_decode_limits(64u << 20));
+    if (!frame) return 0;
+    auto job = sandbox::RunJob::from_value(*frame);
+    if (!job) return 4;
+    if (job->task == "hang") {
+      while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    if (job->task == "crash") std::abort();
+    sandbox::RunReport report;
+    report.id = job->id;
+    report.device = core::Value{{"pid", ::getpid()}};
+    if (job->task == "garbage") {
+      (void)sandbox::write_frame(STDOUT_FILENO, core::Value{{"nonsense", 1}});
+      continue;
+    }
+    if (job->task == "lost") {
+      report.status = core::StepStatus::kRuntimeError;
+      report.message = "scripted fault";
+      report.context_lost = true;
+      (void)sandbox::write_frame(STDOUT_FILENO, report.to_value());
+      return 3;
+    }
+    report.status = core::StepStatus::kOk;
+    report.message = "scripted ok";
+    report.speedup = 1.0;
+    if (!sandbox::write_frame(STDOUT_FILENO, report.to_value())) return 2;
+  }
+}

@@ -1,0 +1,104 @@
+// The GPU-runner supervisor against a scripted runner that hangs, crashes, loses its context or
+// talks nonsense on request: every failure becomes the right status, the runner is replaced by
+// its spare, and the next job is served.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <set>
+
+#include "sandbox/runner_pool.hpp"
+
+using namespace crucible;
+using core::StepStatus;
+
+namespace {
+
+std::unique_ptr<sandbox::RunnerPool> start_pool() {
+  sandbox::RunnerPoolOptions options;
+  options.runner_exe = CRUCIBLE_BINARY_DIR "/bin/test_scripted_runner";
+  options.home = CRUCIBLE_SOURCE_DIR;
+  options.devices = {0};
+  options.start_timeout = std::chrono::milliseconds(10000);
+  auto pool = sandbox::RunnerPool::start(options);
+  REQUIRE(pool.ok());
+  return std::move(pool).value();
+}
+
+sandbox::RunJob job(const std::string& behaviour, std::uint64_t id) {
+  sandbox::RunJob out;
+  out.id = id;
+  out.task = behaviour;
+  return out;
+}
+
+int runner_pid(const sandbox::RunReport& report) { return report.device.value("pid", -1); }
+
+}  // namespace
+
+TEST_CASE("runner pool: a job is answered by the runner") {
+  auto pool = start_pool();
+  const auto report = pool->run(job("ok", 1), std::chrono::milliseconds(5000));
+  CHECK(report.status == StepStatus::kOk);
+  CHECK(report.id == 1);
+  CHECK(report.device.contains("runner_seconds"));
+}
+
+TEST_CASE("runner pool: a hang is killed at the deadline and the spare serves the next job") {
+  auto pool = start_pool();
+  const auto before = pool->run(job("ok", 1), std::chrono::milliseconds(5000));
+  const auto started = std::chrono::steady_clock::now();
+  const auto hung = pool->run(job("hang", 2), std::chrono::milliseconds(500));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  CHECK(hung.status == StepStatus::kTimeout);
+  CHECK(hung.message.find("did not finish within") != std::string::npos);
+  CHECK(waited < 2.0);
+  const auto recovery_started = std::chrono::steady_clock::now();
+  const auto after = pool->run(job("ok", 3), std::chrono::milliseconds(5000));
+  const double recovery =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - recovery_started).count();
+  CHECK(after.status == StepStatus::kOk);
+  CHECK(runner_pid(after) != runner_pid(before));
+  CHECK(recovery < 0.5);
+  CHECK(pool->stats()["timeouts"] == 1);
+}
+
+TEST_CASE("runner pool: a crash, a lost context and a malformed report each replace the runner") {
+  auto pool = start_pool();
+  std::set<int> pids;
+  pids.insert(runner_pid(pool->run(job("ok", 1), std::chrono::milliseconds(5000))));
+
+  const auto crashed = pool->run(job("crash", 2), std::chrono::milliseconds(5000));
+  CHECK(crashed.status == StepStatus::kRuntimeError);
+  CHECK(crashed.message.find("signal 6") != std::string::npos);
+  const auto after_crash = pool->run(job("ok", 3), std::chrono::milliseconds(5000));
+  CHECK(after_crash.status == StepStatus::kOk);
+  pids.insert(runner_pid(after_crash));
+
+  const auto lost = pool->run(job("lost", 4), std::chrono::milliseconds(5000));
+  CHECK(lost.status == StepStatus::kRuntimeError);
+  CHECK(lost.context_lost);
+  const auto after_lost = pool->run(job("ok", 5), std::chrono::milliseconds(5000));
+  CHECK(after_lost.status == StepStatus::kOk);
+  pids.insert(runner_pid(after_lost));
+
+  const auto garbage = pool->run(job("garbage", 6), std::chrono::milliseconds(5000));
+  CHECK(garbage.status == StepStatus::kInfraError);
+  const auto after_garbage = pool->run(job("ok", 7), std::chrono::milliseconds(5000));
+  CHECK(after_garbage.status == StepStatus::kOk);
+  pids.insert(runner_pid(after_garbage));
+
+  CHECK(pids.size() == 4);  // four different processes served the four ok jobs
+  const auto stats = pool->stats();
+  CHECK(stats["crashes"] == 2);
+  CHECK(stats["lost_contexts"] == 1);
+  CHECK(stats["runners"][0]["restarts"] == 3);
+}
+
+TEST_CASE("runner pool: a runner that cannot start is an error, not a hang") {
+  sandbox::RunnerPoolOptions options;
+  options.runner_exe = "/nonexistent/crucible-gpu-runner";
+  options.devices = {0};
+  auto pool = sandbox::RunnerPool::start(options);
+  REQUIRE_FALSE(pool.ok());
+  CHECK(pool.error().code == core::ErrorCode::kIo);
+}
