@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 #include <CLI/CLI.hpp>
+#include <zmq.hpp>
 
 #include "clients/cpp/client.hpp"
 #include "core/log.hpp"
@@ -156,6 +157,46 @@ int main(int argc, char** argv) {
   const double p50 = percentile(latencies_us, 50);
   const double p99 = percentile(latencies_us, 99);
 
+  // Transport floor, side by side: a bare ROUTER that echoes every frame, same sockets and
+  // loopback TCP, no decoding or dispatch. The difference to the hello figure is crucible's own.
+  std::vector<double> echo_us;
+  {
+    zmq::context_t context(1);
+    zmq::socket_t router(context, zmq::socket_type::router);
+    router.set(zmq::sockopt::linger, 0);
+    router.bind("tcp://127.0.0.1:*");
+    const std::string echo_endpoint = router.get(zmq::sockopt::last_endpoint);
+    std::atomic<bool> stop{false};
+    std::thread echo([&] {
+      while (!stop.load()) {
+        zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(50));
+        if ((item.revents & ZMQ_POLLIN) == 0) continue;
+        zmq::message_t identity, payload;
+        (void)router.recv(identity);
+        (void)router.recv(payload);
+        router.send(identity, zmq::send_flags::sndmore);
+        router.send(payload, zmq::send_flags::none);
+      }
+    });
+    zmq::socket_t dealer(context, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.connect(echo_endpoint);
+    const std::string frame = core::encode_msgpack(core::make_request(1, core::Op::kHello));
+    for (int i = 0; i < 1000 + latency_requests; ++i) {
+      const auto start = Clock::now();
+      dealer.send(zmq::buffer(frame), zmq::send_flags::none);
+      zmq::message_t reply;
+      (void)dealer.recv(reply);
+      const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
+      if (i >= 1000) echo_us.push_back(elapsed.count());
+    }
+    stop.store(true);
+    echo.join();
+  }
+  const double echo_p50 = percentile(echo_us, 50);
+  const double echo_p99 = percentile(echo_us, 99);
+
   // 2. Throughput with many clients pipelining.
   const auto hello_tp = measure_throughput(endpoint, clients, window, seconds, core::Op::kHello,
                                            core::Value::object());
@@ -164,6 +205,8 @@ int main(int argc, char** argv) {
 
   std::printf("hello round trip, 1 client, %d requests: p50 %.1f us, p99 %.1f us, lost %d\n",
               latency_requests, p50, p99, lost);
+  std::printf("bare ZeroMQ echo, same transport:          p50 %.1f us, p99 %.1f us\n", echo_p50,
+              echo_p99);
   std::printf("hello, %d clients x %d in flight, %.0f s: %.0f req/s, sent %llu, answered %llu, "
               "errors %llu\n",
               clients, window, seconds, hello_tp.requests_per_s,
@@ -187,6 +230,7 @@ int main(int argc, char** argv) {
         {"machine", {{"cores", std::thread::hardware_concurrency()}}},
         {"command", "build/release/bin/crucible-bench-protocol --json " + json_path},
         {"hello_latency_us", {{"requests", latency_requests}, {"p50", p50}, {"p99", p99}, {"lost", lost}}},
+        {"bare_zeromq_echo_us", {{"p50", echo_p50}, {"p99", echo_p99}}},
         {"hello_throughput",
          {{"clients", clients}, {"window", window}, {"seconds", seconds},
           {"requests_per_s", hello_tp.requests_per_s}, {"sent", hello_tp.sent},
