@@ -1,6 +1,7 @@
 // GPU benchmark (run on the GPU machine): (a) end-to-end step latency, (b) run-to-run noise of
 // the speedup of one kernel, (d) time to the next served step after a crash and after a hang.
 // Starts its own server with the full pipeline; prints a table and writes JSON.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,7 +11,6 @@
 #include <numeric>
 #include <sstream>
 #include <thread>
-#include <CLI/CLI.hpp>
 
 #include "clients/cpp/client.hpp"
 #include "core/log.hpp"
@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
   app.add_option("--home", home, "repository root (tasks/, kernels/)");
   app.add_option("--json", json_path, "write the figures here");
   app.add_option("--steps", steps, "steps for the latency figures")->capture_default_str();
-  app.add_option("--noise-steps", noise_steps, "steps for the speedup noise")->capture_default_str();
+  app.add_option("--noise-steps", noise_steps, "steps for the speedup noise")
+      ->capture_default_str();
   double time_cap_ms = 0;
   app.add_option("--time-cap-ms", time_cap_ms, "timing budget per case (0: the server default)");
   CLI11_PARSE(app, argc, argv);
@@ -95,7 +96,8 @@ int main(int argc, char** argv) {
   env::ServerOptions options;
   options.gpus = pipeline_options.gpus.to_value();
   options.bind = "tcp://127.0.0.1:*";
-  options.log_path = std::filesystem::temp_directory_path() / "crucible-gpu-bench" / "trajectories.log";
+  options.log_path =
+      std::filesystem::temp_directory_path() / "crucible-gpu-bench" / "trajectories.log";
   std::filesystem::remove_all(options.log_path.parent_path());
   auto server = env::Server::create(options, *registry, std::move(pipeline));
   if (!server) {
@@ -141,52 +143,65 @@ int main(int argc, char** argv) {
 
   // (d) Recovery: the failing step, then the time until the next step is served.
   Value recovery = Value::array();
-  for (const auto& [name, source] : {std::pair{"illegal_address", crash}, std::pair{"infinite_loop", hang}}) {
+  for (const auto& [name, source] :
+       {std::pair{"illegal_address", crash}, std::pair{"infinite_loop", hang}}) {
     for (int round = 0; round < 3; ++round) {
       const auto failing = score(client, source, 7000 + round);
       const auto next = score(client, correct, 8000 + round);
-      recovery.push_back(Value{{"kernel", name},
-                               {"status", failing.result["status"]},
-                               {"failing_step_s", failing.seconds},
-                               {"next_step_status", next.result["status"]},
-                               {"next_step_s", next.seconds},
-                               {"next_step_over_typical_s", next.seconds - percentile(cached_s, 50)}});
+      recovery.push_back(
+          Value{{"kernel", name},
+                {"status", failing.result["status"]},
+                {"failing_step_s", failing.seconds},
+                {"next_step_status", next.result["status"]},
+                {"next_step_s", next.seconds},
+                {"next_step_over_typical_s", next.seconds - percentile(cached_s, 50)}});
     }
   }
 
   const double fresh_p50 = percentile(fresh_s, 50), fresh_p95 = percentile(fresh_s, 95);
   const double cached_p50 = percentile(cached_s, 50), cached_p95 = percentile(cached_s, 95);
   std::printf("GPU: %s\n", hello["gpus"].dump().c_str());
-  std::printf("(a) step latency, llm/rms_norm, correct kernel (12 cases x 2 runs + timing of 5):\n");
+  std::printf(
+      "(a) step latency, llm/rms_norm, correct kernel (12 cases x 2 runs + timing of 5):\n");
   std::printf("    first step (reference + candidate compile): %.3f s\n", cold.seconds);
-  std::printf("    new source each step:  p50 %.3f s  p95 %.3f s  (n=%d)\n", fresh_p50, fresh_p95, steps);
-  std::printf("    repeated source:       p50 %.3f s  p95 %.3f s  (n=%d)\n", cached_p50, cached_p95, steps);
+  std::printf("    new source each step:  p50 %.3f s  p95 %.3f s  (n=%d)\n", fresh_p50, fresh_p95,
+              steps);
+  std::printf("    repeated source:       p50 %.3f s  p95 %.3f s  (n=%d)\n", cached_p50, cached_p95,
+              steps);
   std::printf("(b) speedup over %d steps: mean %.4f, CV %.3f %%\n", noise_steps, mean, 100 * cv);
   std::printf("(d) recovery:\n");
   for (const auto& r : recovery) {
-    std::printf("    %-16s %-14s failing step %.3f s, next step %s in %.3f s (%+.3f s vs typical)\n",
-                r["kernel"].get<std::string>().c_str(), r["status"].get<std::string>().c_str(),
-                r["failing_step_s"].get<double>(), r["next_step_status"].get<std::string>().c_str(),
-                r["next_step_s"].get<double>(), r["next_step_over_typical_s"].get<double>());
+    std::printf(
+        "    %-16s %-14s failing step %.3f s, next step %s in %.3f s (%+.3f s vs typical)\n",
+        r["kernel"].get<std::string>().c_str(), r["status"].get<std::string>().c_str(),
+        r["failing_step_s"].get<double>(), r["next_step_status"].get<std::string>().c_str(),
+        r["next_step_s"].get<double>(), r["next_step_over_typical_s"].get<double>());
   }
   if (!json_path.empty()) {
     const std::time_t now = std::time(nullptr);
     char stamp[32];
     std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    Value report{{"benchmark", "gpu"},
-                 {"date", stamp},
-                 {"gpus", hello["gpus"]},
-                 {"command", "crucible-bench-gpu --time-cap-ms " + std::to_string(static_cast<int>(pipeline_options.gpu_options.timing.time_cap_ms)) + " --json " + json_path},
-                 {"task", "llm/rms_norm"},
-                 {"time_cap_ms", pipeline_options.gpu_options.timing.time_cap_ms},
-                 {"kernel", "examples/solutions/llm/rms_norm.cu"},
-                 {"step_latency_s",
-                  {{"first", cold.seconds},
-                   {"new_source", {{"p50", fresh_p50}, {"p95", fresh_p95}, {"n", steps}, {"samples", fresh_s}}},
-                   {"repeated_source", {{"p50", cached_p50}, {"p95", cached_p95}, {"n", steps}, {"samples", cached_s}}}}},
-                 {"speedup_noise", {{"steps", noise_steps}, {"speedups", speedups}, {"mean", mean}, {"cv", cv}}},
-                 {"recovery", recovery},
-                 {"last_timing", score(client, correct, 42).result["timing"]}};
+    Value report{
+        {"benchmark", "gpu"},
+        {"date", stamp},
+        {"gpus", hello["gpus"]},
+        {"command",
+         "crucible-bench-gpu --time-cap-ms " +
+             std::to_string(static_cast<int>(pipeline_options.gpu_options.timing.time_cap_ms)) +
+             " --json " + json_path},
+        {"task", "llm/rms_norm"},
+        {"time_cap_ms", pipeline_options.gpu_options.timing.time_cap_ms},
+        {"kernel", "examples/solutions/llm/rms_norm.cu"},
+        {"step_latency_s",
+         {{"first", cold.seconds},
+          {"new_source",
+           {{"p50", fresh_p50}, {"p95", fresh_p95}, {"n", steps}, {"samples", fresh_s}}},
+          {"repeated_source",
+           {{"p50", cached_p50}, {"p95", cached_p95}, {"n", steps}, {"samples", cached_s}}}}},
+        {"speedup_noise",
+         {{"steps", noise_steps}, {"speedups", speedups}, {"mean", mean}, {"cv", cv}}},
+        {"recovery", recovery},
+        {"last_timing", score(client, correct, 42).result["timing"]}};
     std::ofstream(json_path) << core::to_json_text(report, 2) << "\n";
   }
   (*server)->stop();

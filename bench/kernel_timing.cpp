@@ -25,13 +25,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto next = [&] { return std::string(argv[++i]); };
-    if (arg == "--source") path = next();
-    else if (arg == "--kernel") kernel = next();
-    else if (arg == "--tokens") tokens = std::stoi(next());
-    else if (arg == "--hidden") hidden = std::stoi(next());
-    else if (arg == "--reps") reps = std::stoi(next());
-    else if (arg == "--threads") threads = std::stoi(next());
-    else if (arg == "--no-cupti") cupti = false;
+    if (arg == "--source")
+      path = next();
+    else if (arg == "--kernel")
+      kernel = next();
+    else if (arg == "--tokens")
+      tokens = std::stoi(next());
+    else if (arg == "--hidden")
+      hidden = std::stoi(next());
+    else if (arg == "--reps")
+      reps = std::stoi(next());
+    else if (arg == "--threads")
+      threads = std::stoi(next());
+    else if (arg == "--no-cupti")
+      cupti = false;
   }
   std::ifstream in(path);
   std::stringstream text;
@@ -91,10 +98,11 @@ int main(int argc, char** argv) {
   if (timer != nullptr) {
     for (const auto& [tag, span] : timer->collect()) durations.push_back(span.duration_ns());
     std::sort(durations.begin(), durations.end());
-    std::printf("{\"tool\": \"cupti\", \"kernel\": \"%s\", \"tokens\": %d, \"hidden\": %d, "
-                "\"reps\": %zu, \"median_ns\": %.1f, \"min_ns\": %.1f, \"max_ns\": %.1f}\n",
-                kernel.c_str(), tokens, hidden, durations.size(), durations[durations.size() / 2],
-                durations.front(), durations.back());
+    std::printf(
+        "{\"tool\": \"cupti\", \"kernel\": \"%s\", \"tokens\": %d, \"hidden\": %d, "
+        "\"reps\": %zu, \"median_ns\": %.1f, \"min_ns\": %.1f, \"max_ns\": %.1f}\n",
+        kernel.c_str(), tokens, hidden, durations.size(), durations[durations.size() / 2],
+        durations.front(), durations.back());
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 // Protocol benchmark: hello round-trip latency and request throughput over loopback ZeroMQ.
 // Starts its own server (same code as `crucible serve`) unless --endpoint names a running one.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -9,7 +10,6 @@
 #include <iostream>
 #include <thread>
 #include <vector>
-#include <CLI/CLI.hpp>
 #include <zmq.hpp>
 
 #include "clients/cpp/client.hpp"
@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
   double seconds = 5.0;
   std::string json_path;
   app.add_option("--endpoint", endpoint, "use a running server instead of starting one");
-  app.add_option("--requests", latency_requests, "sequential hello round trips")->capture_default_str();
+  app.add_option("--requests", latency_requests, "sequential hello round trips")
+      ->capture_default_str();
   app.add_option("--clients", clients, "concurrent clients for throughput")->capture_default_str();
   app.add_option("--window", window, "requests each client keeps in flight")->capture_default_str();
   app.add_option("--seconds", seconds, "duration of each throughput run")->capture_default_str();
@@ -207,18 +208,19 @@ int main(int argc, char** argv) {
               latency_requests, p50, p99, lost);
   std::printf("bare ZeroMQ echo, same transport:          p50 %.1f us, p99 %.1f us\n", echo_p50,
               echo_p99);
-  std::printf("hello, %d clients x %d in flight, %.0f s: %.0f req/s, sent %llu, answered %llu, "
-              "errors %llu\n",
-              clients, window, seconds, hello_tp.requests_per_s,
-              static_cast<unsigned long long>(hello_tp.sent),
-              static_cast<unsigned long long>(hello_tp.answered),
-              static_cast<unsigned long long>(hello_tp.errors));
-  std::printf("task (agent view), %d clients x %d in flight: %.0f req/s, sent %llu, answered %llu, "
-              "errors %llu\n",
-              clients, window, task_tp.requests_per_s,
-              static_cast<unsigned long long>(task_tp.sent),
-              static_cast<unsigned long long>(task_tp.answered),
-              static_cast<unsigned long long>(task_tp.errors));
+  std::printf(
+      "hello, %d clients x %d in flight, %.0f s: %.0f req/s, sent %llu, answered %llu, "
+      "errors %llu\n",
+      clients, window, seconds, hello_tp.requests_per_s,
+      static_cast<unsigned long long>(hello_tp.sent),
+      static_cast<unsigned long long>(hello_tp.answered),
+      static_cast<unsigned long long>(hello_tp.errors));
+  std::printf(
+      "task (agent view), %d clients x %d in flight: %.0f req/s, sent %llu, answered %llu, "
+      "errors %llu\n",
+      clients, window, task_tp.requests_per_s, static_cast<unsigned long long>(task_tp.sent),
+      static_cast<unsigned long long>(task_tp.answered),
+      static_cast<unsigned long long>(task_tp.errors));
 
   if (!json_path.empty()) {
     const std::time_t now = std::time(nullptr);
@@ -229,16 +231,25 @@ int main(int argc, char** argv) {
         {"date", stamp},
         {"machine", {{"cores", std::thread::hardware_concurrency()}}},
         {"command", "build/release/bin/crucible-bench-protocol --json " + json_path},
-        {"hello_latency_us", {{"requests", latency_requests}, {"p50", p50}, {"p99", p99}, {"lost", lost}}},
+        {"hello_latency_us",
+         {{"requests", latency_requests}, {"p50", p50}, {"p99", p99}, {"lost", lost}}},
         {"bare_zeromq_echo_us", {{"p50", echo_p50}, {"p99", echo_p99}}},
         {"hello_throughput",
-         {{"clients", clients}, {"window", window}, {"seconds", seconds},
-          {"requests_per_s", hello_tp.requests_per_s}, {"sent", hello_tp.sent},
-          {"answered", hello_tp.answered}, {"errors", hello_tp.errors}}},
+         {{"clients", clients},
+          {"window", window},
+          {"seconds", seconds},
+          {"requests_per_s", hello_tp.requests_per_s},
+          {"sent", hello_tp.sent},
+          {"answered", hello_tp.answered},
+          {"errors", hello_tp.errors}}},
         {"task_throughput",
-         {{"clients", clients}, {"window", window}, {"seconds", seconds},
-          {"requests_per_s", task_tp.requests_per_s}, {"sent", task_tp.sent},
-          {"answered", task_tp.answered}, {"errors", task_tp.errors}}}};
+         {{"clients", clients},
+          {"window", window},
+          {"seconds", seconds},
+          {"requests_per_s", task_tp.requests_per_s},
+          {"sent", task_tp.sent},
+          {"answered", task_tp.answered},
+          {"errors", task_tp.errors}}}};
     std::ofstream(json_path) << core::to_json_text(report, 2) << "\n";
   }
   if (server) {

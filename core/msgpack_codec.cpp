@@ -90,8 +90,8 @@ Result<Value> decode_msgpack(std::string_view bytes, const DecodeLimits& limits)
   } catch (const msgpack::ext_size_overflow&) {
     return Error{ErrorCode::kBadRequest, "msgpack ext types are not accepted"};
   } catch (const msgpack::size_overflow& e) {
-    return Error{ErrorCode::kTooLarge, std::string("msgpack element over a size limit (") +
-                                           e.what() + ")"};
+    return Error{ErrorCode::kTooLarge,
+                 std::string("msgpack element over a size limit (") + e.what() + ")"};
   } catch (const msgpack::insufficient_bytes&) {
     return Error{ErrorCode::kBadRequest, "truncated msgpack frame"};
   } catch (const std::exception& e) {

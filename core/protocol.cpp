@@ -30,8 +30,8 @@ Result<std::string> required_string(const Value& frame, std::string_view key,
   const auto& text = field->get_ref<const std::string&>();
   if (text.size() > max_bytes) {
     return Error{ErrorCode::kTooLarge, "field '" + std::string(key) + "' is " +
-                                           std::to_string(text.size()) +
-                                           " bytes; the limit is " + std::to_string(max_bytes)};
+                                           std::to_string(text.size()) + " bytes; the limit is " +
+                                           std::to_string(max_bytes)};
   }
   if (text.empty()) return bad("field '" + std::string(key) + "' must not be empty");
   return text;
@@ -179,8 +179,8 @@ Result<Envelope> parse_envelope(const Value& frame, const ProtocolLimits& limits
     std::string known;
     for (const auto name : kOpNames) known.append(known.empty() ? "" : ", ").append(name);
     const auto& text = op->get_ref<const std::string&>();
-    return Error{ErrorCode::kUnknownOp, "unknown op '" + text.substr(0, 64) +
-                                            "'; known ops: " + known};
+    return Error{ErrorCode::kUnknownOp,
+                 "unknown op '" + text.substr(0, 64) + "'; known ops: " + known};
   }
   return Envelope{*id, *parsed};
 }
@@ -268,9 +268,7 @@ Result<CloseRequest> parse_close(const Value& frame, const ProtocolLimits& limit
   return CloseRequest{std::move(episode).value()};
 }
 
-Value ok_reply(const Value& id) {
-  return Value{{"v", kProtocolVersion}, {"id", id}, {"ok", true}};
-}
+Value ok_reply(const Value& id) { return Value{{"v", kProtocolVersion}, {"id", id}, {"ok", true}}; }
 
 Value error_reply(const Value& id, ErrorCode code, std::string_view message) {
   return Value{{"v", kProtocolVersion},

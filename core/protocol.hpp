@@ -30,7 +30,7 @@ struct ProtocolLimits {
   std::uint32_t max_depth = 16;               // msgpack nesting
   std::uint32_t max_array_items = 4096;
   std::uint32_t max_map_entries = 256;
-  std::uint32_t max_steps_cap = 10000;        // largest max_steps a reset may ask for
+  std::uint32_t max_steps_cap = 10000;  // largest max_steps a reset may ask for
 
   DecodeLimits decode_limits() const;
 };

@@ -47,7 +47,7 @@ class InternalError : public std::logic_error {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : state_(std::move(value)) {}      // NOLINT: implicit by design
   Result(Error error) : state_(std::move(error)) {}  // NOLINT
   Result(ErrorCode code, std::string message) : state_(Error{code, std::move(message)}) {}
 

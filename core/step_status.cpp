@@ -5,9 +5,9 @@
 
 namespace crucible::core {
 namespace {
-constexpr std::array<std::string_view, 9> kNames{
-    "ok",      "invalid_action", "compile_error", "launch_error", "runtime_error",
-    "timeout", "incorrect",      "hack_detected", "infra_error"};
+constexpr std::array<std::string_view, 9> kNames{"ok",           "invalid_action", "compile_error",
+                                                 "launch_error", "runtime_error",  "timeout",
+                                                 "incorrect",    "hack_detected",  "infra_error"};
 }  // namespace
 
 std::string_view step_status_name(StepStatus status) {

@@ -1,8 +1,6 @@
 // Offline evaluation: sample loading, in-process and server scorers, the run loop and resume.
 #include "env/eval.hpp"
 
-#include "clients/cpp/client.hpp"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "clients/cpp/client.hpp"
 #include "core/checksum.hpp"
 #include "core/msgpack_codec.hpp"
 #include "core/protocol.hpp"
@@ -124,7 +123,6 @@ core::Result<std::vector<Sample>> load_jsonl(const std::filesystem::path& path) 
   }
   return samples;
 }
-
 
 // The reply of a failed request, as a step result, so it is recorded like any other sample.
 Value infra_result(const std::string& message) {

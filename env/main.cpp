@@ -1,13 +1,13 @@
 // The `crucible` command line: serve, tasks, export, eval, replay.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
-#include <CLI/CLI.hpp>
 
 #include "core/log.hpp"
 #include "core/msgpack_codec.hpp"
@@ -124,8 +124,8 @@ int export_log(const std::string& log_path, const std::string& out_path) {
     std::cerr << "crucible: " << report.error().message << "\n";
     return 2;
   }
-  std::cerr << "exported " << report->records << " records (log format "
-            << report->format_version << ")";
+  std::cerr << "exported " << report->records << " records (log format " << report->format_version
+            << ")";
   if (report->torn_tail) {
     std::cerr << "; torn tail of " << (report->file_bytes - report->good_bytes)
               << " bytes skipped (" << report->tail_reason << ")";
@@ -133,7 +133,6 @@ int export_log(const std::string& log_path, const std::string& out_path) {
   std::cerr << "\n";
   return 0;
 }
-
 
 std::atomic<bool> g_stop_eval{false};
 
@@ -369,20 +368,24 @@ int main(int argc, char** argv) {
   env::PipelineOptions pipeline_options;
   std::string cache_dir;
   bool no_compile = false;
-  serve_cmd->add_option("--arch", pipeline_options.compile_options.default_arch,
-                        "NVRTC target (default: the GPU's, else sm_90a)")
+  serve_cmd
+      ->add_option("--arch", pipeline_options.compile_options.default_arch,
+                   "NVRTC target (default: the GPU's, else sm_90a)")
       ->capture_default_str();
-  serve_cmd->add_option("--compile-workers", pipeline_options.compile_options.workers,
-                        "compile worker processes (0: one per core)")
+  serve_cmd
+      ->add_option("--compile-workers", pipeline_options.compile_options.workers,
+                   "compile worker processes (0: one per core)")
       ->capture_default_str();
   serve_cmd->add_option("--compile-cache", cache_dir,
                         "compile cache folder (default ~/.cache/crucible/compile)");
   serve_cmd->add_flag("--no-compile", no_compile, "start no compile workers (steps: infra_error)");
-  serve_cmd->add_option("--kernel-timeout-ms", pipeline_options.gpu_options.kernel_timeout_ms,
-                        "how long one kernel call may run before it counts as a hang")
+  serve_cmd
+      ->add_option("--kernel-timeout-ms", pipeline_options.gpu_options.kernel_timeout_ms,
+                   "how long one kernel call may run before it counts as a hang")
       ->capture_default_str();
-  serve_cmd->add_option("--time-cap-ms", pipeline_options.gpu_options.timing.time_cap_ms,
-                        "timing budget per case")
+  serve_cmd
+      ->add_option("--time-cap-ms", pipeline_options.gpu_options.timing.time_cap_ms,
+                   "timing budget per case")
       ->capture_default_str();
 
   auto* tasks_cmd = app.add_subcommand("tasks", "list tasks or show one as an agent sees it");
@@ -405,8 +408,9 @@ int main(int argc, char** argv) {
   std::string eval_cache_dir;
   bool eval_no_compile = false;
   auto* eval_cmd = app.add_subcommand("eval", "score a folder or a JSONL file of solutions");
-  eval_cmd->add_option("input", eval_args.input,
-                       "folder of <task-id>.cu files, or JSONL of {task, source, ...}")
+  eval_cmd
+      ->add_option("input", eval_args.input,
+                   "folder of <task-id>.cu files, or JSONL of {task, source, ...}")
       ->required()
       ->check(CLI::ExistingPath);
   eval_cmd->add_option("-o,--out", eval_args.out_dir, "output folder")->capture_default_str();
@@ -426,8 +430,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   eval_cmd->add_option("--arch", eval_pipeline.compile_options.default_arch, "NVRTC target")
       ->capture_default_str();
-  eval_cmd->add_option("--compile-workers", eval_pipeline.compile_options.workers,
-                       "compile worker processes (0: one per core)")
+  eval_cmd
+      ->add_option("--compile-workers", eval_pipeline.compile_options.workers,
+                   "compile worker processes (0: one per core)")
       ->capture_default_str();
   eval_cmd->add_option("--compile-cache", eval_cache_dir, "compile cache folder");
   eval_cmd->add_flag("--no-compile", eval_no_compile,
@@ -451,8 +456,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   replay_cmd->add_option("--rows", replay_args.rows, "steps shown in the table")
       ->capture_default_str();
-  replay_cmd->add_option("--compile-workers", replay_pipeline.compile_options.workers,
-                         "compile worker processes (0: one per core)")
+  replay_cmd
+      ->add_option("--compile-workers", replay_pipeline.compile_options.workers,
+                   "compile worker processes (0: one per core)")
       ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);

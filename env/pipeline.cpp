@@ -1,10 +1,10 @@
 // Pipeline execution and the stages that need nothing but the server.
 #include "env/pipeline.hpp"
 
-#include "sandbox/plan_context.hpp"
-
 #include <chrono>
 #include <exception>
+
+#include "sandbox/plan_context.hpp"
 
 namespace crucible::env {
 

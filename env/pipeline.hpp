@@ -10,9 +10,9 @@
 
 #include "core/value.hpp"
 #include "env/step_result.hpp"
+#include "rewards/reward.hpp"
 #include "sandbox/compile_job.hpp"
 #include "sandbox/launch_plan.hpp"
-#include "rewards/reward.hpp"
 #include "tasks/task.hpp"
 
 namespace crucible::env {

@@ -63,9 +63,9 @@ struct Episode {
   bool stop_on_ok = false;
   std::uint32_t steps_reserved = 0;  // steps accepted (some may still be running)
   std::uint32_t steps_done = 0;
-  bool finished = false;             // terminated by stop_on_ok
-  Value best = nullptr;              // {step, reward, status, speedup?}
-  std::optional<double> best_base;   // best unshaped reward so far (multi-turn shaping)
+  bool finished = false;            // terminated by stop_on_ok
+  Value best = nullptr;             // {step, reward, status, speedup?}
+  std::optional<double> best_base;  // best unshaped reward so far (multi-turn shaping)
   Clock::time_point last_active;
 };
 
@@ -298,8 +298,8 @@ void Server::Impl::run() {
           continue;
         }
         if (draining) {
-          const auto frame = core::decode_msgpack(parts.back().to_string_view(),
-                                                  options_.limits.decode_limits());
+          const auto frame =
+              core::decode_msgpack(parts.back().to_string_view(), options_.limits.decode_limits());
           const Value id = frame ? core::recover_id(*frame, options_.limits) : Value(nullptr);
           send_error(route, id, ErrorCode::kShuttingDown, "the server is shutting down");
           continue;
@@ -520,7 +520,8 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
       // Reward only what this step adds over the episode's best so far.
       std::lock_guard lock(episodes_mutex_);
       const double base = result.reward.base;
-      result.reward = rewards::shape_for_episode(job.reward_spec, result.reward, episode->best_base);
+      result.reward =
+          rewards::shape_for_episode(job.reward_spec, result.reward, episode->best_base);
       if (!result.reward.infra && (!episode->best_base || base > *episode->best_base)) {
         episode->best_base = base;
       }
@@ -548,7 +549,8 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
         std::lock_guard lock(episodes_mutex_);
         ++episode->steps_done;
         episode->last_active = Clock::now();
-        if (episode->best.is_null() || result.reward.total > episode->best["reward"].get<double>()) {
+        if (episode->best.is_null() ||
+            result.reward.total > episode->best["reward"].get<double>()) {
           episode->best = Value{{"step", step},
                                 {"reward", result.reward.total},
                                 {"status", core::step_status_name(result.status)}};
@@ -657,7 +659,8 @@ void Server::Impl::forward_replies() {
 void Server::Impl::send(const Route& route, const Value& reply) {
   const std::string payload = core::encode_msgpack(reply);
   try {
-    for (const auto& frame : route.frames) router_.send(zmq::buffer(frame), zmq::send_flags::sndmore);
+    for (const auto& frame : route.frames)
+      router_.send(zmq::buffer(frame), zmq::send_flags::sndmore);
     router_.send(zmq::buffer(payload), zmq::send_flags::none);
     ++replies_sent_;
   } catch (const zmq::error_t& e) {

@@ -29,9 +29,9 @@ struct ServerOptions {
   std::uint32_t default_max_steps = 8;
   std::chrono::seconds episode_idle_timeout{1800};
   std::size_t max_episodes = 100000;
-  std::chrono::seconds drain_timeout{30};  // on shutdown, how long in-flight work may finish
-  std::string arch = "sm_90a";             // compile target reported by hello
-  core::Value gpus = core::Value::array(); // from sandbox::probe_gpus, reported by hello
+  std::chrono::seconds drain_timeout{30};   // on shutdown, how long in-flight work may finish
+  std::string arch = "sm_90a";              // compile target reported by hello
+  core::Value gpus = core::Value::array();  // from sandbox::probe_gpus, reported by hello
 };
 
 class Server {

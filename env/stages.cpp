@@ -71,7 +71,8 @@ sandbox::CompileOutput GpuStage::reference(const tasks::Task& task) {
     if (it == references_.end()) {
       sandbox::CompileJob compile;
       compile.source = task.reference_source;
-      auto plan = sandbox::parse_launch_plan(task.reference_source, sandbox::make_plan_context(task));
+      auto plan =
+          sandbox::parse_launch_plan(task.reference_source, sandbox::make_plan_context(task));
       if (plan) compile.name_expressions = plan->name_expressions();
       it = references_.emplace(task.id, compiler_->submit(std::move(compile)).share()).first;
     }
@@ -95,8 +96,8 @@ bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& res
   const auto reference_output = reference(*job.task);
   if (reference_output.status != StepStatus::kOk) {
     result.status = StepStatus::kInfraError;
-    result.message = "the reference of " + job.task->id + " failed to compile: " +
-                     log_head(reference_output.log);
+    result.message = "the reference of " + job.task->id +
+                     " failed to compile: " + log_head(reference_output.log);
     return false;
   }
   sandbox::RunJob run;
@@ -116,11 +117,11 @@ bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& res
   std::size_t visible = 0;
   for (const auto& c : job.task->cases) visible += c.hidden ? 0 : 1;
   // A backstop: the runner's own watchdog reports a hang within kernel_timeout_ms.
-  const auto deadline =
-      options_.deadline_floor +
-      std::chrono::milliseconds(static_cast<long>(
-          job.task->cases.size() * 2 * options_.kernel_timeout_ms +
-          static_cast<double>(visible) * (options_.timing.time_cap_ms + 2 * options_.kernel_timeout_ms)));
+  const auto deadline = options_.deadline_floor +
+                        std::chrono::milliseconds(static_cast<long>(
+                            job.task->cases.size() * 2 * options_.kernel_timeout_ms +
+                            static_cast<double>(visible) *
+                                (options_.timing.time_cap_ms + 2 * options_.kernel_timeout_ms)));
   auto report = runners_->run(run, deadline);
   result.status = report.status;
   result.message = report.message;

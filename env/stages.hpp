@@ -2,10 +2,10 @@
 #pragma once
 
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <future>
 #include <string>
 
 #include "env/pipeline.hpp"

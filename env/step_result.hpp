@@ -12,11 +12,11 @@ namespace crucible::env {
 
 struct StepResult {
   core::StepStatus status = core::StepStatus::kInfraError;
-  std::string message;                 // one line an agent can act on
-  core::Value compile = nullptr;       // compile stage report, when it ran
-  core::Value correctness = nullptr;   // per-case correctness, when the GPU stage ran
-  core::Value timing = nullptr;        // per-case timing, when the GPU stage ran
-  std::optional<double> speedup;       // weighted geometric mean over timing cases
+  std::string message;                // one line an agent can act on
+  core::Value compile = nullptr;      // compile stage report, when it ran
+  core::Value correctness = nullptr;  // per-case correctness, when the GPU stage ran
+  core::Value timing = nullptr;       // per-case timing, when the GPU stage ran
+  std::optional<double> speedup;      // weighted geometric mean over timing cases
   // Weighted geometric means over timing cases of the candidate's and the reference's median
   // call time and of the roofline floor, in nanoseconds (for rewards that need times).
   std::optional<double> candidate_ns;

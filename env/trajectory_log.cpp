@@ -77,13 +77,13 @@ core::Result<std::uint32_t> check_header(const std::string& header,
 
 }  // namespace
 
-core::Result<std::unique_ptr<TrajectoryLog>> TrajectoryLog::open(
-    const std::filesystem::path& path, bool sync) {
+core::Result<std::unique_ptr<TrajectoryLog>> TrajectoryLog::open(const std::filesystem::path& path,
+                                                                 bool sync) {
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
   if (ec) {
-    return core::Error{core::ErrorCode::kIo, "cannot create folder " +
-                                                 path.parent_path().string() + ": " + ec.message()};
+    return core::Error{core::ErrorCode::kIo,
+                       "cannot create folder " + path.parent_path().string() + ": " + ec.message()};
   }
   std::uint64_t cut = 0;
   std::uint64_t keep = 0;

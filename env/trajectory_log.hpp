@@ -58,11 +58,11 @@ class TrajectoryLog {
 
 struct LogReadReport {
   std::uint32_t format_version = 0;
-  std::uint64_t records = 0;       // good records delivered
-  std::uint64_t good_bytes = 0;    // offset just past the last good record
+  std::uint64_t records = 0;     // good records delivered
+  std::uint64_t good_bytes = 0;  // offset just past the last good record
   std::uint64_t file_bytes = 0;
-  bool torn_tail = false;          // bytes after the last good record that do not form a record
-  std::string tail_reason;         // why the tail is torn ("short header", "checksum mismatch", ...)
+  bool torn_tail = false;   // bytes after the last good record that do not form a record
+  std::string tail_reason;  // why the tail is torn ("short header", "checksum mismatch", ...)
 };
 
 // Reads every good record of a log in order, calling `on_record` for each; stops at a torn tail

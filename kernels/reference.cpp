@@ -50,7 +50,8 @@ core::Result<std::vector<std::string>> list_references(const fs::path& home) {
       paths.push_back(it->path().lexically_relative(home).generic_string());
     }
   }
-  if (ec) return core::Error{core::ErrorCode::kIo, "cannot list " + root.string() + ": " + ec.message()};
+  if (ec)
+    return core::Error{core::ErrorCode::kIo, "cannot list " + root.string() + ": " + ec.message()};
   std::sort(paths.begin(), paths.end());
   return paths;
 }

@@ -363,9 +363,12 @@ Value reward_spec_to_value(const RewardSpec& spec) {
   }
   Value out;
   if (spec.preset == "default") {
-    out = Value{{"preset", spec.preset},         {"correct", spec.correct},
-                {"speed_weight", spec.speed_weight}, {"speed_floor", spec.speed_floor},
-                {"speed_cap", spec.speed_cap},   {"penalty", penalty}};
+    out = Value{{"preset", spec.preset},
+                {"correct", spec.correct},
+                {"speed_weight", spec.speed_weight},
+                {"speed_floor", spec.speed_floor},
+                {"speed_cap", spec.speed_cap},
+                {"penalty", penalty}};
   } else {
     out = Value{{"preset", spec.preset}, {"penalty", penalty}};
     for (const auto& [name, value] : spec.constants) out[name] = value;

@@ -1,13 +1,13 @@
 // crucible-compile-worker: a long-lived NVRTC child. Loads NVRTC, enters its jail, builds a
 // precompiled header of the prelude, then answers compile jobs framed on stdin/stdout.
 // Links NVRTC only, never the CUDA driver, so it runs on machines without a GPU.
-#include <algorithm>
 #include <nvrtc.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

@@ -51,8 +51,8 @@ GpuProbe probe_gpus() {
     return probe;
   }
   if (const int rc = cu_init(0); rc != 0) {
-    probe.reason = "no CUDA device on this server (cuInit failed with error " +
-                   std::to_string(rc) + ")";
+    probe.reason =
+        "no CUDA device on this server (cuInit failed with error " + std::to_string(rc) + ")";
     return probe;
   }
   int count = 0;

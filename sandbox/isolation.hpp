@@ -48,8 +48,8 @@ core::Result<JailReport> enter_jail(const JailOptions& options);
 // Installs a seccomp filter that refuses (EPERM) system calls a compiler has no use for:
 // sockets, exec, process creation (clone without CLONE_THREAD, fork, vfork), ptrace and
 // cross-process memory access, mounts and namespaces, kernel keyring, bpf, perf, io_uring,
-// module loading. Sets no_new_privs and applies to every thread. clone3 answers ENOSYS so libc falls back to clone,
-// whose flags a filter can inspect. Errors: kInternal.
+// module loading. Sets no_new_privs and applies to every thread. clone3 answers ENOSYS so libc
+// falls back to clone, whose flags a filter can inspect. Errors: kInternal.
 core::Status install_syscall_filter();
 
 }  // namespace crucible::sandbox

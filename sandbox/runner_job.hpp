@@ -23,7 +23,7 @@ struct TimingOptions {
   std::uint32_t min_samples = 30;  // per kernel (candidate and reference each)
   std::uint32_t max_samples = 1000;
   std::uint32_t warmup_calls = 5;
-  double time_cap_ms = 1000;       // per timing case, wall clock
+  double time_cap_ms = 1000;  // per timing case, wall clock
   // Timed calls whose outputs are checked against a reference run on the same inputs: the first
   // timed call and a random share of the others, chosen from a seed the kernel cannot see (so a
   // kernel that misbehaves on some calls is caught).
@@ -35,13 +35,13 @@ struct TimingOptions {
 struct RunJob {
   std::uint64_t id = 0;
   std::string task;
-  std::uint64_t seed = 0;       // episode seed: case values derive from it
-  std::uint64_t secret = 0;     // seeds choices the kernel must not predict (checked calls)
+  std::uint64_t seed = 0;    // episode seed: case values derive from it
+  std::uint64_t secret = 0;  // seeds choices the kernel must not predict (checked calls)
   CompiledModule reference;
   CompiledModule candidate;
-  std::string candidate_source;  // for the launch plan (directives) ...
-  core::Value candidate_plan;    // ... or the structured plan; null when directives are used
-  bool time = true;              // time the visible cases when every case is correct
+  std::string candidate_source;     // for the launch plan (directives) ...
+  core::Value candidate_plan;       // ... or the structured plan; null when directives are used
+  bool time = true;                 // time the visible cases when every case is correct
   double kernel_timeout_ms = 2000;  // one call may run this long before it counts as a hang
   TimingOptions timing;
 

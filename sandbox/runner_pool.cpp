@@ -56,7 +56,7 @@ struct RunnerPool::State {
     std::shared_ptr<ChildProcess> active;
     std::shared_future<core::Result<StartedRunner>> spare;
     bool has_spare = false;
-    int jobs = 0;          // on the active runner
+    int jobs = 0;  // on the active runner
     int total_jobs = 0;
     int restarts = 0;
     Value device_info;
@@ -106,7 +106,8 @@ struct RunnerPool::State {
             spawn.args.push_back("--copy-bandwidth-gbps");
             spawn.args.push_back(std::to_string(bandwidth));
           }
-          for (char** env = environ; env != nullptr && *env != nullptr; ++env) spawn.env.emplace_back(*env);
+          for (char** env = environ; env != nullptr && *env != nullptr; ++env)
+            spawn.env.emplace_back(*env);
           spawn.pipe_stderr = false;
           spawn.limits.core_bytes = 0;
           auto child = ChildProcess::spawn(spawn);
@@ -121,10 +122,12 @@ struct RunnerPool::State {
                                    " did not start: " + ready.error().message};
           }
           if (!ready->is_object() || !ready->value("ready", false)) {
-            const std::string why = ready->is_object() ? ready->value("error", std::string("?")) : "?";
+            const std::string why =
+                ready->is_object() ? ready->value("error", std::string("?")) : "?";
             process->kill_and_wait();
-            return core::Error{core::ErrorCode::kIo, "GPU runner on device " + std::to_string(device) +
-                                                         " failed to start: " + why};
+            return core::Error{
+                core::ErrorCode::kIo,
+                "GPU runner on device " + std::to_string(device) + " failed to start: " + why};
           }
           Value info = ready->value("device", Value::object());
           info["warm_up_ms"] = ready->value("warm_up_ms", 0.0);
@@ -310,7 +313,8 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
   }
   if (report.context_lost) {
     ++s.lost_contexts;
-    replace("its CUDA context was lost (" + std::string(core::step_status_name(report.status)) + ")");
+    replace("its CUDA context was lost (" + std::string(core::step_status_name(report.status)) +
+            ")");
   } else if (lane->jobs >= s.options.recycle_after_jobs) {
     replace("recycled after " + std::to_string(lane->jobs) + " jobs");
   }

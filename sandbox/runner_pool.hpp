@@ -19,10 +19,10 @@ std::filesystem::path default_runner_path();
 
 struct RunnerPoolOptions {
   std::filesystem::path runner_exe = default_runner_path();
-  std::filesystem::path home;        // passed to the runner (--home) to load the same tasks
-  std::vector<int> devices;          // CUDA ordinals; one runner (and one spare) each
-  bool spares = true;                // keep a started spare per device for fast replacement
-  int recycle_after_jobs = 500;      // a runner is replaced after this many jobs
+  std::filesystem::path home;    // passed to the runner (--home) to load the same tasks
+  std::vector<int> devices;      // CUDA ordinals; one runner (and one spare) each
+  bool spares = true;            // keep a started spare per device for fast replacement
+  int recycle_after_jobs = 500;  // a runner is replaced after this many jobs
   std::chrono::milliseconds start_timeout{120000};
 };
 

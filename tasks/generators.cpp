@@ -63,12 +63,24 @@ double integer_value(const GeneratorSpec& spec, double value) {
 
 core::Status convert(const GeneratorSpec& spec, core::DType dtype, double value, std::byte* out) {
   switch (dtype) {
-    case core::DType::kF64: store(out, value); return {};
-    case core::DType::kF32: store(out, static_cast<float>(value)); return {};
-    case core::DType::kBF16: store(out, bf16_from_float(static_cast<float>(value))); return {};
-    case core::DType::kF16: store(out, f16_from_float(static_cast<float>(value))); return {};
-    case core::DType::kI8: store(out, clamp_to<std::int8_t>(integer_value(spec, value))); return {};
-    case core::DType::kU8: store(out, clamp_to<std::uint8_t>(integer_value(spec, value))); return {};
+    case core::DType::kF64:
+      store(out, value);
+      return {};
+    case core::DType::kF32:
+      store(out, static_cast<float>(value));
+      return {};
+    case core::DType::kBF16:
+      store(out, bf16_from_float(static_cast<float>(value)));
+      return {};
+    case core::DType::kF16:
+      store(out, f16_from_float(static_cast<float>(value)));
+      return {};
+    case core::DType::kI8:
+      store(out, clamp_to<std::int8_t>(integer_value(spec, value)));
+      return {};
+    case core::DType::kU8:
+      store(out, clamp_to<std::uint8_t>(integer_value(spec, value)));
+      return {};
     case core::DType::kI16:
       store(out, clamp_to<std::int16_t>(integer_value(spec, value)));
       return {};
@@ -85,16 +97,17 @@ core::Status convert(const GeneratorSpec& spec, core::DType dtype, double value,
     case core::DType::kFP8E5M2:
       break;
   }
-  return core::Error{core::ErrorCode::kInvalidArgument,
-                     "no host generator for " + std::string(core::dtype_name(dtype)) +
-                         " values; use captured values"};
+  return core::Error{core::ErrorCode::kInvalidArgument, "no host generator for " +
+                                                            std::string(core::dtype_name(dtype)) +
+                                                            " values; use captured values"};
 }
 
 }  // namespace
 
 double portable_log(double x) {
-  if (!(x > 0.0)) return x == 0.0 ? -std::numeric_limits<double>::infinity()
-                                  : std::numeric_limits<double>::quiet_NaN();
+  if (!(x > 0.0))
+    return x == 0.0 ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::quiet_NaN();
   if (std::isinf(x)) return x;
   int exponent = 0;
   double mantissa = std::frexp(x, &exponent);  // exact: x = mantissa * 2^exponent, [0.5, 1)
@@ -212,7 +225,7 @@ std::uint16_t f16_from_float(float value) {
   const auto bits = std::bit_cast<std::uint32_t>(value);
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000);
   const std::uint32_t magnitude = bits & 0x7FFFFFFF;
-  if (magnitude > 0x7F800000) return static_cast<std::uint16_t>(sign | 0x7E00);  // NaN
+  if (magnitude > 0x7F800000) return static_cast<std::uint16_t>(sign | 0x7E00);   // NaN
   if (magnitude >= 0x477FF000) return static_cast<std::uint16_t>(sign | 0x7C00);  // >= 65520
   if (magnitude < 0x38800000) {
     // Subnormal half (or zero): value = mantissa * 2^-24, rounded to nearest even.

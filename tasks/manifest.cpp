@@ -1,6 +1,8 @@
 // task.toml parsing and validation; reports every problem with its file and key.
 #include "tasks/manifest.hpp"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -11,7 +13,6 @@
 #include <sstream>
 #include <string_view>
 #include <tuple>
-#include <toml++/toml.h>
 
 #include "core/expr.hpp"
 
@@ -61,16 +62,26 @@ std::string in_quotes(std::string_view text) { return "'" + std::string(text) + 
 
 std::string type_name(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return "string";
-    case toml::node_type::integer: return "integer";
-    case toml::node_type::floating_point: return "float";
-    case toml::node_type::boolean: return "boolean";
-    case toml::node_type::table: return "table";
-    case toml::node_type::array: return "array";
-    case toml::node_type::date: return "date";
-    case toml::node_type::time: return "time";
-    case toml::node_type::date_time: return "date-time";
-    case toml::node_type::none: break;
+    case toml::node_type::string:
+      return "string";
+    case toml::node_type::integer:
+      return "integer";
+    case toml::node_type::floating_point:
+      return "float";
+    case toml::node_type::boolean:
+      return "boolean";
+    case toml::node_type::table:
+      return "table";
+    case toml::node_type::array:
+      return "array";
+    case toml::node_type::date:
+      return "date";
+    case toml::node_type::time:
+      return "time";
+    case toml::node_type::date_time:
+      return "date-time";
+    case toml::node_type::none:
+      break;
   }
   return "nothing";
 }
@@ -157,8 +168,8 @@ class Reader {
     return std::nullopt;
   }
 
-  const toml::table* table(const toml::table& parent, std::string_view key,
-                           std::string_view path, bool required) {
+  const toml::table* table(const toml::table& parent, std::string_view key, std::string_view path,
+                           bool required) {
     const toml::node* node = parent.get(key);
     if (node == nullptr) {
       if (required) problems_.add(child(path, key), "missing (a table is required)");
@@ -169,8 +180,8 @@ class Reader {
     return nullptr;
   }
 
-  const toml::array* array(const toml::table& parent, std::string_view key,
-                           std::string_view path, bool required) {
+  const toml::array* array(const toml::table& parent, std::string_view key, std::string_view path,
+                           bool required) {
     const toml::node* node = parent.get(key);
     if (node == nullptr) {
       if (required) problems_.add(child(path, key), "missing (an array is required)");
@@ -244,8 +255,8 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
                                              const std::string& path, core::DType dtype) {
   const auto* table = node.as_table();
   if (table == nullptr) {
-    ctx.problems.add(path, "must be a table such as { generator = \"randn\" }, got " +
-                               type_name(node));
+    ctx.problems.add(path,
+                     "must be a table such as { generator = \"randn\" }, got " + type_name(node));
     return std::nullopt;
   }
   const int before = ctx.problems.count();
@@ -280,9 +291,9 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
       spec.lo = ctx.read.number(*table, "lo", path, false).value_or(0.0);
       spec.hi = ctx.read.number(*table, "hi", path, false).value_or(1.0);
       if (!(spec.lo < spec.hi) || !std::isfinite(spec.lo) || !std::isfinite(spec.hi)) {
-        ctx.problems.add(child(path, "hi"), "must be finite and greater than lo (lo = " +
-                                                number_text(spec.lo) +
-                                                ", hi = " + number_text(spec.hi) + ")");
+        ctx.problems.add(child(path, "hi"),
+                         "must be finite and greater than lo (lo = " + number_text(spec.lo) +
+                             ", hi = " + number_text(spec.hi) + ")");
       }
       break;
     case GeneratorKind::kConstant:
@@ -323,7 +334,8 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
       std::error_code ec;
       if (!fs::is_regular_file(spec.file_path, ec)) {
         ctx.problems.add(child(path, "file"),
-                         "captured values file " + in_quotes(spec.file) + " does not exist (looked at " +
+                         "captured values file " + in_quotes(spec.file) +
+                             " does not exist (looked at " +
                              spec.file_path.lexically_relative(ctx.home).generic_string() + ")");
       }
       break;
@@ -420,14 +432,15 @@ void parse_tensors(Context& ctx, const toml::table& root, Task& task,
       }
     }
     if (const auto* shape = ctx.read.array(*entry, "shape", path, true)) {
-      if (shape->empty()) ctx.problems.add(child(path, "shape"), "must have at least one dimension");
+      if (shape->empty())
+        ctx.problems.add(child(path, "shape"), "must have at least one dimension");
       for (std::size_t d = 0; d < shape->size(); ++d) {
         const toml::node& dim = *shape->get(d);
         const std::string dim_path = element(child(path, "shape"), d);
         if (const auto* literal = dim.as_integer()) {
           if (literal->get() <= 0) {
-            ctx.problems.add(dim_path, "dimension must be positive, got " +
-                                           std::to_string(literal->get()));
+            ctx.problems.add(dim_path,
+                             "dimension must be positive, got " + std::to_string(literal->get()));
           }
           tensor.shape.push_back(std::to_string(literal->get()));
         } else if (const auto* symbol = dim.as_string()) {
@@ -437,8 +450,8 @@ void parse_tensors(Context& ctx, const toml::table& root, Task& task,
           }
           tensor.shape.push_back(symbol->get());
         } else {
-          ctx.problems.add(dim_path, "must be a symbol name or a positive integer, got " +
-                                         type_name(dim));
+          ctx.problems.add(dim_path,
+                           "must be a symbol name or a positive integer, got " + type_name(dim));
         }
       }
     }
@@ -476,7 +489,8 @@ void parse_tolerance_defaults(Context& ctx, const toml::table& root, Task& task)
   for (auto&& [key, node] : *table) {
     const std::string path = child("tolerance", key.str());
     if (!core::dtype_from_name(key.str())) {
-      ctx.problems.add(path, "unknown dtype " + in_quotes(key.str()) + " (known: " + dtype_list() + ")");
+      ctx.problems.add(path,
+                       "unknown dtype " + in_quotes(key.str()) + " (known: " + dtype_list() + ")");
       continue;
     }
     if (auto tolerance = parse_tolerance(ctx, node, path)) {
@@ -505,8 +519,8 @@ void resolve_tolerances(Context& ctx, const toml::table& root, Task& task) {
       }
     }
     ctx.problems.add(child(element("tensors", index), "tolerance"),
-                     "output " + in_quotes(tensor.name) + " has no tolerance and [tolerance] has no " +
-                         dtype + " default");
+                     "output " + in_quotes(tensor.name) +
+                         " has no tolerance and [tolerance] has no " + dtype + " default");
   }
 }
 
@@ -541,8 +555,8 @@ void parse_scalars(Context& ctx, const toml::table& root, Task& task,
                                                    std::string(core::dtype_name(*dtype)));
       } else if (scalar.default_value && is_integer_dtype(*dtype) &&
                  std::trunc(*scalar.default_value) != *scalar.default_value) {
-        ctx.problems.add(child(path, "default"), "must be an integer for " +
-                                                     std::string(core::dtype_name(*dtype)));
+        ctx.problems.add(child(path, "default"),
+                         "must be an integer for " + std::string(core::dtype_name(*dtype)));
       }
     }
     if (ctx.problems.count() == before) task.scalars.push_back(std::move(scalar));
@@ -636,8 +650,8 @@ void parse_cases(Context& ctx, const toml::table& root, Task& task, std::string_
           continue;
         }
         if (is_integer_dtype(spec->dtype) && std::trunc(value) != value) {
-          ctx.problems.add(key_path, "must be an integer for " +
-                                         std::string(core::dtype_name(spec->dtype)));
+          ctx.problems.add(key_path,
+                           "must be an integer for " + std::string(core::dtype_name(spec->dtype)));
           continue;
         }
         c.scalars[spec->name] = value;
@@ -648,8 +662,9 @@ void parse_cases(Context& ctx, const toml::table& root, Task& task, std::string_
       if (scalar.default_value) {
         c.scalars[scalar.name] = *scalar.default_value;
       } else {
-        ctx.problems.add(child(path, "scalars"),
-                         "missing value for scalar " + in_quotes(scalar.name) + " (it has no default)");
+        ctx.problems.add(
+            child(path, "scalars"),
+            "missing value for scalar " + in_quotes(scalar.name) + " (it has no default)");
       }
     }
 
@@ -663,7 +678,8 @@ void parse_cases(Context& ctx, const toml::table& root, Task& task, std::string_
         if (tensor == nullptr) {
           ctx.problems.add(key_path, "unknown tensor");
         } else if (!is_input(tensor->role)) {
-          ctx.problems.add(key_path, "output tensor " + in_quotes(tensor->name) + " takes no values");
+          ctx.problems.add(key_path,
+                           "output tensor " + in_quotes(tensor->name) + " takes no values");
         } else if (auto spec = parse_generator(ctx, node, key_path, tensor->dtype)) {
           c.values[tensor->name] = std::move(*spec);
         }
@@ -674,8 +690,8 @@ void parse_cases(Context& ctx, const toml::table& root, Task& task, std::string_
     if (ctx.problems.count() == before) {
       for (const auto& tensor : task.tensors) {
         const auto count = element_count(tensor, c);
-        if (!count || *count > kMaxTensorBytes / static_cast<std::int64_t>(
-                                                     core::dtype_size(tensor.dtype))) {
+        if (!count ||
+            *count > kMaxTensorBytes / static_cast<std::int64_t>(core::dtype_size(tensor.dtype))) {
           ctx.problems.add(symbols_path, "tensor " + in_quotes(tensor.name) +
                                              " is larger than 16 GiB in this case");
         }
@@ -698,8 +714,8 @@ std::optional<core::Expr> parse_formula(Context& ctx, const toml::table& rooflin
   bool good = true;
   for (const auto& symbol : expr->symbols()) {
     if (std::find(task.symbols.begin(), task.symbols.end(), symbol) == task.symbols.end()) {
-      ctx.problems.add(path, "unknown symbol " + in_quotes(symbol) +
-                                 " (declared: " + join(task.symbols) + ")");
+      ctx.problems.add(
+          path, "unknown symbol " + in_quotes(symbol) + " (declared: " + join(task.symbols) + ")");
       good = false;
     }
   }
@@ -730,8 +746,8 @@ void parse_roofline(Context& ctx, const toml::table& root, Task& task) {
                          "case " + in_quotes(c.name) + ": " + value.error().message);
       } else if (*value < minimum) {
         ctx.problems.add(child("roofline", key), "case " + in_quotes(c.name) + ": evaluates to " +
-                                                     std::to_string(*value) + ", expected >= " +
-                                                     std::to_string(minimum));
+                                                     std::to_string(*value) +
+                                                     ", expected >= " + std::to_string(minimum));
       }
     }
   }
@@ -751,8 +767,9 @@ void parse_reference(Context& ctx, const toml::table& root, Task& task) {
     return;
   }
   if (!source) {
-    ctx.problems.add("reference.source", "missing (a path relative to the repository root, e.g. "
-                                         "\"kernels/llm/rms_norm.cu\")");
+    ctx.problems.add("reference.source",
+                     "missing (a path relative to the repository root, e.g. "
+                     "\"kernels/llm/rms_norm.cu\")");
     return;
   }
   const fs::path relative(*source);
@@ -760,13 +777,15 @@ void parse_reference(Context& ctx, const toml::table& root, Task& task) {
   if (relative.is_absolute() || normal.empty() || *normal.begin() != "kernels") {
     ctx.problems.add("reference.source",
                      "must be a relative path under kernels/ (e.g. \"kernels/llm/rms_norm.cu\"), "
-                     "got " + in_quotes(*source));
+                     "got " +
+                         in_quotes(*source));
     return;
   }
   const fs::path path = ctx.home / normal;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {
-    ctx.problems.add("reference.source", "reference file " + in_quotes(*source) + " does not exist");
+    ctx.problems.add("reference.source",
+                     "reference file " + in_quotes(*source) + " does not exist");
     return;
   }
   std::ifstream in(path, std::ios::binary);
@@ -800,16 +819,14 @@ std::optional<Task> load_manifest(const fs::path& manifest, const fs::path& home
     root = toml::parse_file(absolute_manifest.string());
   } catch (const toml::parse_error& error) {
     const auto& where = error.source().begin;
-    errors.push_back(shown + ":" + std::to_string(where.line) + ":" +
-                     std::to_string(where.column) + ": TOML syntax error: " +
-                     std::string(error.description()));
+    errors.push_back(shown + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
+                     ": TOML syntax error: " + std::string(error.description()));
     return std::nullopt;
   }
 
   read.check_keys(root, "",
                   {"id", "category", "module", "title", "description", "reference", "symbols",
-                   "tensors", "scalars", "tolerance", "roofline", "visible_cases",
-                   "hidden_cases"});
+                   "tensors", "scalars", "tolerance", "roofline", "visible_cases", "hidden_cases"});
 
   Task task;
   task.manifest_path = absolute_manifest;
@@ -838,8 +855,8 @@ std::optional<Task> load_manifest(const fs::path& manifest, const fs::path& home
   if (!task.category.empty()) {
     const auto& known = known_categories();
     if (std::find(known.begin(), known.end(), task.category) == known.end()) {
-      problems.add("category",
-                   "unknown category " + in_quotes(task.category) + " (known: " + join(known) + ")");
+      problems.add("category", "unknown category " + in_quotes(task.category) +
+                                   " (known: " + join(known) + ")");
     } else if (task.id.rfind(task.category + "/", 0) != 0) {
       problems.add("category", in_quotes(task.category) + " is not the first part of the id " +
                                    in_quotes(task.id));

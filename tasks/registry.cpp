@@ -67,10 +67,9 @@ core::Result<Registry> Registry::load(const fs::path& home) {
 }
 
 const Task* Registry::find(std::string_view id) const {
-  const auto it = std::lower_bound(tasks_.begin(), tasks_.end(), id,
-                                   [](const Task& task, std::string_view key) {
-                                     return task.id < key;
-                                   });
+  const auto it =
+      std::lower_bound(tasks_.begin(), tasks_.end(), id,
+                       [](const Task& task, std::string_view key) { return task.id < key; });
   if (it == tasks_.end() || it->id != id) return nullptr;
   return &*it;
 }

@@ -25,9 +25,9 @@ core::Result<RooflineCost> roofline_cost(const Task& task, const Case& c) {
 }
 
 double roofline_floor_ns(const RooflineCost& cost, const GpuPeak& peak) {
-  const double memory_s =
-      peak.memory_bytes_per_s > 0.0 ? static_cast<double>(cost.bytes) / peak.memory_bytes_per_s
-                                    : 0.0;
+  const double memory_s = peak.memory_bytes_per_s > 0.0
+                              ? static_cast<double>(cost.bytes) / peak.memory_bytes_per_s
+                              : 0.0;
   const double compute_s =
       peak.flops_per_s > 0.0 ? static_cast<double>(cost.flops) / peak.flops_per_s : 0.0;
   return std::max(memory_s, compute_s) * 1e9;

@@ -34,8 +34,8 @@ std::optional<Role> role_from_name(std::string_view name) {
 }
 
 const std::vector<std::string>& known_categories() {
-  static const std::vector<std::string> kCategories{
-      "llm", "ssm", "diffusion", "multimodal", "edge", "science", "recsys", "world"};
+  static const std::vector<std::string> kCategories{"llm",  "ssm",     "diffusion", "multimodal",
+                                                    "edge", "science", "recsys",    "world"};
   return kCategories;
 }
 
@@ -141,9 +141,9 @@ core::Result<std::int64_t> element_count(const TensorSpec& tensor, const Case& c
   std::int64_t count = 1;
   for (const auto dim : *dims) {
     if (dim < 0 || (dim > 0 && count > std::numeric_limits<std::int64_t>::max() / dim)) {
-      return core::Error{core::ErrorCode::kInvalidArgument,
-                         "tensor '" + tensor.name + "': element count overflows in case '" +
-                             c.name + "'"};
+      return core::Error{
+          core::ErrorCode::kInvalidArgument,
+          "tensor '" + tensor.name + "': element count overflows in case '" + c.name + "'"};
     }
     count *= dim;
   }

@@ -48,16 +48,16 @@ std::optional<GeneratorKind> generator_from_name(std::string_view name);
 
 struct GeneratorSpec {
   GeneratorKind kind = GeneratorKind::kRandn;
-  double mean = 0.0;  // randn
-  double std = 1.0;   // randn
-  double lo = 0.0;    // uniform
-  double hi = 1.0;    // uniform
-  double value = 0.0;           // constant
-  std::int64_t max = 0;         // positions: exclusive upper bound
-  std::string file;             // captured: path as written (relative to the task folder)
+  double mean = 0.0;                // randn
+  double std = 1.0;                 // randn
+  double lo = 0.0;                  // uniform
+  double hi = 1.0;                  // uniform
+  double value = 0.0;               // constant
+  std::int64_t max = 0;             // positions: exclusive upper bound
+  std::string file;                 // captured: path as written (relative to the task folder)
   std::filesystem::path file_path;  // captured: resolved absolute path (checked to exist)
-  std::string tensor;           // captured: tensor name inside the file
-  std::string note;             // free-form provenance, e.g. "Llama-3.1-8B layer 0, ShareGPT"
+  std::string tensor;               // captured: tensor name inside the file
+  std::string note;                 // free-form provenance, e.g. "Llama-3.1-8B layer 0, ShareGPT"
 };
 // Provenance text shown in views and logs, e.g. "randn(mean=0, std=1)",
 // "captured(llama.safetensors#layers.0.input)". Never includes a seed.
@@ -109,19 +109,19 @@ struct Case {
 };
 
 struct Roofline {
-  std::string bytes;  // integer expression over the symbols: bytes moved to and from HBM
-  std::string flops;  // integer expression: floating-point operations
+  std::string bytes;      // integer expression over the symbols: bytes moved to and from HBM
+  std::string flops;      // integer expression: floating-point operations
   core::Expr bytes_expr;  // parsed forms, set by the registry
   core::Expr flops_expr;
 };
 
 struct Task {
   std::string id, category, module, title, description;
-  std::vector<std::string> symbols;          // symbol names in declaration order
-  std::vector<SymbolSpec> symbol_specs;      // same order, with descriptions and dtypes
-  std::vector<TensorSpec> tensors;           // kernel argument order of the production module
+  std::vector<std::string> symbols;      // symbol names in declaration order
+  std::vector<SymbolSpec> symbol_specs;  // same order, with descriptions and dtypes
+  std::vector<TensorSpec> tensors;       // kernel argument order of the production module
   std::vector<ScalarSpec> scalars;
-  std::vector<Case> cases;                   // visible cases first, then hidden, manifest order
+  std::vector<Case> cases;  // visible cases first, then hidden, manifest order
   std::map<std::string, Tolerance> tolerance_defaults;  // by dtype name
   Roofline roofline;
   std::string reference_path;    // as in the manifest, relative to home: "kernels/llm/rms_norm.cu"

@@ -143,10 +143,8 @@ core::Value common_view(const Task& task) {
 }  // namespace
 
 core::Value task_summary(const Task& task) {
-  return core::Value{{"id", task.id},
-                     {"category", task.category},
-                     {"module", task.module},
-                     {"title", task.title}};
+  return core::Value{
+      {"id", task.id}, {"category", task.category}, {"module", task.module}, {"title", task.title}};
 }
 
 core::Value agent_view(const Task& task) {

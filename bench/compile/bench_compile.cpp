@@ -1,6 +1,7 @@
 // bench_compile: prints compile latency percentiles and pool throughput for a bf16 rms_norm
 // kernel, and writes them as JSON.
-//   crucible-bench-compile [--workers N] [--iterations N] [--json FILE] [--worker PATH] [--no-isolate]
+//   crucible-bench-compile [--workers N] [--iterations N] [--json FILE] [--worker PATH]
+//   [--no-isolate]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -117,9 +117,8 @@ core::Result<Value> Client::wait_for(std::uint64_t id) {
     const auto now = Clock::now();
     if (now >= it->second.deadline) {
       pending_.erase(it);
-      return core::Error{ErrorCode::kTimeout,
-                         "no reply from " + options_.endpoint + " within " +
-                             std::to_string(options_.timeout.count()) + " ms"};
+      return core::Error{ErrorCode::kTimeout, "no reply from " + options_.endpoint + " within " +
+                                                  std::to_string(options_.timeout.count()) + " ms"};
     }
     const auto budget =
         std::chrono::duration_cast<std::chrono::milliseconds>(it->second.deadline - now) +
@@ -136,7 +135,9 @@ core::Result<Value> Client::wait_for(std::uint64_t id) {
   return reply;
 }
 
-core::Result<Value> Client::hello() { return call(core::Op::kHello, Value{{"client", "crucible-cpp"}}); }
+core::Result<Value> Client::hello() {
+  return call(core::Op::kHello, Value{{"client", "crucible-cpp"}});
+}
 
 core::Result<Value> Client::tasks(std::optional<std::string> category) {
   Value fields = Value::object();

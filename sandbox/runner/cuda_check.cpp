@@ -8,7 +8,8 @@ std::string cuda_error_text(CUresult code) {
   const char* text = nullptr;
   cuGetErrorName(code, &name);
   cuGetErrorString(code, &text);
-  std::string out = name != nullptr ? name : ("CUDA error " + std::to_string(static_cast<int>(code)));
+  std::string out =
+      name != nullptr ? name : ("CUDA error " + std::to_string(static_cast<int>(code)));
   if (text != nullptr) out += std::string(" (") + text + ")";
   return out;
 }

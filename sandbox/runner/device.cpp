@@ -88,7 +88,8 @@ extern "C" __global__ void crucible_l2_sweep(const uint4* data, unsigned long lo
   if (nvrtcCreateProgram(&program, kSweep, "sweep.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) {
     throw CudaFailure(CUDA_ERROR_UNKNOWN, "nvrtcCreateProgram (L2 sweep)");
   }
-  const std::string arch = "-arch=sm_" + std::to_string(compute_major) + std::to_string(compute_minor);
+  const std::string arch =
+      "-arch=sm_" + std::to_string(compute_major) + std::to_string(compute_minor);
   const char* options[] = {arch.c_str()};
   const bool compiled = nvrtcCompileProgram(program, 1, options) == NVRTC_SUCCESS;
   std::size_t size = 0;
@@ -141,14 +142,14 @@ void Device::flush_l2(std::uint32_t salt) {
 }
 
 core::Value Device::describe() const {
-  return core::Value{{"index", ordinal},
-                     {"name", name},
-                     {"compute_capability",
-                      std::to_string(compute_major) + "." + std::to_string(compute_minor)},
-                     {"sm_count", sm_count},
-                     {"l2_bytes", l2_bytes},
-                     {"memory_bytes", total_memory},
-                     {"copy_bandwidth_gbps", copy_bandwidth_bps / 1e9}};
+  return core::Value{
+      {"index", ordinal},
+      {"name", name},
+      {"compute_capability", std::to_string(compute_major) + "." + std::to_string(compute_minor)},
+      {"sm_count", sm_count},
+      {"l2_bytes", l2_bytes},
+      {"memory_bytes", total_memory},
+      {"copy_bandwidth_gbps", copy_bandwidth_bps / 1e9}};
 }
 
 core::Value read_clocks(int ordinal) {
@@ -161,7 +162,8 @@ core::Value read_clocks(int ordinal) {
   static const auto init = reinterpret_cast<Init>(dlsym(library, "nvmlInit_v2"));
   static const auto get_handle =
       reinterpret_cast<GetHandle>(dlsym(library, "nvmlDeviceGetHandleByIndex_v2"));
-  static const auto get_clock = reinterpret_cast<GetClock>(dlsym(library, "nvmlDeviceGetClockInfo"));
+  static const auto get_clock =
+      reinterpret_cast<GetClock>(dlsym(library, "nvmlDeviceGetClockInfo"));
   static const bool ready = init != nullptr && init() == 0;
   if (!ready || get_handle == nullptr || get_clock == nullptr) return core::Value::object();
   void* handle = nullptr;

@@ -55,8 +55,8 @@ struct Device {
   std::size_t l2_bytes = 0;
   std::size_t max_smem_optin = 0;
   std::size_t total_memory = 0;
-  DeviceBuffer l2_scratch;          // 2 x L2, read between timed calls
-  DeviceBuffer l2_sink;             // where the sweep kernel parks its (never used) result
+  DeviceBuffer l2_scratch;  // 2 x L2, read between timed calls
+  DeviceBuffer l2_sink;     // where the sweep kernel parks its (never used) result
   CUmodule sweep_module = nullptr;
   CUfunction sweep = nullptr;       // reads all of l2_scratch
   double copy_bandwidth_bps = 0.0;  // device-to-device copy, bytes read + written per second

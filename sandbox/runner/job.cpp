@@ -16,8 +16,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <span>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,13 +60,14 @@ void sync_or_fail(CUstream stream, bool candidate, const std::string& what, doub
     if (now > deadline) {
       abandon_context();
       if (!candidate) {
-        fail(StepStatus::kInfraError, "the reference did not finish " + what + " within " +
-                                          std::to_string(static_cast<long>(timeout_ms)) + " ms",
+        fail(StepStatus::kInfraError,
+             "the reference did not finish " + what + " within " +
+                 std::to_string(static_cast<long>(timeout_ms)) + " ms",
              true);
       }
-      fail(StepStatus::kTimeout, "your kernel did not finish " + what + " within " +
-                                     std::to_string(static_cast<long>(timeout_ms)) +
-                                     " ms; it was killed",
+      fail(StepStatus::kTimeout,
+           "your kernel did not finish " + what + " within " +
+               std::to_string(static_cast<long>(timeout_ms)) + " ms; it was killed",
            true);
     }
     if (now > relaxed) std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -74,7 +75,8 @@ void sync_or_fail(CUstream stream, bool candidate, const std::string& what, doub
   if (rc == CUDA_SUCCESS) return;
   // An error reported at a synchronize comes from a kernel that faulted: treat it as sticky.
   if (!candidate) {
-    fail(StepStatus::kInfraError, "the reference failed " + what + ": " + cuda_error_text(rc), true);
+    fail(StepStatus::kInfraError, "the reference failed " + what + ": " + cuda_error_text(rc),
+         true);
   }
   fail(StepStatus::kRuntimeError, "your kernel faulted " + what + ": " + cuda_error_text(rc), true);
 }
@@ -85,7 +87,6 @@ std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-
 
 // Input values are a pure function of (generator, dtype, seed, index), so they are generated in
 // parallel slices and kept: the steps of one episode share a seed and reuse them. The cache is
@@ -120,7 +121,8 @@ class HostValueCache {
       const std::size_t n = std::min(slice, count - first);
       workers.emplace_back([&, t, first, n] {
         results[t] = tasks::generate_into(
-            spec, dtype, seed, std::span<std::byte>(bytes->data() + first * esize, n * esize), first);
+            spec, dtype, seed, std::span<std::byte>(bytes->data() + first * esize, n * esize),
+            first);
       });
     }
     for (auto& worker : workers) worker.join();
@@ -201,8 +203,8 @@ class LoadedModule {
       kernels_.emplace(launch.name_expression, kernel);
     }
     for (const auto& launch : plan.launches) {
-      if (auto ok = check_kernel_params(launch, kernels_.at(launch.name_expression).param_bytes,
-                                        context);
+      if (auto ok =
+              check_kernel_params(launch, kernels_.at(launch.name_expression).param_bytes, context);
           !ok) {
         fail(blame, ok.error().message);
       }
@@ -317,13 +319,16 @@ class JobRunner {
  private:
   void prepare() {
     auto reference_plan = parse_launch_plan(task_.reference_source, context_);
-    if (!reference_plan) fail(StepStatus::kInfraError, "reference plan: " + reference_plan.error().message);
+    if (!reference_plan)
+      fail(StepStatus::kInfraError, "reference plan: " + reference_plan.error().message);
     reference_plan_ = std::move(reference_plan).value();
     auto candidate_plan = parse_action_plan(job_.candidate_source, job_.candidate_plan, context_);
     if (!candidate_plan) fail(StepStatus::kInvalidAction, candidate_plan.error().message);
     candidate_plan_ = std::move(candidate_plan).value();
-    reference_module_ = std::make_unique<LoadedModule>(job_.reference, reference_plan_, context_, false);
-    candidate_module_ = std::make_unique<LoadedModule>(job_.candidate, candidate_plan_, context_, true);
+    reference_module_ =
+        std::make_unique<LoadedModule>(job_.reference, reference_plan_, context_, false);
+    candidate_module_ =
+        std::make_unique<LoadedModule>(job_.candidate, candidate_plan_, context_, true);
     for (std::size_t i = 0; i < task_.cases.size(); ++i) {
       const auto& c = task_.cases[i];
       CaseSetup setup;
@@ -340,7 +345,9 @@ class JobRunner {
         setup.bytes.push_back(count * core::dtype_size(tensor.dtype));
       }
       auto reference = evaluate_plan(reference_plan_, c.symbols, context_);
-      if (!reference) fail(StepStatus::kInfraError, "reference plan, case " + c.name + ": " + reference.error().message);
+      if (!reference)
+        fail(StepStatus::kInfraError,
+             "reference plan, case " + c.name + ": " + reference.error().message);
       setup.reference = std::move(reference).value();
       auto candidate = evaluate_plan(candidate_plan_, c.symbols, context_);
       if (!candidate) fail(StepStatus::kInvalidAction, candidate.error().message);
@@ -365,21 +372,25 @@ class JobRunner {
       const StepStatus blame = side.candidate ? StepStatus::kLaunchError : StepStatus::kInfraError;
       if (threads > kernel.max_threads) {
         fail(blame, who + launch.where + ": kernel '" + launch.kernel + "' uses " +
-                        std::to_string(kernel.registers) + " registers per thread, so a block may "
-                        "have at most " + std::to_string(kernel.max_threads) +
-                        " threads, but the launch asks for " + std::to_string(threads) +
-                        "; use smaller blocks or __launch_bounds__");
+                        std::to_string(kernel.registers) +
+                        " registers per thread, so a block may "
+                        "have at most " +
+                        std::to_string(kernel.max_threads) + " threads, but the launch asks for " +
+                        std::to_string(threads) + "; use smaller blocks or __launch_bounds__");
       }
       if (static_cast<std::size_t>(kernel.static_smem) + step.smem_bytes > device_.max_smem_optin) {
         fail(blame, who + launch.where + ": kernel '" + launch.kernel + "' needs " +
                         std::to_string(kernel.static_smem) + " bytes of static and " +
-                        std::to_string(step.smem_bytes) + " bytes of dynamic shared memory; a "
-                        "block may have at most " + std::to_string(device_.max_smem_optin));
+                        std::to_string(step.smem_bytes) +
+                        " bytes of dynamic shared memory; a "
+                        "block may have at most " +
+                        std::to_string(device_.max_smem_optin));
       }
-      if (static_cast<int>(step.smem_bytes) > kernel.configured_smem && step.smem_bytes > 48 * 1024) {
-        const CUresult rc = cuFuncSetAttribute(kernel.function,
-                                               CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                               static_cast<int>(step.smem_bytes));
+      if (static_cast<int>(step.smem_bytes) > kernel.configured_smem &&
+          step.smem_bytes > 48 * 1024) {
+        const CUresult rc =
+            cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                               static_cast<int>(step.smem_bytes));
         if (rc != CUDA_SUCCESS) {
           fail(blame, who + launch.where + ": cannot allow " + std::to_string(step.smem_bytes) +
                           " bytes of dynamic shared memory: " + cuda_error_text(rc));
@@ -411,8 +422,9 @@ class JobRunner {
           case ArgKind::kSymbol: {
             const auto value = setup.c->symbols.at(task_.symbols.at(arg.index));
             auto encoded = encode_symbol_arg(launch, a, value, kernel.param_bytes.at(a));
-            if (!encoded) fail(side.candidate ? StepStatus::kInvalidAction : StepStatus::kInfraError,
-                               encoded.error().message);
+            if (!encoded)
+              fail(side.candidate ? StepStatus::kInvalidAction : StepStatus::kInfraError,
+                   encoded.error().message);
             bytes = std::move(encoded).value();
             break;
           }
@@ -438,7 +450,8 @@ class JobRunner {
         config.attrs = &attribute;
         config.numAttrs = 1;
         if (step.cluster[0] * step.cluster[1] * step.cluster[2] > 8) {
-          cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+          cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                             1);
         }
       }
       const CUresult rc = cuLaunchKernelEx(&config, kernel.function, params.data(), nullptr);
@@ -452,8 +465,8 @@ class JobRunner {
                  std::to_string(step.grid[0]) + ", " + std::to_string(step.grid[1]) + ", " +
                  std::to_string(step.grid[2]) + "), block (" + std::to_string(step.block[0]) +
                  ", " + std::to_string(step.block[1]) + ", " + std::to_string(step.block[2]) +
-                 "), " + std::to_string(step.smem_bytes) + " bytes of shared memory failed: " +
-                 cuda_error_text(rc),
+                 "), " + std::to_string(step.smem_bytes) +
+                 " bytes of shared memory failed: " + cuda_error_text(rc),
              lost);
       }
     }
@@ -481,7 +494,8 @@ class JobRunner {
     for (std::size_t t = 0; t < n; ++t) {
       const auto& tensor = task_.tensors[t];
       if (!tasks::is_input(tensor.role)) continue;
-      const std::uint64_t seed = tasks::tensor_seed(setup.seed, tensor.name, static_cast<std::uint64_t>(draw));
+      const std::uint64_t seed =
+          tasks::tensor_seed(setup.seed, tensor.name, static_cast<std::uint64_t>(draw));
       input_values[t] = HostValueCache::instance().get(
           c.values.at(tensor.name), tensor.dtype, setup.counts[t], seed,
           task_.id + "|" + c.name + "|" + tensor.name + "|" + std::to_string(seed) + "|" +
@@ -577,7 +591,8 @@ class JobRunner {
                            " bytes before the start of '" + tensor.name + "'");
       }
       const std::byte* payload = whole.data() + DeviceBuffer::kCanaryBytes;
-      if (!check_canary(payload + setup.bytes[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 1), &bad)) {
+      if (!check_canary(payload + setup.bytes[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 1),
+                        &bad)) {
         problems.push_back("wrote past the end of '" + tensor.name + "' (byte " +
                            std::to_string(bad) + " after its last element)");
       }
@@ -586,14 +601,15 @@ class JobRunner {
         if (!diff.equal) {
           problems.push_back("modified the read-only input '" + tensor.name + "' (" +
                              std::to_string(diff.diff_bytes) + " bytes changed, first at element " +
-                             std::to_string(diff.first_diff / core::dtype_size(tensor.dtype)) + ")");
+                             std::to_string(diff.first_diff / core::dtype_size(tensor.dtype)) +
+                             ")");
         }
         continue;
       }
       const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
-      const auto report = compare_outputs(tensor.dtype, payload, expected[t].data(), setup.counts[t],
-                                          setup.shapes[t], Tolerance{tol.atol, tol.rtol}, draw,
-                                          !c.hidden, tensor.name);
+      const auto report = compare_outputs(
+          tensor.dtype, payload, expected[t].data(), setup.counts[t], setup.shapes[t],
+          Tolerance{tol.atol, tol.rtol}, draw, !c.hidden, tensor.name);
       if (report.reference_invalid()) {
         fail(StepStatus::kInfraError, "the reference produced NaN on case " + c.name);
       }
@@ -658,7 +674,7 @@ class JobRunner {
     // Value pools: each input's values for call i are a window of its pool starting at a
     // different offset, so every timed call sees values no earlier call saw.
     constexpr std::size_t kPoolExtra = 1u << 14;  // distinct windows (power of two)
-    constexpr std::size_t kStride = 977;            // odd: offsets distinct for 16384 calls
+    constexpr std::size_t kStride = 977;          // odd: offsets distinct for 16384 calls
     std::vector<DeviceBuffer> pools(n);
     std::vector<DeviceBuffer> poison(n);
     for (std::size_t t = 0; t < n; ++t) {
@@ -667,10 +683,10 @@ class JobRunner {
       if (tasks::is_input(tensor.role)) {
         const std::uint64_t seed = tasks::tensor_seed(setup.seed, tensor.name, 2);
         const std::size_t count = setup.counts[t] + kPoolExtra;
-        const auto values = HostValueCache::instance().get(
-            c.values.at(tensor.name), tensor.dtype, count, seed,
-            task_.id + "|" + c.name + "|" + tensor.name + "|" + std::to_string(seed) + "|" +
-                std::to_string(count));
+        const auto values =
+            HostValueCache::instance().get(c.values.at(tensor.name), tensor.dtype, count, seed,
+                                           task_.id + "|" + c.name + "|" + tensor.name + "|" +
+                                               std::to_string(seed) + "|" + std::to_string(count));
         pools[t] = DeviceBuffer(values->size(), false);
         upload(pools[t].data(), values->data(), values->size(), stream);
         check(cuStreamSynchronize(stream), "pool upload");
@@ -703,8 +719,8 @@ class JobRunner {
       for (std::size_t t = 0; t < n; ++t) {
         const auto& tensor = task_.tensors[t];
         const std::size_t esize = core::dtype_size(tensor.dtype);
-        const CUdeviceptr source = tasks::is_input(tensor.role) ? pools[t].data() + offset * esize
-                                                                : poison[t].data();
+        const CUdeviceptr source =
+            tasks::is_input(tensor.role) ? pools[t].data() + offset * esize : poison[t].data();
         if (setup.bytes[t] > 0) {
           check(cuMemcpyDtoDAsync(slot.tensor_ptrs[t], source, setup.bytes[t], stream), "refresh");
         }
@@ -764,8 +780,8 @@ class JobRunner {
       const std::uint64_t tag = next_tag_++;
       pending[tag] = Pending{is_candidate, is_warmup};
       timer_.set_tag(tag);
-      launch(is_candidate ? candidate : reference,
-             is_candidate ? setup.candidate : setup.reference, setup, slot.tensor_ptrs,
+      launch(is_candidate ? candidate : reference, is_candidate ? setup.candidate : setup.reference,
+             setup, slot.tensor_ptrs,
              is_candidate ? slot.candidate_ws_ptrs : slot.reference_ws_ptrs);
       timer_.set_tag(0);
       // The first timed call, then a share drawn from the secret: a kernel cannot tell which
@@ -776,7 +792,8 @@ class JobRunner {
       if (is_candidate && !is_warmup) first_candidate_call = false;
       if (check_this) {
         // The candidate's outputs of this timed call, then the reference on the same inputs.
-        sync_or_fail(stream, true, "in timed call " + std::to_string(this_call), job_.kernel_timeout_ms);
+        sync_or_fail(stream, true, "in timed call " + std::to_string(this_call),
+                     job_.kernel_timeout_ms);
         for (std::size_t t = 0; t < n; ++t) {
           if (!tasks::is_output(task_.tensors[t].role)) continue;
           got[t].resize(setup.bytes[t]);
@@ -792,9 +809,9 @@ class JobRunner {
           download(want[t].data(), slot.tensor_ptrs[t], setup.bytes[t], stream);
           check(cuStreamSynchronize(stream), "download");
           const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
-          const auto report = compare_outputs(tensor.dtype, got[t].data(), want[t].data(),
-                                              setup.counts[t], setup.shapes[t],
-                                              Tolerance{tol.atol, tol.rtol}, 0, true, tensor.name);
+          const auto report =
+              compare_outputs(tensor.dtype, got[t].data(), want[t].data(), setup.counts[t],
+                              setup.shapes[t], Tolerance{tol.atol, tol.rtol}, 0, true, tensor.name);
           if (!report.pass) {
             fail(StepStatus::kIncorrect,
                  "case " + c.name + ", timed call " + std::to_string(this_call) +
@@ -829,8 +846,8 @@ class JobRunner {
     if (candidate_summary.median_ns < floor_ns && hack_.empty()) {
       hack_ = "case " + c.name + ": your kernel's median time " +
               std::to_string(candidate_summary.median_ns) + " ns is below the roofline floor " +
-              std::to_string(floor_ns) + " ns (" + std::to_string(setup.cost.bytes) +
-              " bytes, " + std::to_string(setup.cost.flops) +
+              std::to_string(floor_ns) + " ns (" + std::to_string(setup.cost.bytes) + " bytes, " +
+              std::to_string(setup.cost.flops) +
               " FLOPs): physically impossible, so the timing was not honest";
     }
     return Value{{"case", c.name},

@@ -24,8 +24,7 @@ std::uint64_t g_dropped = 0;
 KernelTimer* g_timer = nullptr;
 CUpti_SubscriberHandle g_subscriber = nullptr;
 
-void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size,
-                               std::size_t* max_records) {
+void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kAlign, kBufferBytes));
   *size = *buffer != nullptr ? kBufferBytes : 0;
   *max_records = 0;

@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--device") == 0) ordinal = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--home") == 0) home = argv[i + 1];
-    if (std::strcmp(argv[i], "--copy-bandwidth-gbps") == 0) copy_bandwidth_gbps = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--copy-bandwidth-gbps") == 0)
+      copy_bandwidth_gbps = std::atof(argv[i + 1]);
   }
   core::set_log_level(core::LogLevel::kWarn);
   auto registry = tasks::Registry::load(home);
@@ -72,7 +73,8 @@ int main(int argc, char** argv) {
   (void)timer->collect();
   core::Value ready{{"ready", true}, {"device", device.describe()}};
   ready["warm_up_ms"] =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_started).count();
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_started)
+          .count();
   if (!sandbox::write_frame(STDOUT_FILENO, ready)) return 2;
 
   const core::DecodeLimits limits = core::trusted_decode_limits(sandbox::kMaxFrameBytes);

@@ -102,8 +102,7 @@ TEST_CASE("protocol: reset validates seed, max_steps and reward spec") {
         "field 'max_steps' is 1000000; at most 10000 is allowed");
   frame["max_steps"] = 8;
   frame["reward"] = "default";
-  CHECK(parse_reset(frame, limits).error().message ==
-        "field 'reward' must be a map, got string");
+  CHECK(parse_reset(frame, limits).error().message == "field 'reward' must be a map, got string");
   frame["reward"] = Value{{"preset", "default"}};
   const auto ok = parse_reset(frame, limits);
   REQUIRE(ok.ok());

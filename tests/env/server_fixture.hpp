@@ -37,12 +37,13 @@ inline env::Pipeline no_gpu_pipeline(bool compile = false) {
 
 class RunningServer {
  public:
-  explicit RunningServer(env::ServerOptions options = {}, env::Pipeline pipeline = no_gpu_pipeline()) {
+  explicit RunningServer(env::ServerOptions options = {},
+                         env::Pipeline pipeline = no_gpu_pipeline()) {
     static int counter = 0;
-    log_path_ = std::filesystem::temp_directory_path() /
-                ("crucible-server-test-" + std::to_string(::getpid()) + "-" +
-                 std::to_string(counter++)) /
-                "trajectories.log";
+    log_path_ =
+        std::filesystem::temp_directory_path() /
+        ("crucible-server-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)) /
+        "trajectories.log";
     std::filesystem::remove_all(log_path_.parent_path());
     options.bind = "tcp://127.0.0.1:*";
     options.log_path = log_path_;

@@ -218,7 +218,8 @@ TEST_CASE("server: every client-reachable error code comes back with a clear mes
   reply = raw.receive();
   CHECK(reply["id"].is_null());
   CHECK(reply["error"]["code"] == "bad_request");
-  raw.send(core::encode_msgpack(Value{{"v", 1}, {"id", 1}, {"op", "hello"}, {"pad", std::string(2 << 20, 'p')}}));
+  raw.send(core::encode_msgpack(
+      Value{{"v", 1}, {"id", 1}, {"op", "hello"}, {"pad", std::string(2 << 20, 'p')}}));
   reply = raw.receive();
   CHECK(reply["error"]["code"] == "too_large");
   CHECK(reply["id"] == 1);
@@ -226,7 +227,8 @@ TEST_CASE("server: every client-reachable error code comes back with a clear mes
   raw.socket.send(zmq::str_buffer("part two"), zmq::send_flags::none);
   reply = raw.receive();
   CHECK(reply["error"]["code"] == "bad_request");
-  CHECK(reply["error"]["message"] == "a request must be one frame holding one msgpack map, got 2 frames");
+  CHECK(reply["error"]["message"] ==
+        "a request must be one frame holding one msgpack map, got 2 frames");
   // And the server is still answering.
   CHECK(client.hello().ok());
   const auto stats = client.stats();
@@ -309,19 +311,22 @@ TEST_CASE("server: 1,000 random frames from a fixed seed, and the server still a
         break;
       }
       case 1: {  // a valid request with bytes flipped
-        frame = core::encode_msgpack(
-            Value{{"v", 1}, {"id", i}, {"op", "score"}, {"task", "llm/rms_norm"}, {"source", kKernel}});
+        frame = core::encode_msgpack(Value{
+            {"v", 1}, {"id", i}, {"op", "score"}, {"task", "llm/rms_norm"}, {"source", kKernel}});
         for (int k = 0; k < 3; ++k) frame[rng() % frame.size()] = static_cast<char>(rng());
         break;
       }
       case 2: {  // a valid request cut short
-        frame = core::encode_msgpack(Value{{"v", 1}, {"id", i}, {"op", "reset"}, {"task", "llm/rms_norm"}});
+        frame = core::encode_msgpack(
+            Value{{"v", 1}, {"id", i}, {"op", "reset"}, {"task", "llm/rms_norm"}});
         frame.resize(rng() % frame.size() + 1);
         break;
       }
       default: {  // well-formed msgpack with random field types
-        const Value choices[] = {1, -1, "x", nullptr, Value::array({1}), Value::object(), 2.5, true};
-        Value request{{"v", choices[rng() % 8]}, {"id", choices[rng() % 8]}, {"op", choices[rng() % 8]}};
+        const Value choices[] = {1,   -1,  "x", nullptr, Value::array({1}), Value::object(),
+                                 2.5, true};
+        Value request{
+            {"v", choices[rng() % 8]}, {"id", choices[rng() % 8]}, {"op", choices[rng() % 8]}};
         request["task"] = choices[rng() % 8];
         frame = core::encode_msgpack(request);
       }
@@ -372,7 +377,8 @@ TEST_CASE("server: a full queue answers busy, and shutdown refuses new work but 
   auto client = connect(server);
   std::vector<clients::Future> futures;
   for (int i = 0; i < 4; ++i) {
-    futures.push_back(client.submit(Op::kScore, Value{{"task", "llm/rms_norm"}, {"source", kKernel}}));
+    futures.push_back(
+        client.submit(Op::kScore, Value{{"task", "llm/rms_norm"}, {"source", kKernel}}));
   }
   int busy = 0;
   int done = 0;
@@ -413,7 +419,8 @@ TEST_CASE("server: a non-loopback bind is refused without --allow-remote") {
   env::ServerOptions options;
   options.bind = "tcp://0.0.0.0:0";
   options.log_path = std::filesystem::temp_directory_path() / "crucible-refused.log";
-  auto server = env::Server::create(options, testing::shared_registry(), testing::no_gpu_pipeline());
+  auto server =
+      env::Server::create(options, testing::shared_registry(), testing::no_gpu_pipeline());
   REQUIRE_FALSE(server.ok());
   CHECK(server.error().message.find("--allow-remote") != std::string::npos);
 }

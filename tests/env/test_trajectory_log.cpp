@@ -141,7 +141,8 @@ TEST_CASE("trajectory log: a newer format or a foreign file is refused with a cl
   CHECK(refused.error().message.find("is not a crucible trajectory log") != std::string::npos);
 }
 
-TEST_CASE("trajectory log: a writer killed with SIGKILL at random points loses no finished record") {
+TEST_CASE(
+    "trajectory log: a writer killed with SIGKILL at random points loses no finished record") {
   std::mt19937 rng(2026);
   for (int trial = 0; trial < 12; ++trial) {
     const auto path = temp_file("killed-" + std::to_string(trial) + ".log");

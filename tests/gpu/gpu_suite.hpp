@@ -69,7 +69,6 @@ inline core::Value score(clients::Client& client, const std::string& source) {
   return (*reply)["result"];
 }
 
-
 // The .cu files of a corpus folder, sorted.
 inline std::vector<std::filesystem::path> kernel_files(const std::filesystem::path& folder) {
   std::vector<std::filesystem::path> files;

@@ -43,7 +43,8 @@ TEST_CASE("gpu corpus: every rms_norm kernel ends with its expected status") {
       const auto recovery_started = std::chrono::steady_clock::now();
       const Value next = score(client, correct);
       const double recovery =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - recovery_started).count();
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - recovery_started)
+              .count();
       CHECK(next["status"] == "ok");
       std::printf("%-28s %-15s %6.2f s  (next step after %s)\n", "  correct.cu",
                   next["status"].get<std::string>().c_str(), recovery, name.c_str());

@@ -103,7 +103,6 @@ Compiled compile(const std::string& source, const std::string& name,
   return out;
 }
 
-
 std::vector<fs::path> cuda_files_under(const fs::path& root) {
   std::vector<fs::path> files;
   for (const auto& entry : fs::recursive_directory_iterator(root)) {

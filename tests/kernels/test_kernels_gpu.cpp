@@ -1,10 +1,9 @@
 // On a GPU: the llm/rms_norm reference and the example solutions compute what the task says.
 // The driver is loaded at run time (dlopen), so this binary also starts where there is none;
 // then it reports itself skipped (exit 77, CTest SKIP_RETURN_CODE), never passed.
-#include <doctest/doctest.h>
-
 #include <cuda.h>
 #include <dlfcn.h>
+#include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdio>
@@ -137,8 +136,8 @@ Outcome run_rms_norm(const tasks::Task& task, const tasks::Case& c, const Kernel
   CU_REQUIRE(d.to_device(d_in, input.data(), input.size()));
   CU_REQUIRE(d.to_device(d_w, weight.data(), weight.size()));
   void* args[] = {&d_out, &d_in, &d_w, &epsilon, &hidden};
-  CU_REQUIRE(d.launch(kernel.function, static_cast<unsigned>(tokens), 1, 1, 256, 1, 1, 0,
-                      nullptr, args, nullptr));
+  CU_REQUIRE(d.launch(kernel.function, static_cast<unsigned>(tokens), 1, 1, 256, 1, 1, 0, nullptr,
+                      args, nullptr));
   CU_REQUIRE(d.synchronize());
   std::vector<std::uint16_t> out(input.size() / 2);
   CU_REQUIRE(d.to_host(out.data(), d_out, input.size()));
@@ -188,8 +187,9 @@ std::vector<tasks::Case> cases_to_run(const tasks::Task& task) {
 
 }  // namespace
 
-TEST_CASE("gpu: the rms_norm reference and the simple solution are right on every case; the "
-          "unweighted one is wrong") {
+TEST_CASE(
+    "gpu: the rms_norm reference and the simple solution are right on every case; the "
+    "unweighted one is wrong") {
   const auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
   REQUIRE(registry.ok());
   const tasks::Task* task = registry->find("llm/rms_norm");
@@ -220,7 +220,8 @@ TEST_CASE("gpu: the rms_norm reference runs near the HBM roofline on prefill") {
   REQUIRE(task != nullptr);
   const Driver& d = driver();
   const Kernel reference = load_kernel(fs::path(CRUCIBLE_SOURCE_DIR) / task->reference_path);
-  const Kernel simple = load_kernel(fs::path(CRUCIBLE_SOURCE_DIR) / "examples/solutions/llm/rms_norm.cu");
+  const Kernel simple =
+      load_kernel(fs::path(CRUCIBLE_SOURCE_DIR) / "examples/solutions/llm/rms_norm.cu");
   for (const char* name : {"decode_32", "prefill_4096"}) {
     const tasks::Case* c = task->find_case(name);
     REQUIRE(c != nullptr);
@@ -260,9 +261,10 @@ TEST_CASE("gpu: the rms_norm reference runs near the HBM roofline on prefill") {
     const double simple_us = time_us(simple);
     const auto cost = tasks::roofline_cost(*task, *c).value();
     const double floor_us = tasks::roofline_floor_ns(cost, tasks::kH200Peak) / 1000.0;
-    MESSAGE(std::string(name) << ": reference " << reference_us << " us, simple solution " << simple_us
-                 << " us, roofline floor " << floor_us << " us ("
-                 << 100.0 * floor_us / reference_us << "% of peak bandwidth; back-to-back, L2 warm)");
+    MESSAGE(std::string(name) << ": reference " << reference_us << " us, simple solution "
+                              << simple_us << " us, roofline floor " << floor_us << " us ("
+                              << 100.0 * floor_us / reference_us
+                              << "% of peak bandwidth; back-to-back, L2 warm)");
     CHECK(reference_us <= simple_us * 1.05);
     d.free(d_out);
     d.free(d_in);

@@ -1,6 +1,5 @@
 // Every reference kernel and example solution compiles with NVRTC and defines its launched kernels.
 #include <doctest/doctest.h>
-
 #include <nvrtc.h>
 
 #include <algorithm>
@@ -59,9 +58,8 @@ TEST_CASE("nvrtc: every example solution compiles and defines the kernels it lau
 }
 
 TEST_CASE("nvrtc: a source with an error fails to compile with a log, so the checks can fail") {
-  const Compiled compiled =
-      compile("extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }\n", "bad.cu",
-              {"k"});
+  const Compiled compiled = compile(
+      "extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }\n", "bad.cu", {"k"});
   CHECK_FALSE(compiled.ok);
   CHECK(compiled.log.find("undefined_name") != std::string::npos);
 }

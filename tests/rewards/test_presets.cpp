@@ -246,7 +246,8 @@ TEST_CASE("presets: specs round-trip through their value form") {
     }
   }
   // A plain default spec reads exactly as before shaping existed.
-  CHECK_FALSE(rewards::reward_spec_to_value(rewards::default_reward_spec()).contains("improvement"));
+  CHECK_FALSE(
+      rewards::reward_spec_to_value(rewards::default_reward_spec()).contains("improvement"));
 }
 
 TEST_CASE("presets: bad specs are refused with the key named") {
@@ -317,8 +318,11 @@ TEST_CASE("shaping: a step earns what it adds over the episode's best so far") {
       {"a NaN best counts as none", &shaped, ok(2.0), kNan, 2.3},
       {"an infinite best leaves nothing to gain", &shaped, ok(2.0), kInf, 0.0},
       {"failures keep their penalty", &penalised, {StepStatus::kIncorrect}, 1.0, -0.5},
-      {"failures keep their penalty on the first step", &penalised, {StepStatus::kTimeout},
-       std::nullopt, -0.8},
+      {"failures keep their penalty on the first step",
+       &penalised,
+       {StepStatus::kTimeout},
+       std::nullopt,
+       -0.8},
   };
   for (const auto& c : cases) {
     const std::string name = c.name;
@@ -335,7 +339,8 @@ TEST_CASE("shaping: a step earns what it adds over the episode's best so far") {
       CHECK_FALSE(out.terms.contains("shaping"));
     }
   }
-  const auto out = rewards::shape_for_episode(shaped, rewards::compute_reward(shaped, ok(3.0)), 2.3);
+  const auto out =
+      rewards::shape_for_episode(shaped, rewards::compute_reward(shaped, ok(3.0)), 2.3);
   CHECK(out.to_value()["base"] == doctest::Approx(3.3));
   CHECK(out.terms["shaping"]["improvement"].get<double>() == doctest::Approx(1.0));
   CHECK(out.terms["shaping"]["previous_best"] == 2.3);

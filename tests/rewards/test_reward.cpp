@@ -54,7 +54,8 @@ TEST_CASE("reward: the default staged reward over every status and speedup edge"
 }
 
 TEST_CASE("reward: the breakdown names every term") {
-  const auto reward = rewards::compute_reward(rewards::default_reward_spec(), {StepStatus::kOk, 4.0});
+  const auto reward =
+      rewards::compute_reward(rewards::default_reward_spec(), {StepStatus::kOk, 4.0});
   const auto value = reward.to_value();
   CHECK(value["terms"]["correct"] == 1.0);
   CHECK(value["terms"]["speed"].get<double>() == doctest::Approx(1.0));
@@ -63,8 +64,8 @@ TEST_CASE("reward: the breakdown names every term") {
 }
 
 TEST_CASE("reward spec: overrides apply and bad specs are refused with the key named") {
-  auto spec = rewards::parse_reward_spec(core::Value{
-      {"correct", 2.0}, {"speed_cap", 1.0}, {"penalty", {{"incorrect", -3.0}}}});
+  auto spec = rewards::parse_reward_spec(
+      core::Value{{"correct", 2.0}, {"speed_cap", 1.0}, {"penalty", {{"incorrect", -3.0}}}});
   REQUIRE(spec.ok());
   CHECK(rewards::compute_reward(*spec, {StepStatus::kOk, 16.0}).total == doctest::Approx(2.5));
   CHECK(rewards::compute_reward(*spec, {StepStatus::kIncorrect, {}}).total == -3.0);
@@ -85,7 +86,8 @@ TEST_CASE("reward spec: overrides apply and bad specs are refused with the key n
       {{{"penalty", {{"ok", 1.0}}}}, "reward spec: 'penalty' names unknown failure status 'ok'"},
       {{{"penalty", {{"wrong", 1.0}}}},
        "reward spec: 'penalty' names unknown failure status 'wrong'"},
-      {{{"speed_floor", 2.0}, {"speed_cap", 1.0}}, "reward spec: 'speed_floor' exceeds 'speed_cap'"},
+      {{{"speed_floor", 2.0}, {"speed_cap", 1.0}},
+       "reward spec: 'speed_floor' exceeds 'speed_cap'"},
   };
   for (const auto& b : bad) {
     const auto parsed = rewards::parse_reward_spec(b.spec);

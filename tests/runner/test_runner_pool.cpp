@@ -48,7 +48,8 @@ TEST_CASE("runner pool: a hang is killed at the deadline and the spare serves th
   const auto before = pool->run(job("ok", 1), std::chrono::milliseconds(5000));
   const auto started = std::chrono::steady_clock::now();
   const auto hung = pool->run(job("hang", 2), std::chrono::milliseconds(500));
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   CHECK(hung.status == StepStatus::kTimeout);
   CHECK(hung.message.find("did not finish within") != std::string::npos);
   CHECK(waited < 2.0);

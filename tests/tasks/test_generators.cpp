@@ -201,18 +201,15 @@ struct FloatRow {
 
 // Round-to-nearest-even at the edges: ties, overflow, subnormals, signed zero.
 const FloatRow kFloatRows[] = {
-    {1.0f, 0x3F80, 0x3C00},
-    {-2.0f, 0xC000, 0xC000},
-    {0.0f, 0x0000, 0x0000},
-    {-0.0f, 0x8000, 0x8000},
-    {65504.0f, 0x4780, 0x7BFF},            // largest f16
-    {65519.0f, 0x4780, 0x7BFF},            // rounds down to the largest f16
-    {65520.0f, 0x4780, 0x7C00},            // ties to even: infinity
-    {1e-8f, 0x322C, 0x0000},               // below half the smallest f16 subnormal
-    {5.9604645e-8f, 0x3380, 0x0001},       // smallest f16 subnormal, 2^-24
-    {6.1035156e-5f, 0x3880, 0x0400},       // smallest f16 normal, 2^-14
-    {1.00390625f, 0x3F80, 0x3C04},         // 1 + 2^-8: a bf16 tie, rounds to even (1.0)
-    {1.01171875f, 0x3F82, 0x3C0C},         // 1 + 3 * 2^-8: a bf16 tie, rounds up to even
+    {1.0f, 0x3F80, 0x3C00},          {-2.0f, 0xC000, 0xC000},    {0.0f, 0x0000, 0x0000},
+    {-0.0f, 0x8000, 0x8000},         {65504.0f, 0x4780, 0x7BFF},  // largest f16
+    {65519.0f, 0x4780, 0x7BFF},                                   // rounds down to the largest f16
+    {65520.0f, 0x4780, 0x7C00},                                   // ties to even: infinity
+    {1e-8f, 0x322C, 0x0000},          // below half the smallest f16 subnormal
+    {5.9604645e-8f, 0x3380, 0x0001},  // smallest f16 subnormal, 2^-24
+    {6.1035156e-5f, 0x3880, 0x0400},  // smallest f16 normal, 2^-14
+    {1.00390625f, 0x3F80, 0x3C04},    // 1 + 2^-8: a bf16 tie, rounds to even (1.0)
+    {1.01171875f, 0x3F82, 0x3C0C},    // 1 + 3 * 2^-8: a bf16 tie, rounds up to even
     {3.0e38f, 0x7F62, 0x7C00},
 };
 

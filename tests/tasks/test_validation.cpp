@@ -1,11 +1,11 @@
 // Every manifest problem is reported, all at once, with the file and the key at fault.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "tasks/registry.hpp"
@@ -201,8 +201,8 @@ const BadManifest kBadManifests[] = {
      "tensors, scalars, tolerance, roofline, visible_cases, hidden_cases)"},
     {"scalar without a value or default", "default = 2.0\n", "",
      "visible_cases[0].scalars: missing value for scalar 'alpha' (it has no default)"},
-    {"integer scalar given a fraction", "dtype = \"f32\"\ndefault = 2.0", "dtype = \"i32\"\ndefault = 2.5",
-     "scalars[0].default: must be an integer for i32"},
+    {"integer scalar given a fraction", "dtype = \"f32\"\ndefault = 2.0",
+     "dtype = \"i32\"\ndefault = 2.5", "scalars[0].default: must be an integer for i32"},
     {"positions on a float tensor", "generator = \"randn\", mean = 0.0, std = 1.0",
      "generator = \"positions\", max = 10",
      "tensors[1].values.generator: 'positions' needs an i32 or i64 tensor, this one is bf16"},
@@ -210,10 +210,8 @@ const BadManifest kBadManifests[] = {
      "generator = \"captured\", file = \"cap.safetensors\", tensor = \"x\"",
      "tensors[1].values.file: captured values file 'cap.safetensors' does not exist (looked at "
      "tasks/llm/toy/cap.safetensors)"},
-    {"wrong value type", "title = \"Toy\"", "title = 3",
-     "title: must be a string, got integer"},
-    {"TOML syntax error", "title = \"Toy\"", "title = \"Toy",
-     ":4:", true},
+    {"wrong value type", "title = \"Toy\"", "title = 3", "title: must be a string, got integer"},
+    {"TOML syntax error", "title = \"Toy\"", "title = \"Toy", ":4:", true},
 };
 
 }  // namespace
@@ -238,8 +236,8 @@ TEST_CASE("validation: each broken manifest gives its exact message with file an
     home.write(kFile, replaced(kValid, row.from, row.to));
     const auto errors = load_errors(home);
     REQUIRE_MESSAGE(!errors.empty(), "loaded although: " << row.problem);
-    const std::string expected = std::string(row.prefix && row.expected[0] == ':' ? "" : ": ") +
-                                 row.expected;
+    const std::string expected =
+        std::string(row.prefix && row.expected[0] == ':' ? "" : ": ") + row.expected;
     const std::string line_start = std::string(kFile) + expected;
     const bool found = std::any_of(errors.begin(), errors.end(), [&](const std::string& line) {
       return row.prefix ? line.rfind(line_start, 0) == 0 : line == line_start;
@@ -262,8 +260,9 @@ TEST_CASE("validation: every problem is reported, not just the first") {
   const auto has = [&](const std::string& line) {
     return std::find(errors.begin(), errors.end(), line) != errors.end();
   };
-  CHECK(has("tasks/llm/other/task.toml: tensors[0].role: unknown role 'sideways' (known: in, "
-            "out, inout)"));
+  CHECK(
+      has("tasks/llm/other/task.toml: tensors[0].role: unknown role 'sideways' (known: in, "
+          "out, inout)"));
   CHECK(has("tasks/llm/toy/task.toml: visible_cases[0].weight: must be positive, got 0"));
   CHECK(has("tasks/llm/toy/task.toml: roofline.flops: unknown symbol 'q' (declared: n)"));
 }
@@ -279,8 +278,9 @@ TEST_CASE("validation: two manifests declaring one id are reported as a duplicat
   CHECK_MESSAGE(has("tasks/llm/toy_copy/task.toml: id: duplicate id 'llm/toy' (also in "
                     "tasks/llm/toy/task.toml)"),
                 joined(errors));
-  CHECK(has("tasks/llm/toy_copy/task.toml: id: 'llm/toy' does not match the folder (expected "
-            "'llm/toy_copy')"));
+  CHECK(
+      has("tasks/llm/toy_copy/task.toml: id: 'llm/toy' does not match the folder (expected "
+          "'llm/toy_copy')"));
 }
 
 TEST_CASE("validation: a tasks folder without manifests is an error") {

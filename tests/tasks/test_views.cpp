@@ -52,9 +52,9 @@ TEST_CASE("agent view: shows the visible cases with their shapes and weights") {
 TEST_CASE("agent view: carries the description, tensors, tolerances, reference and launch note") {
   const Task& task = rms_norm();
   const core::Value view = agent_view(task);
-  for (const char* key : {"id", "category", "module", "title", "description", "symbols",
-                          "tensors", "scalars", "arguments", "tolerance_defaults", "roofline",
-                          "reference", "launch", "cases"}) {
+  for (const char* key :
+       {"id", "category", "module", "title", "description", "symbols", "tensors", "scalars",
+        "arguments", "tolerance_defaults", "roofline", "reference", "launch", "cases"}) {
     CAPTURE(key);
     CHECK(view.contains(key));
   }
@@ -126,9 +126,9 @@ TEST_CASE("format: the task table lists every task with its case counts") {
 
 TEST_CASE("format: task details show tensors, roofline and every case with its floor") {
   const std::string details = format_task_details(rms_norm());
-  for (const char* needle : {"llm/rms_norm", "vllm._C.rms_norm", "kernels/llm/rms_norm.cu",
-                             "num_tokens", "weight", "epsilon", "2 * num_tokens",
-                             "decode_1", "h_tokens_1023", "hidden", "floor 13.98 us"}) {
+  for (const char* needle :
+       {"llm/rms_norm", "vllm._C.rms_norm", "kernels/llm/rms_norm.cu", "num_tokens", "weight",
+        "epsilon", "2 * num_tokens", "decode_1", "h_tokens_1023", "hidden", "floor 13.98 us"}) {
     CAPTURE(needle);
     CHECK(details.find(needle) != std::string::npos);
   }
