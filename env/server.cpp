@@ -549,10 +549,12 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
         std::lock_guard lock(episodes_mutex_);
         ++episode->steps_done;
         episode->last_active = Clock::now();
-        if (episode->best.is_null() ||
-            result.reward.total > episode->best["reward"].get<double>()) {
+        // The best step is judged on the unshaped reward: with improvement shaping a later,
+        // better kernel can earn less than the first one did.
+        if (episode->best.is_null() || result.reward.base > episode->best["base"].get<double>()) {
           episode->best = Value{{"step", step},
                                 {"reward", result.reward.total},
+                                {"base", result.reward.base},
                                 {"status", core::step_status_name(result.status)}};
           if (result.speedup) episode->best["speedup"] = *result.speedup;
         }

@@ -362,18 +362,25 @@ TEST_CASE("server: a client that disconnects mid-request does not disturb the ot
   const auto score = stayer.score("llm/rms_norm", kKernel);
   REQUIRE(score.ok());
   CHECK((*score)["result"]["status"] == "infra_error");
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  const auto stats = stayer.stats();
-  REQUIRE(stats.ok());
-  CHECK((*stats)["dropped_replies"] == 1);
-  CHECK((*stats)["scores"] == 2);
+  // The leaver's score finishes on its own time; wait for it by asking.
+  Value stats;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < give_up) {
+    auto reply = stayer.stats();
+    REQUIRE(reply.ok());
+    stats = *reply;
+    if (stats["scores"] == 2 && stats["inflight"] == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(stats["scores"] == 2);
+  CHECK(stats["dropped_replies"] == 1);
 }
 
 TEST_CASE("server: a full queue answers busy, and shutdown refuses new work but finishes old") {
   env::ServerOptions options;
   options.max_queued = 2;
   options.workers = 1;
-  RunningServer server(options, slow_pipeline(400));
+  RunningServer server(options, slow_pipeline(800));
   auto client = connect(server);
   std::vector<clients::Future> futures;
   for (int i = 0; i < 4; ++i) {
@@ -395,10 +402,23 @@ TEST_CASE("server: a full queue answers busy, and shutdown refuses new work but 
   CHECK(done + busy == 4);
 
   auto in_flight = client.submit(Op::kScore, Value{{"task", "llm/rms_norm"}, {"source", kKernel}});
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Wait (by asking, not by sleeping) until the server holds the request, then stop it.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < give_up) {
+    const auto stats = client.stats();
+    REQUIRE(stats.ok());
+    if ((*stats)["inflight"].get<std::uint64_t>() >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   std::thread stopper([&] { server.stop(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  auto refused = client.hello();
+  // The loop notices the stop within one poll; from then on new requests are refused while the
+  // held one finishes.
+  core::Result<Value> refused = Value(nullptr);
+  while (std::chrono::steady_clock::now() < give_up) {
+    refused = client.hello();
+    if (!refused.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   check_error(refused, ErrorCode::kShuttingDown, "shutting down");
   const auto finished = in_flight.get();
   REQUIRE(finished.ok());
