@@ -15,6 +15,7 @@
 #include "clients/cpp/client.hpp"
 #include "core/log.hpp"
 #include "core/msgpack_codec.hpp"
+#include "core/text_file.hpp"
 #include "env/server.hpp"
 #include "env/stages.hpp"
 #include "sandbox/gpu_probe.hpp"
@@ -27,10 +28,12 @@ using core::Value;
 using Clock = std::chrono::steady_clock;
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  auto text = core::read_text_file(path);
+  if (!text) {
+    std::fprintf(stderr, "%s\n", text.error().message.c_str());
+    std::exit(1);
+  }
+  return std::move(text).value();
 }
 
 double percentile(std::vector<double> values, double p) {
@@ -178,12 +181,9 @@ int main(int argc, char** argv) {
         r["next_step_s"].get<double>(), r["next_step_over_typical_s"].get<double>());
   }
   if (!json_path.empty()) {
-    const std::time_t now = std::time(nullptr);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     Value report{
         {"benchmark", "gpu"},
-        {"date", stamp},
+        {"date", core::utc_time_text()},
         {"gpus", hello["gpus"]},
         {"command",
          "crucible-bench-gpu --time-cap-ms " +

@@ -15,6 +15,7 @@
 #include "clients/cpp/client.hpp"
 #include "core/log.hpp"
 #include "core/msgpack_codec.hpp"
+#include "core/text_file.hpp"
 #include "env/server.hpp"
 #include "env/stages.hpp"
 #include "sandbox/gpu_probe.hpp"
@@ -223,12 +224,9 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(task_tp.errors));
 
   if (!json_path.empty()) {
-    const std::time_t now = std::time(nullptr);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     const core::Value report{
         {"benchmark", "protocol"},
-        {"date", stamp},
+        {"date", core::utc_time_text()},
         {"machine", {{"cores", std::thread::hardware_concurrency()}}},
         {"command", "build/release/bin/crucible-bench-protocol --json " + json_path},
         {"hello_latency_us",

@@ -21,6 +21,7 @@
 #include "core/msgpack_codec.hpp"
 #include "core/protocol.hpp"
 #include "core/step_status.hpp"
+#include "core/text_file.hpp"
 #include "env/report.hpp"
 
 namespace crucible::env {
@@ -29,23 +30,6 @@ namespace {
 using core::ErrorCode;
 using core::Value;
 using Clock = std::chrono::steady_clock;
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
-}
-
-core::Result<std::string> read_text(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return core::Error{ErrorCode::kIo, "cannot read " + path.string()};
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
 
 core::Result<std::vector<Sample>> load_folder(const std::filesystem::path& root,
                                               const tasks::Registry& registry,
@@ -69,7 +53,7 @@ core::Result<std::vector<Sample>> load_folder(const std::filesystem::path& root,
       if (skipped != nullptr) skipped->push_back(it->path().string());
       continue;
     }
-    auto source = read_text(it->path());
+    auto source = core::read_text_file(it->path());
     if (!source) return source.error();
     samples.push_back(Sample{id, task, std::move(source).value(), nullptr});
   }
@@ -323,7 +307,7 @@ core::Value make_result_record(const Sample& sample, const tasks::Task& task,
                {"source_bytes", sample.source.size()},
                {"meta", sample.meta},
                {"scored_by", scored_by},
-               {"time", utc_now()},
+               {"time", core::utc_time_text()},
                {"wall_ms", wall_ms}};
   if (step_result.contains("speedup") && step_result["speedup"].is_number()) {
     record["speedup"] = step_result["speedup"];
@@ -533,7 +517,7 @@ core::Result<EvalOutcome> run_eval(const std::vector<Sample>& samples,
   run_info["samples_recorded"] = records.size();
   run_info["interrupted"] = outcome.interrupted;
   run_info["scored_by"] = scorer.where();
-  run_info["finished"] = utc_now();
+  run_info["finished"] = core::utc_time_text();
   outcome.summary = summarize(records, run_info);
   if (auto w = write_file(options.out_dir / "summary.json",
                           core::to_json_text(outcome.summary, 2) + "\n");

@@ -11,6 +11,7 @@
 
 #include "core/log.hpp"
 #include "core/msgpack_codec.hpp"
+#include "core/text_file.hpp"
 #include "env/eval.hpp"
 #include "env/replay.hpp"
 #include "env/report.hpp"
@@ -42,12 +43,7 @@ std::filesystem::path resolve_home(const std::string& flag) {
 }
 
 std::filesystem::path default_log_path() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
-  return std::filesystem::path("runs") / stamp / "trajectories.log";
+  return std::filesystem::path("runs") / core::utc_time_text("%Y%m%d-%H%M%S") / "trajectories.log";
 }
 
 core::Result<tasks::Registry> load_registry(const std::filesystem::path& home) {

@@ -17,6 +17,7 @@
 
 #include "core/log.hpp"
 #include "core/msgpack_codec.hpp"
+#include "core/text_file.hpp"
 #include "env/trajectory_log.hpp"
 
 #ifndef CRUCIBLE_VERSION
@@ -112,16 +113,6 @@ std::string random_hex(std::mt19937_64& rng, int bytes) {
     out.push_back(kHex[byte & 0xF]);
   }
   return out;
-}
-
-std::string utc_now_text() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
 }
 
 }  // namespace
@@ -528,7 +519,7 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
     }
     Value reply = core::ok_reply(id);
     Value record{{"kind", core::op_name(op)},
-                 {"time", utc_now_text()},
+                 {"time", core::utc_time_text()},
                  {"server_version", CRUCIBLE_VERSION},
                  {"arch", options_.arch},
                  {"gpus", options_.gpus},

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <system_error>
 
+#include "core/text_file.hpp"
+
 namespace crucible::kernels {
 
 namespace fs = std::filesystem;
@@ -28,13 +30,9 @@ core::Result<std::string> read_reference(const fs::path& home, std::string_view 
     return core::Error{core::ErrorCode::kIo,
                        "reference '" + shown + "' does not exist under " + home.string()};
   }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in.good() && !in.eof()) {
-    return core::Error{core::ErrorCode::kIo, "cannot read reference '" + shown + "'"};
-  }
-  return text.str();
+  auto text = core::read_text_file(path);
+  if (!text) return core::Error{core::ErrorCode::kIo, "cannot read reference '" + shown + "'"};
+  return text;
 }
 
 core::Result<std::vector<std::string>> list_references(const fs::path& home) {

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "core/expr.hpp"
+#include "core/text_file.hpp"
 
 namespace crucible::tasks {
 namespace {
@@ -788,15 +789,13 @@ void parse_reference(Context& ctx, const toml::table& root, Task& task) {
                      "reference file " + in_quotes(*source) + " does not exist");
     return;
   }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in.good() && !in.eof()) {
+  auto text = core::read_text_file(path);
+  if (!text) {
     ctx.problems.add("reference.source", "cannot read " + in_quotes(*source));
     return;
   }
   task.reference_path = normal.generic_string();
-  task.reference_source = text.str();
+  task.reference_source = std::move(text).value();
   if (task.reference_source.find("@launch") == std::string::npos) {
     ctx.problems.add("reference.source",
                      in_quotes(*source) + " has no '// @launch' directive (DESIGN.md section 2)");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/msgpack_codec.hpp"
+#include "core/text_file.hpp"
 #include "core/value.hpp"
 #include "sandbox/compile_pool.hpp"
 
@@ -27,10 +28,12 @@ using Clock = std::chrono::steady_clock;
 // The task's production reference, as the server compiles it for every step's timing.
 const std::string& reference_source() {
   static const std::string source = [] {
-    std::ifstream in(CRUCIBLE_SOURCE_DIR "/kernels/llm/rms_norm.cu");
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
+    auto text = crucible::core::read_text_file(CRUCIBLE_SOURCE_DIR "/kernels/llm/rms_norm.cu");
+    if (!text) {
+      std::fprintf(stderr, "%s\n", text.error().message.c_str());
+      std::exit(1);
+    }
+    return std::move(text).value();
   }();
   return source;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/text_file.hpp"
 #include "core/value.hpp"
 
 namespace crucible::testing {
@@ -45,10 +46,8 @@ inline std::filesystem::path fresh_dir(const std::string& name) {
 }
 
 inline std::string read_file(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
+  auto text = core::read_text_file(path);
+  return text ? std::move(text).value() : std::string();
 }
 
 inline void write_file(const std::filesystem::path& path, const std::string& text) {

@@ -15,16 +15,16 @@
 #include <vector>
 
 #include "clients/cpp/client.hpp"
+#include "core/text_file.hpp"
 #include "sandbox/gpu_probe.hpp"
 #include "tests/env/server_fixture.hpp"
 
 namespace crucible::testing {
 
 inline std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  auto text = core::read_text_file(path);
+  REQUIRE_MESSAGE(text.ok(), "cannot read " << path);
+  return std::move(text).value();
 }
 
 // "// expect: STATUS" on the first line of each corpus file.

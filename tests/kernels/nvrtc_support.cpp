@@ -7,15 +7,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/text_file.hpp"
+
 namespace crucible::kernels_test {
 
 namespace fs = std::filesystem;
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  auto text = core::read_text_file(path);
+  return text ? std::move(text).value() : std::string();
 }
 
 std::vector<std::string> launched_kernels(const std::string& source) {
