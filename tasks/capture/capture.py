@@ -225,9 +225,11 @@ def _tensor_name(case: str, arg: str, role: str) -> str:
     return f"{case}/{arg}.after" if role == "after" else f"{case}/{arg}"
 
 
-def write_run(model: Model, settings: CaptureSettings, run: CaptureRun, out_dir: str) -> List[str]:
+def write_run(
+    model: Model, settings: CaptureSettings, run: CaptureRun, out_dir: str, command: str = ""
+) -> List[str]:
     """Writes one <label>.<op>.safetensors and <label>.<op>.json per recorded group; returns the
-    safetensors paths."""
+    safetensors paths. `command` (the command line that made the run) goes into provenance."""
     os.makedirs(out_dir, exist_ok=True)
     s = settings
     generation = {
@@ -243,6 +245,7 @@ def write_run(model: Model, settings: CaptureSettings, run: CaptureRun, out_dir:
         "block_size": s.block_size,
         "num_blocks": run.num_blocks,
         "decode_pad_to": s.decode_pad_to,
+        "command": command,
     }
     written = []
     for (label, op), cases in sorted(run.recorder.groups.items()):

@@ -1,0 +1,167 @@
+"""Float64 recomputations of every captured op from its captured inputs, written independently
+of tasks/capture/ops.py (explicit loops over pairs, heads and blocks), and the check that a
+case group's recorded outputs agree with them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from typing import Dict, List
+
+import torch
+
+from tasks.capture.safetensors_io import read_safetensors, tensor_bytes
+
+F64 = torch.float64
+# One bf16 ulp relative (2^-8) plus a small absolute floor scaled by the output's magnitude:
+# the capture computes in float32 and rounds once, so it sits within half an ulp of the exact
+# value, up to float32 error.
+RTOL = 2.0**-8
+
+
+def rms_norm(x, w, eps):
+    x = x.to(F64)
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w.to(F64)
+
+
+def silu_and_mul(x):
+    x = x.to(F64)
+    d = x.shape[-1] // 2
+    g, u = x[:, :d], x[:, d:]
+    return g / (1 + torch.exp(-g)) * u
+
+
+def rotary(positions, x, head_size, cache, is_neox):
+    x = x.to(F64).clone()
+    cache = cache.to(F64)
+    half = cache.shape[1] // 2
+    out = x.clone()
+    for t in range(x.shape[0]):
+        pos = int(positions[t])
+        for h in range(x.shape[1] // head_size):
+            base = h * head_size
+            for i in range(half):
+                a, b = (base + i, base + half + i) if is_neox else (base + 2 * i, base + 2 * i + 1)
+                c, s = cache[pos, i], cache[pos, half + i]
+                out[t, a] = x[t, a] * c - x[t, b] * s
+                out[t, b] = x[t, b] * c + x[t, a] * s
+    return out
+
+
+def reshape_and_cache(key, value, kc, vc, slots):
+    kc, vc = kc.clone(), vc.clone()
+    bs = kc.shape[1]
+    for t in range(key.shape[0]):
+        s = int(slots[t])
+        if s >= 0:
+            kc[s // bs, s % bs] = key[t]
+            vc[s // bs, s % bs] = value[t]
+    return kc, vc
+
+
+def paged_attention(q, kc, vc, tables, seq_lens, scale):
+    num_seqs, heads, hs = q.shape
+    bs, kvh = kc.shape[1], kc.shape[2]
+    out = torch.zeros(num_seqs, heads, hs, dtype=F64)
+    for s in range(num_seqs):
+        n = int(seq_lens[s])
+        for h in range(heads):
+            g = h // (heads // kvh)
+            keys, vals = [], []
+            for p in range(n):
+                blk = int(tables[s, p // bs])
+                keys.append(kc[blk, p % bs, g].to(F64))
+                vals.append(vc[blk, p % bs, g].to(F64))
+            scores = torch.stack(keys) @ q[s, h].to(F64) * scale
+            w = torch.exp(scores - scores.max())
+            out[s, h] = (w / w.sum()) @ torch.stack(vals)
+    return out
+
+
+def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, atol_scale: float = 1e-5):
+    got = got.to(F64)
+    assert got.shape == ref.shape, f"{name}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
+    atol = atol_scale * (1.0 + float(ref.abs().max()))
+    err = (got - ref).abs() - (RTOL * ref.abs() + atol)
+    worst = float(err.max())
+    assert worst <= 0, f"{name}: off by {worst:.3g} beyond tolerance"
+
+
+def check_group(path: str) -> Dict:
+    """Loads <group>.safetensors and its .json, checks the provenance against the bytes and every
+    case's outputs against the float64 recomputation; returns the provenance."""
+    tensors, metadata = read_safetensors(path)
+    with open(os.path.splitext(path)[0] + ".json") as f:
+        prov = json.load(f)
+    assert metadata.get("crucible") == prov["format"]
+    assert prov["file"] == os.path.basename(path)
+    listed = set()
+    for case in prov["cases"]:
+        t: Dict[str, torch.Tensor] = {}
+        for doc in case["tensors"]:
+            got = tensors[doc["name"]]
+            raw = tensor_bytes(got)
+            assert list(got.shape) == doc["shape"], doc["name"]
+            assert hashlib.sha256(raw).hexdigest() == doc["sha256"], doc["name"]
+            assert len(raw) == doc["bytes"], doc["name"]
+            key = doc["arg"] + (".after" if doc["role"] == "after" else "")
+            t[key] = got
+            listed.add(doc["name"])
+        check_case(prov["op"], f"{path}:{case['name']}", t, case["scalars"])
+    assert listed == set(tensors), "tensors in the file and in the provenance differ"
+    return prov
+
+
+DTYPES = {
+    "rms_norm": {"out": torch.bfloat16, "input": torch.bfloat16, "weight": torch.bfloat16},
+    "silu_and_mul": {"out": torch.bfloat16, "input": torch.bfloat16},
+    "rotary_embedding": {"positions": torch.int64, "query": torch.bfloat16,
+                         "cos_sin_cache": torch.bfloat16},
+    "reshape_and_cache_flash": {"slot_mapping": torch.int64, "key_cache": torch.bfloat16},
+    "paged_decode_attention": {"block_tables": torch.int32, "seq_lens": torch.int32,
+                               "query": torch.bfloat16, "out": torch.bfloat16},
+    "fused_add_rms_norm": {"input": torch.bfloat16, "residual": torch.bfloat16},
+}
+
+
+def check_case(op: str, where: str, t: Dict[str, torch.Tensor], scalars: Dict) -> None:
+    for arg, dtype in DTYPES[op].items():
+        assert t[arg].dtype == dtype, f"{where}: {arg} is {t[arg].dtype}, not {dtype}"
+    if op == "rms_norm":
+        assert_close(where, t["out"], rms_norm(t["input"], t["weight"], scalars["epsilon"]))
+    elif op == "fused_add_rms_norm":
+        res = (t["input"].to(F64) + t["residual"].to(F64))
+        assert_close(where + " residual", t["residual.after"], res)
+        # The norm reads the residual as stored (rounded to bf16), as the kernel does.
+        ref = rms_norm(t["residual.after"], t["weight"], scalars["epsilon"])
+        assert_close(where + " input", t["input.after"], ref)
+    elif op == "silu_and_mul":
+        assert t["out"].shape[1] * 2 == t["input"].shape[1]
+        assert_close(where, t["out"], silu_and_mul(t["input"]))
+    elif op == "rotary_embedding":
+        hs, neox = scalars["head_size"], scalars["is_neox"]
+        assert t["cos_sin_cache"].shape[1] == hs
+        for arg in ("query", "key"):
+            ref = rotary(t["positions"], t[arg], hs, t["cos_sin_cache"], neox)
+            assert_close(f"{where} {arg}", t[arg + ".after"], ref)
+    elif op == "reshape_and_cache_flash":
+        kc, vc = reshape_and_cache(
+            t["key"], t["value"], t["key_cache"], t["value_cache"], t["slot_mapping"]
+        )
+        assert torch.equal(kc, t["key_cache.after"]), where
+        assert torch.equal(vc, t["value_cache.after"]), where
+    elif op == "paged_decode_attention":
+        ref = paged_attention(t["query"], t["key_cache"], t["value_cache"], t["block_tables"],
+                              t["seq_lens"], scalars["scale"])
+        assert_close(where, t["out"], ref, atol_scale=1e-4)
+        assert math.isclose(scalars["scale"], 1 / math.sqrt(t["query"].shape[2]))
+    else:
+        raise AssertionError(f"{where}: unknown op {op}")
+
+
+def group_paths(folder: str) -> List[str]:
+    return sorted(
+        os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".safetensors")
+    )

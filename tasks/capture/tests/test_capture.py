@@ -1,0 +1,131 @@
+"""The capture is self-consistent: every recorded output equals a float64 recomputation of its
+op from the recorded inputs; the provenance describes the bytes; KV-cache state carries over."""
+
+import json
+import os
+
+import pytest
+
+from conftest import COMMITTED, STORIES, TORCH_REASON
+
+torch = pytest.importorskip("torch", reason=TORCH_REASON)
+
+from oracle import check_group, group_paths  # noqa: E402
+from tasks.capture import __main__ as cli  # noqa: E402
+from tasks.capture.capture import OPS, CaptureSettings, run_capture, write_run  # noqa: E402
+from tasks.capture.loaders import file_sha256  # noqa: E402
+from tasks.capture.safetensors_io import read_safetensors  # noqa: E402
+
+PROVENANCE_KEYS = {"format", "tool", "model", "generation", "phase", "step", "step_tokens", "op",
+                   "file", "cases"}
+
+
+@pytest.fixture(scope="module")
+def captured(stories, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("cases"))
+    settings = CaptureSettings(seed=7, prompt_lens=(2, 6, 4), decode_steps=3,
+                               capture_steps=(0, 2), block_size=4, decode_pad_to=4)
+    run = run_capture(stories, settings)
+    return out, write_run(stories, settings, run, out, "test"), run
+
+
+def test_every_op_is_captured_in_prefill_and_decode(captured):
+    out, paths, _ = captured
+    names = {os.path.basename(p) for p in paths}
+    for op in OPS:
+        if op != "paged_decode_attention":
+            assert f"prefill.{op}.safetensors" in names
+        assert f"decode_step0.{op}.safetensors" in names
+        assert f"decode_step2.{op}.safetensors" in names
+    assert not any(n.startswith("decode_step1.") for n in names)
+
+
+def test_captured_outputs_match_a_float64_recomputation(captured):
+    for path in captured[1]:
+        check_group(path)
+
+
+def test_committed_captures_match_a_float64_recomputation():
+    paths = group_paths(COMMITTED)
+    assert len(paths) == 17, "the committed stories260K set has 17 case groups"
+    total = 0
+    for path in paths:
+        prov = check_group(path)
+        assert prov["model"]["weights"][0]["sha256"] == file_sha256(STORIES)
+        total += os.path.getsize(path) + os.path.getsize(path[: -len(".safetensors")] + ".json")
+    assert total < 2 << 20, f"committed captures take {total} bytes"
+
+
+def test_provenance_fields(captured, stories):
+    for path in captured[1]:
+        with open(path[: -len(".safetensors")] + ".json") as f:
+            prov = json.load(f)
+        assert PROVENANCE_KEYS <= set(prov)
+        assert prov["model"]["name"] == "stories260K"
+        assert prov["model"]["weights"] == stories.sources
+        assert len(prov["model"]["weights"][0]["sha256"]) == 64
+        gen = prov["generation"]
+        assert gen["seed"] == 7 and gen["sampling"]["temperature"] == 1.0
+        assert gen["prompt_lens"] == [2, 6, 4]
+        assert [len(p) for p in gen["prompts"]] == [2, 6, 4]
+        assert all(p[0] == 1 for p in gen["prompts"]), "prompts start at BOS"
+        assert prov["tool"]["version"] and prov["tool"]["torch"] == torch.__version__
+        assert prov["phase"] in ("prefill", "decode")
+        assert (prov["step"] is None) == (prov["phase"] == "prefill")
+        expected_rows = 12 if prov["phase"] == "prefill" else 3
+        assert len(prov["step_tokens"]) == expected_rows
+        for case in prov["cases"]:
+            assert case["name"] and case["point"]
+            for doc in case["tensors"]:
+                assert {"name", "arg", "role", "dtype", "shape", "sha256", "bytes"} <= set(doc)
+                assert doc["role"] in ("in", "out", "inout", "after")
+
+
+def test_norms_cover_every_layer_and_the_final_norm(captured, stories):
+    out = captured[0]
+    with open(os.path.join(out, "prefill.rms_norm.json")) as f:
+        cases = [c["name"] for c in json.load(f)["cases"]]
+    layers = stories.config.n_layers
+    expected = [f"layer{i}.{p}" for i in range(layers) for p in ("attn_norm", "ffn_norm")]
+    assert cases == expected + ["final_norm"]
+    with open(os.path.join(out, "prefill.fused_add_rms_norm.json")) as f:
+        fused = [c["name"] for c in json.load(f)["cases"]]
+    assert fused == expected[1:] + ["final_norm"], "layer 0's first norm has no residual add"
+
+
+def test_kv_cache_state_carries_across_ops_and_padding_writes_nothing(captured):
+    out = captured[0]
+    kv, _ = read_safetensors(os.path.join(out, "decode_step0.reshape_and_cache_flash.safetensors"))
+    attn, _ = read_safetensors(os.path.join(out, "decode_step0.paged_decode_attention.safetensors"))
+    slots = kv["layer1.kv_cache/slot_mapping"]
+    assert slots.dtype == torch.int64 and slots.shape == (4,)
+    assert int(slots[-1]) == -1, "3 decode rows padded to 4 with slot -1"
+    assert torch.equal(kv["layer1.kv_cache/key_cache.after"], attn["layer1.attention/key_cache"])
+    assert torch.equal(kv["layer1.kv_cache/value_cache.after"], attn["layer1.attention/value_cache"])
+    before, after = kv["layer1.kv_cache/key_cache"], kv["layer1.kv_cache/key_cache.after"]
+    changed = (before != after).flatten(2).any(-1).nonzero().tolist()
+    bs = before.shape[1]
+    assert sorted(b * bs + o for b, o in changed) == sorted(int(s) for s in slots if s >= 0)
+    # Prefill state reaches decode: step 0's cache holds every prompt token.
+    prefill, _ = read_safetensors(os.path.join(out, "prefill.reshape_and_cache_flash.safetensors"))
+    assert torch.equal(prefill["layer1.kv_cache/key_cache.after"], before)
+    seq_lens = attn["layer1.attention/seq_lens"]
+    assert seq_lens.tolist() == [3, 7, 5]
+    assert attn["layer1.attention/block_tables"].dtype == torch.int32
+
+
+def test_cli_writes_the_requested_groups(tmp_path):
+    rc = cli.main(["--model", STORIES, "--out", str(tmp_path), "--prompt-lens", "3,2",
+                   "--decode-steps", "2", "--capture-steps", "1", "--ops", "rms_norm,silu_and_mul",
+                   "--layers", "0", "--temperature", "0"])
+    assert rc == 0
+    names = sorted(os.listdir(tmp_path))
+    assert names == sorted(f"{g}.{op}.{ext}" for g in ("prefill", "decode_step1")
+                           for op in ("rms_norm", "silu_and_mul") for ext in ("json", "safetensors"))
+    with open(tmp_path / "prefill.rms_norm.json") as f:
+        prov = json.load(f)
+    assert [c["name"] for c in prov["cases"]] == ["layer0.attn_norm", "layer0.ffn_norm",
+                                                  "final_norm"]
+    assert prov["generation"]["sampling"]["mode"] == "greedy"
+    for path in tmp_path.glob("*.safetensors"):
+        check_group(str(path))
