@@ -72,11 +72,14 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     raise NotImplementedError(f"rope_scaling type {kind!r} is not supported")
 
 
-def cos_sin_cache(config: ModelConfig, max_position: Optional[int] = None) -> torch.Tensor:
-    """vLLM's cos_sin_cache for `config`: [max_position, head_size] bf16, cos half then sin."""
+def cos_sin_cache(
+    config: ModelConfig, max_position: Optional[int] = None, dtype: torch.dtype = BF16
+) -> torch.Tensor:
+    """vLLM's cos_sin_cache for `config`: [max_position, head_size], cos half then sin, computed
+    in float32 and stored in the activation dtype (vLLM converts it to the query's dtype)."""
     rows = config.max_position if max_position is None else max_position
     freqs = torch.outer(torch.arange(rows, dtype=F32), rope_inv_freq(config))
-    return torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(BF16)
+    return torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(dtype)
 
 
 @dataclass
@@ -122,12 +125,14 @@ class Model:
         self.weights = weights
         self.sources = sources  # [{"file", "sha256", "bytes"}] of the loaded weight files
         self.device = next(iter(weights.values())).device
-        self.rope_cache = cos_sin_cache(config).to(self.device)
+        # Activations take the weights' dtype: bf16 as loaded; float32 for exactness tests.
+        self.dtype = weights["model.embed_tokens.weight"].dtype
+        self.rope_cache = cos_sin_cache(config, None, self.dtype).to(self.device)
 
     def set_rope_rows(self, rows: int) -> None:
         """Keeps `rows` positions in the cos_sin_cache the rotary op is given (and a capture
         stores); a model with a 128k context would otherwise store 128k rows per capture."""
-        self.rope_cache = cos_sin_cache(self.config, rows).to(self.device)
+        self.rope_cache = cos_sin_cache(self.config, rows, self.dtype).to(self.device)
 
     def to(self, device: str) -> "Model":
         self.weights = {k: v.to(device) for k, v in self.weights.items()}
@@ -140,11 +145,11 @@ class Model:
 
     def new_kv_cache(self, num_blocks: int, block_size: int) -> List[List[torch.Tensor]]:
         """Zeroed [key_cache, value_cache] per layer, each [num_blocks, block_size, kv_heads,
-        head_size] bf16."""
+        head_size] in the activation dtype."""
         c = self.config
         shape = (num_blocks, block_size, c.n_kv_heads, c.head_size)
         return [
-            [torch.zeros(shape, dtype=BF16, device=self.device) for _ in range(2)]
+            [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(2)]
             for _ in range(c.n_layers)
         ]
 
@@ -154,7 +159,7 @@ class Model:
         bias = self.weights.get(name + ".bias")
         if bias is not None:
             y = y + bias.to(F32)
-        return y.to(BF16)
+        return y.to(x.dtype)
 
     def _norm(
         self,
@@ -373,4 +378,4 @@ class Model:
             e = int(topi[t, j])
             down = self._linear(act[r : r + 1], f"{p}experts.{e}.w2")
             out[t] += topw[t, j] * down[0].to(F32)
-        return out.to(BF16)
+        return out.to(h.dtype)

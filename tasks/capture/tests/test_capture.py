@@ -129,3 +129,14 @@ def test_cli_writes_the_requested_groups(tmp_path):
     assert prov["generation"]["sampling"]["mode"] == "greedy"
     for path in tmp_path.glob("*.safetensors"):
         check_group(str(path))
+
+
+def test_the_oracle_rejects_a_wrong_output(captured):
+    from oracle import check_case
+
+    tensors, _ = read_safetensors(os.path.join(captured[0], "prefill.silu_and_mul.safetensors"))
+    t = {"input": tensors["layer2.mlp/input"], "out": tensors["layer2.mlp/out"].clone()}
+    check_case("silu_and_mul", "ok", t, {})
+    t["out"][3, 5] = t["out"][3, 5] * 1.05 + 0.01
+    with pytest.raises(AssertionError):
+        check_case("silu_and_mul", "tampered", t, {})
