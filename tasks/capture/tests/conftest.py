@@ -24,3 +24,10 @@ def stories():
     from tasks.capture.loaders import load_llama2c
 
     return load_llama2c(STORIES)
+
+
+def pytest_terminal_summary(terminalreporter):
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        terminalreporter.write_line(f"tasks/capture: SKIPPED, {TORCH_REASON}")
