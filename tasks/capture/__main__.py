@@ -29,13 +29,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         "vLLM ops it calls (docs/capture.md).",
     )
     p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="llama2.c .bin file or Hugging Face checkpoint folder (default: stories260K)")
-    p.add_argument("--name", default="", help="model name in the provenance (default: file or folder name)")
+                   help="llama2.c .bin file or Hugging Face checkpoint folder "
+                   "(default: stories260K)")
+    p.add_argument("--name", default="",
+                   help="model name in the provenance (default: file or folder name)")
     p.add_argument("--out", default="", help="output folder (default: tasks/capture/cases/<name>)")
     p.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda")
     p.add_argument("--seed", type=int, default=1234, help="sampling and block-shuffle seed")
     p.add_argument("--temperature", type=float, default=1.0, help="0 for greedy decoding")
-    p.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens (0: all)")
+    p.add_argument("--top-k", type=int, default=0,
+                   help="sample from the k most likely tokens (0: all)")
     p.add_argument("--prompt-lens", default="3,5,8,11",
                    help="prompt length of each sequence (BOS included); their count is the batch")
     p.add_argument("--decode-steps", type=int, default=4, help="decode steps after the prefill")
@@ -47,7 +50,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--kv-layers", default="",
                    help="layers recorded for the KV-cache and attention ops (default: as --layers)")
     p.add_argument("--decode-pad-to", type=int, default=8,
-                   help="pad decode rows of reshape_and_cache_flash to a multiple with slot -1 (0: off)")
+                   help="pad decode rows of reshape_and_cache_flash to a multiple "
+                   "with slot -1 (0: off)")
     p.add_argument("--rope-rows", type=int, default=0,
                    help="positions kept in the cos_sin_cache (default: min(max positions, 4096))")
     args = p.parse_args(argv)

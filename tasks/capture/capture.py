@@ -19,7 +19,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .model import Batch, Model, Recorder
-from .safetensors_io import SAFETENSORS_TO_CRUCIBLE, TORCH_TO_SAFETENSORS, tensor_bytes, write_safetensors
+from .safetensors_io import (
+    SAFETENSORS_TO_CRUCIBLE,
+    TORCH_TO_SAFETENSORS,
+    tensor_bytes,
+    write_safetensors,
+)
 
 TOOL_VERSION = "1.0.0"
 FORMAT = "crucible-capture/1"
@@ -166,9 +171,8 @@ def generate(model: Model, settings: CaptureSettings) -> List[List[int]]:
     gen = torch.Generator().manual_seed(s.seed)
     seqs = [Sequence_([model.config.bos_token_id]) for _ in s.prompt_lens]
     longest = max(s.prompt_lens)
-    engine = Engine(
-        model, _blocks_needed([longest] * len(seqs), s.block_size), s.block_size, random.Random(s.seed)
-    )
+    blocks = _blocks_needed([longest] * len(seqs), s.block_size)
+    engine = Engine(model, blocks, s.block_size, random.Random(s.seed))
     logits = engine.step(seqs, "prefill")
     while len(seqs[0].tokens) < longest:
         for seq, tok in zip(seqs, sample(logits, s.temperature, s.top_k, gen)):

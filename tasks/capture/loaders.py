@@ -16,7 +16,12 @@ import torch
 from .model import BF16, Model, ModelConfig
 from .safetensors_io import read_safetensors
 
-HF_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "MixtralForCausalLM")
+HF_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "MistralForCausalLM",
+    "MixtralForCausalLM",
+)
 
 
 def file_sha256(path: str) -> str:

@@ -313,7 +313,8 @@ class Model:
                     parts.append(ops.causal_attention(q3[sl], k3[sl], v3[sl], scale))
                     start += n
                 attn = torch.cat(parts, dim=0)
-            x = self._linear(attn.reshape(n_tokens, c.n_heads * c.head_size), p + "self_attn.o_proj")
+            attn = attn.reshape(n_tokens, c.n_heads * c.head_size)
+            x = self._linear(attn, p + "self_attn.o_proj")
             h, residual = self._norm(
                 rec, i, "ffn_norm", x, residual, p + "post_attention_layernorm.weight"
             )

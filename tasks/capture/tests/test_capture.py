@@ -101,7 +101,8 @@ def test_kv_cache_state_carries_across_ops_and_padding_writes_nothing(captured):
     assert slots.dtype == torch.int64 and slots.shape == (4,)
     assert int(slots[-1]) == -1, "3 decode rows padded to 4 with slot -1"
     assert torch.equal(kv["layer1.kv_cache/key_cache.after"], attn["layer1.attention/key_cache"])
-    assert torch.equal(kv["layer1.kv_cache/value_cache.after"], attn["layer1.attention/value_cache"])
+    assert torch.equal(kv["layer1.kv_cache/value_cache.after"],
+                       attn["layer1.attention/value_cache"])
     before, after = kv["layer1.kv_cache/key_cache"], kv["layer1.kv_cache/key_cache.after"]
     changed = (before != after).flatten(2).any(-1).nonzero().tolist()
     bs = before.shape[1]
@@ -121,7 +122,8 @@ def test_cli_writes_the_requested_groups(tmp_path):
     assert rc == 0
     names = sorted(os.listdir(tmp_path))
     assert names == sorted(f"{g}.{op}.{ext}" for g in ("prefill", "decode_step1")
-                           for op in ("rms_norm", "silu_and_mul") for ext in ("json", "safetensors"))
+                           for op in ("rms_norm", "silu_and_mul")
+                           for ext in ("json", "safetensors"))
     with open(tmp_path / "prefill.rms_norm.json") as f:
         prov = json.load(f)
     assert [c["name"] for c in prov["cases"]] == ["layer0.attn_norm", "layer0.ffn_norm",

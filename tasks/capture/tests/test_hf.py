@@ -13,7 +13,13 @@ from conftest import TORCH_REASON
 torch = pytest.importorskip("torch", reason=TORCH_REASON)
 
 from reference import hf_logits  # noqa: E402
-from tasks.capture.capture import CaptureSettings, Engine, Sequence_, run_capture, write_run  # noqa: E402
+from tasks.capture.capture import (  # noqa: E402
+    CaptureSettings,
+    Engine,
+    Sequence_,
+    run_capture,
+    write_run,
+)
 from tasks.capture.loaders import file_sha256, load_hf  # noqa: E402
 from tasks.capture.safetensors_io import write_safetensors  # noqa: E402
 from oracle import check_group, group_paths  # noqa: E402

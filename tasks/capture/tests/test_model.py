@@ -12,7 +12,13 @@ from conftest import STORIES, TORCH_REASON
 torch = pytest.importorskip("torch", reason=TORCH_REASON)
 
 from reference import llama2c_logits  # noqa: E402
-from tasks.capture.capture import CaptureSettings, Engine, Sequence_, generate, run_capture  # noqa: E402
+from tasks.capture.capture import (  # noqa: E402
+    CaptureSettings,
+    Engine,
+    Sequence_,
+    generate,
+    run_capture,
+)
 from tasks.capture.loaders import load_llama2c  # noqa: E402
 from tasks.capture.model import Model  # noqa: E402
 
