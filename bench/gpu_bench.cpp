@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <sstream>
+#include <string>
 #include <thread>
 
 #include "clients/cpp/client.hpp"
@@ -45,9 +47,51 @@ double percentile(std::vector<double> values, double p) {
   return values[low] + (rank - static_cast<double>(low)) * (values[high] - values[low]);
 }
 
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
 struct Timed {
   Value result;
   double seconds;
+};
+
+// Where the steps' time went: the runner's phases (summed over cases: correctness, timing
+// set-up, timing), the runner's whole job, and the rest of the step (compile, server, transport).
+class PhaseTable {
+ public:
+  void add(const Timed& step) {
+    const Value& device = step.result["timing"]["device"];
+    std::map<std::string, double> sums;
+    for (const auto& [name, ms] : device["phases_ms"].items()) {
+      const auto space = name.find(' ', name.rfind("timing setup", 0) == 0 ? 8 : 0);
+      sums[name.substr(0, space)] += ms.get<double>();
+    }
+    const double runner_ms = 1000 * device["runner_seconds"].get<double>();
+    sums["runner (whole job)"] = runner_ms;
+    sums["outside the runner"] = 1000 * step.seconds - runner_ms;
+    for (const auto& [name, ms] : sums) samples_[name].push_back(ms);
+  }
+  Value medians() const {
+    Value out = Value::object();
+    for (const auto& [name, values] : samples_) out[name] = percentile(values, 50);
+    return out;
+  }
+  std::string line() const {
+    std::string text;
+    for (const auto& [name, values] : samples_) {
+      char item[96];
+      std::snprintf(item, sizeof item, "%s%s %.0f", text.empty() ? "" : ", ", name.c_str(),
+                    percentile(values, 50));
+      text += item;
+    }
+    return text;
+  }
+
+ private:
+  std::map<std::string, std::vector<double>> samples_;
 };
 
 Timed score(clients::Client& client, const std::string& source, std::uint64_t seed) {
@@ -76,6 +120,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   double time_cap_ms = 0;
   app.add_option("--time-cap-ms", time_cap_ms, "timing budget per case (0: the server default)");
+  double target_ci = 0;
+  app.add_option("--target-ci", target_ci,
+                 "relative CI half-width at which a case stops (0: the server default)");
   CLI11_PARSE(app, argc, argv);
   core::set_log_level(core::LogLevel::kWarn);
 
@@ -93,6 +140,7 @@ int main(int argc, char** argv) {
   }
   pipeline_options.compile_options.cache_dir.clear();  // every new source really compiles
   if (time_cap_ms > 0) pipeline_options.gpu_options.timing.time_cap_ms = time_cap_ms;
+  if (target_ci > 0) pipeline_options.gpu_options.timing.target_rel_ci = target_ci;
   std::string notes;
   auto pipeline = env::build_pipeline(pipeline_options, &notes);
   if (!notes.empty()) std::fprintf(stderr, "%s", notes.c_str());
@@ -122,7 +170,8 @@ int main(int argc, char** argv) {
   // a comment, so every step compiles (as in RL, where samples differ), then a repeat of one
   // source shows the compile-cache path.
   const auto cold = score(client, correct + "\n// cold\n", 1);
-  std::vector<double> fresh_s, cached_s;
+  std::vector<double> fresh_s, cached_s, episode_s;
+  PhaseTable phases;
   for (int i = 0; i < steps; ++i) {
     const auto timed = score(client, correct + "\n// sample " + std::to_string(i) + "\n", 100 + i);
     if (timed.result["status"] != "ok") {
@@ -130,8 +179,15 @@ int main(int argc, char** argv) {
       return 1;
     }
     fresh_s.push_back(timed.seconds);
+    phases.add(timed);
   }
   for (int i = 0; i < steps; ++i) cached_s.push_back(score(client, correct, 500 + i).seconds);
+  // The steps of one episode share its seed, so their input values are generated once.
+  score(client, correct + "\n// episode warm-up\n", 77);
+  for (int i = 0; i < steps; ++i) {
+    episode_s.push_back(
+        score(client, correct + "\n// episode step " + std::to_string(i) + "\n", 77).seconds);
+  }
 
   // (b) The same kernel in separate steps: spread of its speedup.
   std::vector<double> speedups;
@@ -171,6 +227,10 @@ int main(int argc, char** argv) {
               steps);
   std::printf("    repeated source:       p50 %.3f s  p95 %.3f s  (n=%d)\n", cached_p50, cached_p95,
               steps);
+  const double episode_p50 = percentile(episode_s, 50), episode_p95 = percentile(episode_s, 95);
+  std::printf("    new source, one seed:  p50 %.3f s  p95 %.3f s  (n=%d; an episode's steps)\n",
+              episode_p50, episode_p95, steps);
+  std::printf("    where a new-source step goes (median ms): %s\n", phases.line().c_str());
   std::printf("(b) speedup over %d steps: mean %.4f, CV %.3f %%\n", noise_steps, mean, 100 * cv);
   std::printf("(d) recovery:\n");
   for (const auto& r : recovery) {
@@ -186,18 +246,23 @@ int main(int argc, char** argv) {
         {"date", core::utc_time_text()},
         {"gpus", hello["gpus"]},
         {"command",
-         "crucible-bench-gpu --time-cap-ms " +
+         "crucible-bench-gpu --steps " + std::to_string(steps) + " --time-cap-ms " +
              std::to_string(static_cast<int>(pipeline_options.gpu_options.timing.time_cap_ms)) +
+             " --target-ci " + number_text(pipeline_options.gpu_options.timing.target_rel_ci) +
              " --json " + json_path},
         {"task", "llm/rms_norm"},
         {"time_cap_ms", pipeline_options.gpu_options.timing.time_cap_ms},
+        {"target_rel_ci", pipeline_options.gpu_options.timing.target_rel_ci},
         {"kernel", "examples/solutions/llm/rms_norm.cu"},
         {"step_latency_s",
          {{"first", cold.seconds},
           {"new_source",
            {{"p50", fresh_p50}, {"p95", fresh_p95}, {"n", steps}, {"samples", fresh_s}}},
           {"repeated_source",
-           {{"p50", cached_p50}, {"p95", cached_p95}, {"n", steps}, {"samples", cached_s}}}}},
+           {{"p50", cached_p50}, {"p95", cached_p95}, {"n", steps}, {"samples", cached_s}}},
+          {"episode_seed",
+           {{"p50", episode_p50}, {"p95", episode_p95}, {"n", steps}, {"samples", episode_s}}},
+          {"new_source_phases_ms_median", phases.medians()}}},
         {"speedup_noise",
          {{"steps", noise_steps}, {"speedups", speedups}, {"mean", mean}, {"cv", cv}}},
         {"recovery", recovery},

@@ -327,6 +327,24 @@ int run_replay_command(const std::string& home_flag, const ReplayArgs& args,
   return 0;
 }
 
+// How the GPU stage measures: the same flags for serve, eval and replay, so a replay can
+// re-measure under the settings the logged run used.
+void add_measure_options(CLI::App* command, env::PipelineOptions& pipeline) {
+  command
+      ->add_option("--kernel-timeout-ms", pipeline.gpu_options.kernel_timeout_ms,
+                   "how long one kernel call may run before it counts as a hang")
+      ->capture_default_str();
+  command
+      ->add_option("--time-cap-ms", pipeline.gpu_options.timing.time_cap_ms,
+                   "timing budget per case")
+      ->capture_default_str();
+  command
+      ->add_option("--target-ci", pipeline.gpu_options.timing.target_rel_ci,
+                   "stop timing a case once the median's 95% confidence interval is within "
+                   "this fraction")
+      ->capture_default_str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -375,14 +393,7 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--compile-cache", cache_dir,
                         "compile cache folder (default ~/.cache/crucible/compile)");
   serve_cmd->add_flag("--no-compile", no_compile, "start no compile workers (steps: infra_error)");
-  serve_cmd
-      ->add_option("--kernel-timeout-ms", pipeline_options.gpu_options.kernel_timeout_ms,
-                   "how long one kernel call may run before it counts as a hang")
-      ->capture_default_str();
-  serve_cmd
-      ->add_option("--time-cap-ms", pipeline_options.gpu_options.timing.time_cap_ms,
-                   "timing budget per case")
-      ->capture_default_str();
+  add_measure_options(serve_cmd, pipeline_options);
 
   auto* tasks_cmd = app.add_subcommand("tasks", "list tasks or show one as an agent sees it");
   tasks_cmd->require_subcommand(1);
@@ -433,6 +444,7 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--compile-cache", eval_cache_dir, "compile cache folder");
   eval_cmd->add_flag("--no-compile", eval_no_compile,
                      "start no compile workers (every sample: infra_error)");
+  add_measure_options(eval_cmd, eval_pipeline);
 
   ReplayArgs replay_args;
   env::PipelineOptions replay_pipeline;
@@ -456,6 +468,7 @@ int main(int argc, char** argv) {
       ->add_option("--compile-workers", replay_pipeline.compile_options.workers,
                    "compile worker processes (0: one per core)")
       ->capture_default_str();
+  add_measure_options(replay_cmd, replay_pipeline);
 
   CLI11_PARSE(app, argc, argv);
 

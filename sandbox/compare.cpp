@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "core/numeric.hpp"
 #include "core/result.hpp"
@@ -393,6 +395,8 @@ Tolerance default_tolerance(DType dtype) {
   throw core::InternalError("default_tolerance: unknown dtype");
 }
 
+std::uint64_t poison_pattern(DType dtype, int variant) { return poison_bits(dtype, variant); }
+
 void fill_poison(DType dtype, void* data, std::size_t count, int variant) {
   auto* bytes = static_cast<unsigned char*>(data);
   const std::uint64_t bits = poison_bits(dtype, variant);
@@ -451,11 +455,59 @@ std::vector<std::int64_t> flat_to_coords(std::size_t index, std::size_t count,
   return coords;
 }
 
+namespace {
+
+// Large outputs (a prefill activation is 16 M elements) are tallied in slices on several
+// threads and the slices folded in index order, so the verdict is the serial one.
+Tally tally_in_slices(DType dtype, const void* candidate, const void* reference, std::size_t count,
+                      const Tolerance& tol, int variant) {
+  constexpr std::size_t kMinSlice = std::size_t{1} << 20;
+  const std::size_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t threads = std::min<std::size_t>({hardware, 16, count / kMinSlice});
+  if (threads < 2) return tally_elements(dtype, candidate, reference, count, tol, variant);
+  const std::size_t esize = core::dtype_size(dtype);
+  const std::size_t slice = (count + threads - 1) / threads;
+  std::vector<Tally> parts(threads);
+  std::vector<std::thread> workers;
+  for (std::size_t t = 0; t < threads; ++t) {
+    const std::size_t first = t * slice;
+    const std::size_t n = std::min(slice, count - std::min(count, first));
+    if (n == 0) break;
+    workers.emplace_back([&, t, first, n] {
+      parts[t] =
+          tally_elements(dtype, static_cast<const std::byte*>(candidate) + first * esize,
+                         static_cast<const std::byte*>(reference) + first * esize, n, tol, variant);
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  Tally total;
+  for (std::size_t t = 0; t < parts.size(); ++t) {
+    const Tally& part = parts[t];
+    if (part.mismatches > 0 && total.mismatches == 0) {
+      total.first = part.first + t * slice;
+      total.first_got = part.first_got;
+      total.first_expected = part.first_expected;
+      total.first_unwritten = part.first_unwritten;
+    }
+    total.mismatches += part.mismatches;
+    total.unwritten += part.unwritten;
+    total.nan_mismatches += part.nan_mismatches;
+    total.reference_nans += part.reference_nans;
+    total.max_abs_error = std::max(total.max_abs_error, part.max_abs_error);
+    total.max_rel_error = std::max(total.max_rel_error, part.max_rel_error);
+    total.candidate_nonzero |= part.candidate_nonzero;
+    total.reference_nonzero |= part.reference_nonzero;
+  }
+  return total;
+}
+
+}  // namespace
+
 CompareReport compare_outputs(DType dtype, const void* candidate, const void* reference,
                               std::size_t count, const std::vector<std::int64_t>& shape,
                               const Tolerance& tol, int poison_variant, bool reveal_values,
                               std::string_view output_name) {
-  const Tally tally = tally_elements(dtype, candidate, reference, count, tol, poison_variant);
+  const Tally tally = tally_in_slices(dtype, candidate, reference, count, tol, poison_variant);
   CompareReport report;
   report.output_name = std::string(output_name);
   report.count = count;

@@ -56,6 +56,8 @@ Tolerance default_tolerance(core::DType dtype);
 //   i64 0xA5A5A5A5A5A5A5A5 / 0x5A5A5A5A5A5A5A5A   (bool: neither 0 nor 1)
 // `variant` is taken modulo 2. `data` needs no alignment.
 void fill_poison(core::DType dtype, void* data, std::size_t count, int variant);
+// The poison of `variant` as the raw bits of one element (in the low dtype_size bytes).
+std::uint64_t poison_pattern(core::DType dtype, int variant);
 bool is_poison(core::DType dtype, const void* data, std::size_t index, int variant);
 
 // The verdict on one output tensor. Counts are disjoint where stated; `mismatches` counts every

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Runs the GPU suites and benchmarks on the GPU machine, from the repository root, with the
-# binaries carried in .bundle/ (see bench/README.md). Results go to $OUT.
+# Runs the GPU suites, benchmarks and the logged-run replay on the GPU machine, from the
+# repository root, with the binaries carried in .bundle/ (see bench/README.md).
+#   device_run.sh [tests] [bench] [ncu] [trajectory]     (default: all four)
+# Figures and logs go to $OUT; everything is also packed into $OUT/results.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/crucible-out}
-mkdir -p "$OUT"
+mkdir -p "$OUT/r"
+parts=${*:-tests bench ncu trajectory}
+want() { [[ " $parts " == *" $1 "* ]]; }
 cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
 # Only crucible's own programs get the carried libraries (python3 and ncu keep the system's).
 libs="$PWD/.bundle/lib:$cuda_lib:/usr/local/cuda/lib64"
@@ -12,23 +16,52 @@ run() { LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 if [ "$PWD" != /work/main ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
 mkdir -p build/dev && ln -sfn ../../.bundle/bin build/dev/bin
 B=.bundle/bin
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
-date -u +%Y-%m-%dT%H:%M:%SZ > "$OUT/date.txt"
+R=$OUT/r
+pack() { tar -C "$R" -czf "$OUT/results.tar.gz" .; }
+trap pack EXIT
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$R/gpu.txt"
+date -u +%Y-%m-%dT%H:%M:%SZ > "$R/date.txt"
+step() { echo; echo "=== $* ($(date -u +%T))"; }
 
-step() { echo; echo "=== $*"; }
-step test_kernels_gpu
-run timeout 120 $B/test_kernels_gpu 2>&1 | tail -4 | tee "$OUT/test_kernels_gpu.txt"
-step test_gpu_corpus
-run timeout 420 $B/test_gpu_corpus 2>&1 | grep -v "^20[0-9][0-9]-" | tee "$OUT/test_gpu_corpus.txt" | tail -40
-if [ "${1:-}" != "tests-only" ]; then
-  step crucible-bench-gpu
-  run timeout 400 $B/crucible-bench-gpu --home "$PWD" --steps 10 --json "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.txt"
-  step "crucible-bench-gpu, fast timing"
-  run timeout 300 $B/crucible-bench-gpu --home "$PWD" --steps 10 --time-cap-ms 150 --json "$OUT/gpu_bench_fast.json" 2>&1 | tee "$OUT/gpu_bench_fast.txt"
-  [ "${1:-}" = "no-ncu" ] && exit 0
+if want tests; then
+  step test_kernels_gpu
+  run timeout 120 $B/test_kernels_gpu 2>&1 | tail -4 | tee "$R/test_kernels_gpu.txt"
+  step test_runner_device
+  run timeout 120 $B/test_runner_device 2>&1 | tail -4 | tee "$R/test_runner_device.txt"
+  for suite in test_gpu_corpus test_hacks; do
+    step $suite
+    run timeout 300 $B/$suite 2>&1 | grep -v "^20[0-9][0-9]-" > "$R/$suite.txt"
+    echo "exit $?"; grep -E "^\| |^[a-z_]+ +[a-z_]+ +|ERROR|FAILED|test cases|assertions" "$R/$suite.txt" | tail -45
+  done
+fi
+if want bench; then
+  # The default (a case is timed until its median's 95 % CI is within 1 %, at most 1 s), then
+  # two shorter per-case budgets for throughput-bound training.
+  for cap in 1000 100 30; do
+    step "crucible-bench-gpu, at most $cap ms per case"
+    run timeout 300 $B/crucible-bench-gpu --home "$PWD" --steps 10 --time-cap-ms $cap --json "$R/gpu_bench_cap$cap.json" 2>&1 | tee "$R/gpu_bench_cap$cap.txt" | tail -14
+  done
+fi
+if want ncu; then
   step "CUPTI vs ncu"
-  run timeout 60 $B/crucible-kernel-timing --reps 200 > "$OUT/cupti.json"
+  run timeout 60 $B/crucible-kernel-timing --reps 200 > "$R/cupti.json"
   LD_LIBRARY_PATH="$libs" timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv -k regex:rms \
-    $B/crucible-kernel-timing --no-cupti --reps 200 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
-  python3 bench/gpu/compare_ncu.py "$OUT/cupti.json" "$OUT/ncu.csv" "$OUT/ncu_compare.json"
+    $B/crucible-kernel-timing --no-cupti --reps 200 > "$R/ncu.csv" 2> "$R/ncu.err"
+  python3 bench/gpu/compare_ncu.py "$R/cupti.json" "$R/ncu.csv" "$R/ncu_compare.json"
+fi
+if want trajectory; then
+  cap=${TRAJECTORY_CAP_MS:-250}
+  step "eval of the examples"
+  run timeout 120 $B/crucible eval examples/trajectories/solutions.jsonl -o "$R/eval_examples" 2>&1 | tail -15
+  step "logged run: serve + eval --server, $cap ms per case"
+  python3 bench/gpu/trajectory_samples.py > "$R/samples.jsonl"
+  run $B/crucible serve --bind tcp://127.0.0.1:55800 --log "$R/run.log" --time-cap-ms "$cap" > "$R/serve.txt" 2>&1 &
+  server=$!
+  sleep 4
+  run timeout 400 $B/crucible eval "$R/samples.jsonl" --server tcp://127.0.0.1:55800 -j 1 -o "$R/eval_run" 2>&1 | tail -12
+  kill -TERM $server; wait $server
+  step "replay: re-measure every logged step"
+  run timeout 400 $B/crucible replay "$R/run.log" --time-cap-ms "$cap" -j 1 --rows 20 -o "$R/replay.json" 2>&1 | tail -45
+  step "replay --rescore with kevin"
+  run $B/crucible replay "$R/run.log" --rescore --reward '{"preset": "kevin"}' -o "$R/rescore.json" --rows 5 2>&1 | tail -12
 fi

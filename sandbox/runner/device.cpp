@@ -4,8 +4,11 @@
 #include <dlfcn.h>
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "sandbox/runner/cuda_check.hpp"
@@ -19,10 +22,67 @@ std::atomic<bool> g_abandoned{false};
 void abandon_context() { g_abandoned.store(true); }
 bool context_abandoned() { return g_abandoned.load(); }
 
+namespace {
+
+// Freed device memory kept for reuse, by exact size. A job allocates the same buffers as the
+// job before it (the same task's cases), and cuMemAlloc / cuMemFree of large buffers cost
+// milliseconds (cuMemFree also waits for the device), so buffers are recycled instead. Every
+// user writes a buffer before a kernel reads it (inputs, poison, canaries, junk-filled
+// workspaces), so nothing of an earlier job is visible through a recycled one.
+class Recycler {
+ public:
+  static Recycler& instance() {
+    static Recycler recycler;
+    return recycler;
+  }
+  CUdeviceptr take(std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    const auto it = free_.find(bytes);
+    if (it == free_.end()) return 0;
+    const CUdeviceptr pointer = it->second;
+    free_.erase(it);
+    cached_bytes_ -= bytes;
+    return pointer;
+  }
+  void give(CUdeviceptr pointer, std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    if (cached_bytes_ + bytes > kCapacityBytes) {
+      cuMemFree(pointer);
+      return;
+    }
+    free_.emplace(bytes, pointer);
+    cached_bytes_ += bytes;
+  }
+  // Frees everything cached: before giving up on an allocation the device refused.
+  void release_all() {
+    std::lock_guard lock(mutex_);
+    for (const auto& [bytes, pointer] : free_) cuMemFree(pointer);
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+
+ private:
+  static constexpr std::size_t kCapacityBytes = std::size_t{8} << 30;
+  std::mutex mutex_;
+  std::multimap<std::size_t, CUdeviceptr> free_;
+  std::size_t cached_bytes_ = 0;
+};
+
+}  // namespace
+
 DeviceBuffer::DeviceBuffer(std::size_t payload_bytes, bool with_canaries)
     : bytes_(payload_bytes), pad_(with_canaries ? kCanaryBytes : 0) {
-  const std::size_t total = std::max<std::size_t>(bytes_ + 2 * pad_, 256);
+  const std::size_t total = total_allocation();
+  base_ = Recycler::instance().take(total);
+  if (base_ != 0) return;
+  if (cuMemAlloc(&base_, total) == CUDA_SUCCESS) return;
+  Recycler::instance().release_all();
   check(cuMemAlloc(&base_, total), "cuMemAlloc");
+}
+
+void DeviceBuffer::release() {
+  if (base_ != 0 && !context_abandoned()) Recycler::instance().give(base_, total_allocation());
+  base_ = 0;
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
@@ -32,7 +92,7 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-    if (base_ != 0 && !context_abandoned()) cuMemFree(base_);
+    release();
     base_ = std::exchange(other.base_, 0);
     bytes_ = std::exchange(other.bytes_, 0);
     pad_ = std::exchange(other.pad_, 0);
@@ -40,8 +100,37 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (base_ != 0 && !context_abandoned()) cuMemFree(base_);
+DeviceBuffer::~DeviceBuffer() { release(); }
+
+PinnedHostBuffer::PinnedHostBuffer(std::size_t bytes) : bytes_(bytes) {
+  void* data = nullptr;
+  check(cuMemHostAlloc(&data, std::max<std::size_t>(bytes, 1), 0), "cuMemHostAlloc");
+  data_ = static_cast<std::byte*>(data);
+}
+
+PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr && !context_abandoned()) cuMemFreeHost(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() {
+  if (data_ != nullptr && !context_abandoned()) cuMemFreeHost(data_);
+}
+
+std::byte* Device::staging(const std::string& key, std::size_t bytes) {
+  PinnedHostBuffer& buffer = staging_[key];
+  if (buffer.bytes() < bytes) {
+    buffer = PinnedHostBuffer();  // free first: the old and new buffer need not coexist
+    buffer = PinnedHostBuffer(bytes + bytes / 4);
+  }
+  return buffer.data();
 }
 
 void Device::open(int index) {
@@ -70,9 +159,12 @@ void Device::open(int index) {
   l2_sink = DeviceBuffer(4096, false);
   check(cuMemsetD32Async(l2_scratch.data(), 0x3f800000u, l2_scratch.bytes() / 4, stream),
         "cuMemsetD32Async");
-  // The sweep kernel: every thread reads 16-byte vectors across the buffer; the sum is stored
-  // only when it equals a value no input produces, so the loads cannot be optimised away.
-  static const char* kSweep = R"(
+  // The runner's own kernels, compiled once per process. `crucible_l2_sweep`: every thread
+  // reads 16-byte vectors across the buffer; the sum is stored only when it equals a value no
+  // input produces, so the loads cannot be optimised away. `crucible_check`: the elementwise
+  // rule of compare_outputs (sandbox/compare.hpp) on device memory, built without FMA
+  // contraction so its double arithmetic rounds exactly as the host's does.
+  static const char* kSource = R"(
 extern "C" __global__ void crucible_l2_sweep(const uint4* data, unsigned long long count,
                                              unsigned int salt, unsigned int* sink) {
   unsigned int acc = 0;
@@ -83,25 +175,109 @@ extern "C" __global__ void crucible_l2_sweep(const uint4* data, unsigned long lo
   }
   if (acc == salt) sink[threadIdx.x & 1023] = acc;
 }
+
+__device__ float crucible_bits_to_float(unsigned int bits) { return __uint_as_float(bits); }
+
+// Exact decoders, as core/numeric.hpp's. kind: 0 bf16, 1 f16, 2 f32, 3 f64, 4 fp8 e4m3,
+// 5 fp8 e5m2.
+__device__ double crucible_float_at(const unsigned char* p, unsigned long long i, int kind) {
+  switch (kind) {
+    case 0: return crucible_bits_to_float(((unsigned int)((const unsigned short*)p)[i]) << 16);
+    case 1: {
+      const unsigned int bits = ((const unsigned short*)p)[i];
+      const unsigned int sign = (bits & 0x8000u) << 16, e = (bits >> 10) & 0x1Fu, m = bits & 0x3FFu;
+      if (e == 0x1F) return crucible_bits_to_float(sign | 0x7F800000u | (m << 13));
+      if (e == 0) { const double v = (double)m * 0x1p-24; return sign ? -v : v; }
+      return crucible_bits_to_float(sign | ((e + 112u) << 23) | (m << 13));
+    }
+    case 2: return ((const float*)p)[i];
+    case 3: return ((const double*)p)[i];
+    case 4: {
+      const unsigned int bits = p[i];
+      const unsigned int sign = (bits & 0x80u) << 24, e = (bits >> 3) & 0xFu, m = bits & 0x7u;
+      if (e == 0xF && m == 0x7) return crucible_bits_to_float(sign | 0x7FF00000u);
+      if (e == 0) { const double v = (double)m * 0x1p-9; return sign ? -v : v; }
+      return crucible_bits_to_float(sign | ((e + 120u) << 23) | (m << 20));
+    }
+    default: {
+      const unsigned int bits = p[i];
+      const unsigned int sign = (bits & 0x80u) << 24, e = (bits >> 2) & 0x1Fu, m = bits & 0x3u;
+      if (e == 0x1F) return crucible_bits_to_float(sign | 0x7F800000u | (m << 21));
+      if (e == 0) { const double v = (double)m * 0x1p-16; return sign ? -v : v; }
+      return crucible_bits_to_float(sign | ((e + 112u) << 23) | (m << 21));
+    }
+  }
+}
+
+// kind: 6 i8, 7 u8 and bool, 8 i16, 9 i32, 10 i64.
+__device__ long long crucible_int_at(const unsigned char* p, unsigned long long i, int kind) {
+  switch (kind) {
+    case 6: return ((const signed char*)p)[i];
+    case 7: return p[i];
+    case 8: return ((const short*)p)[i];
+    case 9: return ((const int*)p)[i];
+    default: return ((const long long*)p)[i];
+  }
+}
+
+// result[0] += elements that fail; result[1] / result[2] set when any candidate / reference
+// element is non-zero (NaN counts as non-zero, as on the host).
+extern "C" __global__ void crucible_check(const unsigned char* got, const unsigned char* want,
+                                          unsigned long long count, int kind, double atol,
+                                          double rtol, unsigned long long* result) {
+  unsigned long long failures = 0;
+  bool got_nonzero = false, want_nonzero = false;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    if (kind <= 5) {
+      const double g = crucible_float_at(got, i, kind), w = crucible_float_at(want, i, kind);
+      got_nonzero |= !(g == 0.0);
+      want_nonzero |= !(w == 0.0);
+      bool ok;
+      if (isnan(w)) ok = false;
+      else if (isfinite(g) && isfinite(w)) ok = fabs(g - w) <= atol + rtol * fabs(w);
+      else ok = g == w;
+      failures += ok ? 0 : 1;
+    } else {
+      const long long g = crucible_int_at(got, i, kind), w = crucible_int_at(want, i, kind);
+      got_nonzero |= g != 0;
+      want_nonzero |= w != 0;
+      if (g != w) {
+        const double error = fmax(1.0, fabs((double)g - (double)w));
+        failures += error <= atol + rtol * fabs((double)w) ? 0 : 1;
+      }
+    }
+  }
+  if (failures != 0) atomicAdd(&result[0], failures);
+  if (got_nonzero) atomicOr(&result[1], 1ull);
+  if (want_nonzero) atomicOr(&result[2], 1ull);
+}
 )";
   nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, kSweep, "sweep.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) {
-    throw CudaFailure(CUDA_ERROR_UNKNOWN, "nvrtcCreateProgram (L2 sweep)");
+  if (nvrtcCreateProgram(&program, kSource, "crucible_runner.cu", 0, nullptr, nullptr) !=
+      NVRTC_SUCCESS) {
+    throw CudaFailure(CUDA_ERROR_UNKNOWN, "nvrtcCreateProgram (runner kernels)");
   }
   const std::string arch =
       "-arch=sm_" + std::to_string(compute_major) + std::to_string(compute_minor);
-  const char* options[] = {arch.c_str()};
-  const bool compiled = nvrtcCompileProgram(program, 1, options) == NVRTC_SUCCESS;
+  const char* options[] = {arch.c_str(), "--fmad=false"};
+  const bool compiled = nvrtcCompileProgram(program, 2, options) == NVRTC_SUCCESS;
   std::size_t size = 0;
   std::string cubin;
   if (compiled && nvrtcGetCUBINSize(program, &size) == NVRTC_SUCCESS) {
     cubin.resize(size);
     nvrtcGetCUBIN(program, cubin.data());
   }
+  std::string log;
+  if (cubin.empty() && nvrtcGetProgramLogSize(program, &size) == NVRTC_SUCCESS) {
+    log.resize(size);
+    nvrtcGetProgramLog(program, log.data());
+  }
   nvrtcDestroyProgram(&program);
-  if (cubin.empty()) throw CudaFailure(CUDA_ERROR_UNKNOWN, "compiling the L2 sweep kernel");
-  check(cuModuleLoadData(&sweep_module, cubin.data()), "cuModuleLoadData (L2 sweep)");
-  check(cuModuleGetFunction(&sweep, sweep_module, "crucible_l2_sweep"), "cuModuleGetFunction");
+  if (cubin.empty()) throw CudaFailure(CUDA_ERROR_UNKNOWN, "compiling the runner kernels: " + log);
+  check(cuModuleLoadData(&runner_module, cubin.data()), "cuModuleLoadData (runner kernels)");
+  check(cuModuleGetFunction(&sweep, runner_module, "crucible_l2_sweep"), "cuModuleGetFunction");
+  check(cuModuleGetFunction(&check_kernel, runner_module, "crucible_check"), "cuModuleGetFunction");
   check(cuStreamSynchronize(stream), "L2 scratch");
 }
 
@@ -139,6 +315,48 @@ void Device::flush_l2(std::uint32_t salt) {
   check(cuLaunchKernel(sweep, static_cast<unsigned>(sm_count) * 4, 1, 1, 512, 1, 1, 0, stream,
                        params, nullptr),
         "L2 sweep");
+}
+
+namespace {
+int check_kind(core::DType dtype) {
+  switch (dtype) {
+    case core::DType::kBF16:
+      return 0;
+    case core::DType::kF16:
+      return 1;
+    case core::DType::kF32:
+      return 2;
+    case core::DType::kF64:
+      return 3;
+    case core::DType::kFP8E4M3:
+      return 4;
+    case core::DType::kFP8E5M2:
+      return 5;
+    case core::DType::kI8:
+      return 6;
+    case core::DType::kU8:
+    case core::DType::kBool:
+      return 7;
+    case core::DType::kI16:
+      return 8;
+    case core::DType::kI32:
+      return 9;
+    case core::DType::kI64:
+      return 10;
+  }
+  return 10;
+}
+}  // namespace
+
+void Device::launch_check(CUdeviceptr got, CUdeviceptr want, std::size_t count, core::DType dtype,
+                          double atol, double rtol, CUdeviceptr result) {
+  unsigned long long n = count;
+  int kind = check_kind(dtype);
+  void* params[] = {&got, &want, &n, &kind, &atol, &rtol, &result};
+  const unsigned int blocks = static_cast<unsigned int>(
+      std::clamp<std::size_t>((count + 255) / 256, 1, static_cast<std::size_t>(sm_count) * 8));
+  check(cuLaunchKernel(check_kernel, blocks, 1, 1, 256, 1, 1, 0, stream, params, nullptr),
+        "cuLaunchKernel (output check)");
 }
 
 core::Value Device::describe() const {

@@ -653,3 +653,31 @@ TEST_CASE("compare: mismatches and errors are found in every block of a large ou
     CHECK(report.max_abs_error >= 8.0);
   }
 }
+
+TEST_CASE("compare: outputs tallied in slices on several threads get the serial verdict") {
+  // Above a million elements the tally runs in slices on several threads; the folded report
+  // must name the first failure in index order and count every failure once, wherever slice
+  // boundaries fall.
+  constexpr std::size_t kHuge = (std::size_t{1} << 22) + 7;
+  for (const DType dtype : {DType::kBF16, DType::kF32, DType::kI32}) {
+    CAPTURE(core::dtype_name(dtype));
+    auto values = pattern(dtype, kHuge);
+    const auto reference = make_buffer(dtype, values);
+    auto got = values;
+    const std::size_t bad[] = {1'500'001, 2'097'152, 4'194'000, kHuge - 1};
+    for (const std::size_t i : bad) got[i] = far_from(dtype, values[i]);
+    auto candidate = make_buffer(dtype, got);
+    sandbox::fill_poison(dtype, candidate.data() + 3'000'000 * core::dtype_size(dtype), 1, 0);
+    const CompareReport report = compare(dtype, candidate, reference, {kHuge});
+    CHECK_FALSE(report.pass);
+    CHECK(report.mismatches == 5);
+    CHECK(report.unwritten == 1);
+    CHECK(*report.first_mismatch == bad[0]);
+    CHECK(report.max_abs_error >= 8.0);
+    const CompareReport clean = compare(dtype, reference, reference, {kHuge});
+    CHECK(clean.pass);
+    CHECK(clean.max_abs_error == 0.0);
+    const std::vector<double> zeros(kHuge, 0.0);
+    CHECK(compare(dtype, make_buffer(dtype, zeros), reference, {kHuge}).all_zero);
+  }
+}

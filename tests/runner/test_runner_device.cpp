@@ -1,0 +1,184 @@
+// On a GPU: the runner's device-side output check (Device::launch_check) reaches the verdict of
+// the host's compare_outputs on every dtype, over random bit patterns (every NaN, infinity,
+// subnormal and poison included) and values at the tolerance bound. Timed calls are checked
+// on the device and a wrong verdict there would let a kernel misbehave in timed calls, so
+// the two implementations are held to the same element counts. Without a CUDA device the
+// suite reports itself skipped (exit 77).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/numeric.hpp"
+#include "sandbox/compare.hpp"
+#include "sandbox/runner/cuda_check.hpp"
+#include "sandbox/runner/device.hpp"
+
+using namespace crucible;
+using core::DType;
+using sandbox::runner::Device;
+using sandbox::runner::DeviceBuffer;
+
+namespace {
+
+Device* g_device = nullptr;
+
+const DType kAllDTypes[] = {DType::kBF16,    DType::kF16,     DType::kF32, DType::kF64,
+                            DType::kFP8E4M3, DType::kFP8E5M2, DType::kI8,  DType::kU8,
+                            DType::kI16,     DType::kI32,     DType::kI64, DType::kBool};
+
+struct DeviceVerdict {
+  std::uint64_t failures;
+  bool got_nonzero;
+  bool want_nonzero;
+};
+
+DeviceVerdict device_check(DType dtype, const std::vector<unsigned char>& got,
+                           const std::vector<unsigned char>& want, sandbox::Tolerance tol) {
+  Device& device = *g_device;
+  const std::size_t count = want.size() / core::dtype_size(dtype);
+  DeviceBuffer got_buffer(got.size(), false), want_buffer(want.size(), false), result(24, false);
+  using sandbox::runner::check;
+  check(cuMemcpyHtoD(got_buffer.data(), got.data(), got.size()), "upload");
+  check(cuMemcpyHtoD(want_buffer.data(), want.data(), want.size()), "upload");
+  check(cuMemsetD8(result.data(), 0, 24), "memset");
+  device.launch_check(got_buffer.data(), want_buffer.data(), count, dtype, tol.atol, tol.rtol,
+                      result.data());
+  std::uint64_t out[3] = {};
+  check(cuStreamSynchronize(device.stream), "check");
+  check(cuMemcpyDtoH(out, result.data(), sizeof out), "download");
+  return {out[0], out[1] != 0, out[2] != 0};
+}
+
+void expect_same_verdict(DType dtype, const std::vector<unsigned char>& got,
+                         const std::vector<unsigned char>& want, sandbox::Tolerance tol) {
+  const std::size_t count = want.size() / core::dtype_size(dtype);
+  const auto host =
+      sandbox::compare_outputs(dtype, got.data(), want.data(), count, {}, tol, 0, true, "out");
+  const DeviceVerdict device = device_check(dtype, got, want, tol);
+  // The device counts a NaN reference element as a failure; the host reports it apart.
+  CHECK(device.failures == host.mismatches + host.reference_nans);
+  const bool device_all_zero = count > 0 && !device.got_nonzero && device.want_nonzero;
+  CHECK(device_all_zero == host.all_zero);
+  const bool device_pass = device.failures == 0 && !device_all_zero;
+  CHECK(device_pass == host.pass);
+}
+
+}  // namespace
+
+TEST_CASE("device check: random bit patterns get the host's verdict on every dtype") {
+  std::mt19937_64 rng(20261130);
+  constexpr std::size_t kCount = 200'003;
+  for (const DType dtype : kAllDTypes) {
+    CAPTURE(core::dtype_name(dtype));
+    const std::size_t esize = core::dtype_size(dtype);
+    std::vector<unsigned char> want(kCount * esize);
+    for (auto& byte : want) byte = static_cast<unsigned char>(rng());
+    // The candidate: equal, off in the lowest bits (near the bound), or unrelated bits.
+    std::vector<unsigned char> got = want;
+    for (std::size_t i = 0; i < kCount; ++i) {
+      const auto roll = rng() % 10;
+      unsigned char* element = got.data() + i * esize;
+      if (roll < 5) continue;
+      if (roll < 9) {
+        element[0] = static_cast<unsigned char>(element[0] ^ (rng() % 4));
+      } else {
+        for (std::size_t b = 0; b < esize; ++b) element[b] = static_cast<unsigned char>(rng());
+      }
+    }
+    const auto tol = sandbox::default_tolerance(dtype);
+    expect_same_verdict(dtype, got, want, tol);
+    expect_same_verdict(dtype, want, want, tol);
+    expect_same_verdict(dtype, got, want, sandbox::Tolerance{0.0, 0.0});
+    expect_same_verdict(dtype, got, want, sandbox::Tolerance{0.5, 0.25});
+  }
+}
+
+TEST_CASE("device check: clean, poisoned, all-zero and at-the-bound outputs") {
+  constexpr std::size_t kCount = 4099;
+  for (const DType dtype : kAllDTypes) {
+    CAPTURE(core::dtype_name(dtype));
+    const std::size_t esize = core::dtype_size(dtype);
+    std::vector<unsigned char> want(kCount * esize), got(kCount * esize), zeros(kCount * esize);
+    // Small exact values 1..7 (bool: 0/1) in every dtype.
+    for (std::size_t i = 0; i < kCount; ++i) {
+      const double value = dtype == DType::kBool ? static_cast<double>(i % 2) : 1.0 + i % 7;
+      std::vector<unsigned char> one(esize);
+      switch (dtype) {
+        case DType::kBF16: {
+          const auto bits = core::float_to_bf16(static_cast<float>(value));
+          std::memcpy(one.data(), &bits, 2);
+          break;
+        }
+        case DType::kF16: {
+          const auto bits = core::float_to_f16(static_cast<float>(value));
+          std::memcpy(one.data(), &bits, 2);
+          break;
+        }
+        case DType::kF32: {
+          const auto v = static_cast<float>(value);
+          std::memcpy(one.data(), &v, 4);
+          break;
+        }
+        case DType::kF64:
+          std::memcpy(one.data(), &value, 8);
+          break;
+        case DType::kFP8E4M3:
+          one[0] = core::float_to_fp8_e4m3(static_cast<float>(value));
+          break;
+        case DType::kFP8E5M2:
+          one[0] = core::float_to_fp8_e5m2(static_cast<float>(value));
+          break;
+        case DType::kI64: {
+          const auto v = static_cast<std::int64_t>(value);
+          std::memcpy(one.data(), &v, 8);
+          break;
+        }
+        case DType::kI32: {
+          const auto v = static_cast<std::int32_t>(value);
+          std::memcpy(one.data(), &v, 4);
+          break;
+        }
+        case DType::kI16: {
+          const auto v = static_cast<std::int16_t>(value);
+          std::memcpy(one.data(), &v, 2);
+          break;
+        }
+        default:
+          one[0] = static_cast<unsigned char>(value);
+      }
+      std::memcpy(want.data() + i * esize, one.data(), esize);
+    }
+    got = want;
+    const auto tol = sandbox::default_tolerance(dtype);
+    expect_same_verdict(dtype, got, want, tol);
+    sandbox::fill_poison(dtype, got.data() + 17 * esize, 3, 0);
+    expect_same_verdict(dtype, got, want, tol);
+    expect_same_verdict(dtype, zeros, want, tol);
+    // A tolerance exactly equal to one element's error: the bound is inclusive on both sides.
+    got = want;
+    std::vector<unsigned char> other(got.begin() + esize, got.begin() + 2 * esize);
+    std::memcpy(got.data(), other.data(), esize);  // element 0 takes element 1's value
+    const double error = 1.0;                      // values 1 and 2 differ by exactly 1
+    expect_same_verdict(dtype, got, want, sandbox::Tolerance{error, 0.0});
+    expect_same_verdict(dtype, got, want, sandbox::Tolerance{error / 2, 0.0});
+  }
+}
+
+int main(int argc, char** argv) {
+  Device device;
+  try {
+    device.open(0);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\n*** test_runner_device SKIPPED: no usable CUDA device (%s) ***\n\n",
+                 e.what());
+    return 77;
+  }
+  g_device = &device;
+  doctest::Context context(argc, argv);
+  return context.run();
+}
