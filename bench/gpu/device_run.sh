@@ -24,10 +24,11 @@ date -u +%Y-%m-%dT%H:%M:%SZ > "$R/date.txt"
 step() { echo; echo "=== $* ($(date -u +%T))"; }
 
 if want tests; then
-  step test_kernels_gpu
-  run timeout 120 $B/test_kernels_gpu 2>&1 | tail -4 | tee "$R/test_kernels_gpu.txt"
-  step test_runner_device
-  run timeout 120 $B/test_runner_device 2>&1 | tail -4 | tee "$R/test_runner_device.txt"
+  for suite in test_kernels_gpu test_runner_device; do
+    step $suite
+    run timeout 120 $B/$suite > "$R/$suite.txt" 2>&1
+    echo "exit $?"; grep -E -A12 "ERROR" "$R/$suite.txt" | head -60; tail -3 "$R/$suite.txt"
+  done
   for suite in test_gpu_corpus test_hacks; do
     step $suite
     run timeout 300 $B/$suite 2>&1 | grep -v "^20[0-9][0-9]-" > "$R/$suite.txt"

@@ -7,10 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <map>
-#include <mutex>
 #include <utility>
 
+#include "sandbox/compare.hpp"
 #include "sandbox/runner/cuda_check.hpp"
 
 namespace crucible::sandbox::runner {
@@ -22,66 +21,13 @@ std::atomic<bool> g_abandoned{false};
 void abandon_context() { g_abandoned.store(true); }
 bool context_abandoned() { return g_abandoned.load(); }
 
-namespace {
-
-// Freed device memory kept for reuse, by exact size. A job allocates the same buffers as the
-// job before it (the same task's cases), and cuMemAlloc / cuMemFree of large buffers cost
-// milliseconds (cuMemFree also waits for the device), so buffers are recycled instead. Every
-// user writes a buffer before a kernel reads it (inputs, poison, canaries, junk-filled
-// workspaces), so nothing of an earlier job is visible through a recycled one.
-class Recycler {
- public:
-  static Recycler& instance() {
-    static Recycler recycler;
-    return recycler;
-  }
-  CUdeviceptr take(std::size_t bytes) {
-    std::lock_guard lock(mutex_);
-    const auto it = free_.find(bytes);
-    if (it == free_.end()) return 0;
-    const CUdeviceptr pointer = it->second;
-    free_.erase(it);
-    cached_bytes_ -= bytes;
-    return pointer;
-  }
-  void give(CUdeviceptr pointer, std::size_t bytes) {
-    std::lock_guard lock(mutex_);
-    if (cached_bytes_ + bytes > kCapacityBytes) {
-      cuMemFree(pointer);
-      return;
-    }
-    free_.emplace(bytes, pointer);
-    cached_bytes_ += bytes;
-  }
-  // Frees everything cached: before giving up on an allocation the device refused.
-  void release_all() {
-    std::lock_guard lock(mutex_);
-    for (const auto& [bytes, pointer] : free_) cuMemFree(pointer);
-    free_.clear();
-    cached_bytes_ = 0;
-  }
-
- private:
-  static constexpr std::size_t kCapacityBytes = std::size_t{8} << 30;
-  std::mutex mutex_;
-  std::multimap<std::size_t, CUdeviceptr> free_;
-  std::size_t cached_bytes_ = 0;
-};
-
-}  // namespace
-
 DeviceBuffer::DeviceBuffer(std::size_t payload_bytes, bool with_canaries)
     : bytes_(payload_bytes), pad_(with_canaries ? kCanaryBytes : 0) {
-  const std::size_t total = total_allocation();
-  base_ = Recycler::instance().take(total);
-  if (base_ != 0) return;
-  if (cuMemAlloc(&base_, total) == CUDA_SUCCESS) return;
-  Recycler::instance().release_all();
-  check(cuMemAlloc(&base_, total), "cuMemAlloc");
+  check(cuMemAlloc(&base_, total_allocation()), "cuMemAlloc");
 }
 
 void DeviceBuffer::release() {
-  if (base_ != 0 && !context_abandoned()) Recycler::instance().give(base_, total_allocation());
+  if (base_ != 0 && !context_abandoned()) cuMemFree(base_);
   base_ = 0;
 }
 
@@ -221,10 +167,13 @@ __device__ long long crucible_int_at(const unsigned char* p, unsigned long long 
 }
 
 // result[0] += elements that fail; result[1] / result[2] set when any candidate / reference
-// element is non-zero (NaN counts as non-zero, as on the host).
+// element is non-zero (NaN counts as non-zero, as on the host). `poison`: the integer poison
+// value (an integer element left holding it fails unless the reference holds it too; float
+// poisons are NaNs and fail as such).
 extern "C" __global__ void crucible_check(const unsigned char* got, const unsigned char* want,
                                           unsigned long long count, int kind, double atol,
-                                          double rtol, unsigned long long* result) {
+                                          double rtol, long long poison,
+                                          unsigned long long* result) {
   unsigned long long failures = 0;
   bool got_nonzero = false, want_nonzero = false;
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count;
@@ -243,8 +192,12 @@ extern "C" __global__ void crucible_check(const unsigned char* got, const unsign
       got_nonzero |= g != 0;
       want_nonzero |= w != 0;
       if (g != w) {
-        const double error = fmax(1.0, fabs((double)g - (double)w));
-        failures += error <= atol + rtol * fabs((double)w) ? 0 : 1;
+        // The exact distance, rounded once to double (at least 1), as on the host.
+        const unsigned long long distance =
+            g > w ? (unsigned long long)g - (unsigned long long)w
+                  : (unsigned long long)w - (unsigned long long)g;
+        const double error = (double)distance;
+        failures += g != poison && error <= atol + rtol * fabs((double)w) ? 0 : 1;
       }
     }
   }
@@ -352,7 +305,25 @@ void Device::launch_check(CUdeviceptr got, CUdeviceptr want, std::size_t count, 
                           double atol, double rtol, CUdeviceptr result) {
   unsigned long long n = count;
   int kind = check_kind(dtype);
-  void* params[] = {&got, &want, &n, &kind, &atol, &rtol, &result};
+  // The integer poison of variant 0 (what timed calls poison with), as the kernel reads it.
+  long long poison = 0;
+  if (kind >= 6) {
+    const std::uint64_t bits = sandbox::poison_pattern(dtype, 0);
+    switch (core::dtype_size(dtype)) {
+      case 1:
+        poison = kind == 6 ? static_cast<std::int8_t>(bits) : static_cast<long long>(bits & 0xFF);
+        break;
+      case 2:
+        poison = static_cast<std::int16_t>(bits);
+        break;
+      case 4:
+        poison = static_cast<std::int32_t>(bits);
+        break;
+      default:
+        poison = static_cast<long long>(bits);
+    }
+  }
+  void* params[] = {&got, &want, &n, &kind, &atol, &rtol, &poison, &result};
   const unsigned int blocks = static_cast<unsigned int>(
       std::clamp<std::size_t>((count + 255) / 256, 1, static_cast<std::size_t>(sm_count) * 8));
   check(cuLaunchKernel(check_kernel, blocks, 1, 1, 256, 1, 1, 0, stream, params, nullptr),

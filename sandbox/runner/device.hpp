@@ -22,7 +22,9 @@ void abandon_context();
 bool context_abandoned();
 
 // Device memory with a canary region before and after the payload. `data()` is 256-byte
-// aligned. Move-only; its memory goes back to a per-process cache for reuse when it dies.
+// aligned. Frees itself; move-only. (Buffers are deliberately not recycled across jobs: a
+// fresh allocation per job lands at other physical addresses, so a placement that happens to
+// favour or slow one kernel does not persist through every job of a runner's life.)
 class DeviceBuffer {
  public:
   static constexpr std::size_t kCanaryBytes = 4096;
@@ -43,7 +45,6 @@ class DeviceBuffer {
 
  private:
   std::size_t total_allocation() const { return std::max<std::size_t>(bytes_ + 2 * pad_, 256); }
-  // Hands the memory back for reuse by a later buffer of the same size (see device.cpp).
   void release();
 
   CUdeviceptr base_ = 0;

@@ -762,7 +762,7 @@ class JobRunner {
       for (const auto b : setup.candidate.workspace_bytes) {
         slot.candidate_ws.emplace_back(b, false);
         slot.candidate_ws_ptrs.push_back(slot.candidate_ws.back().data());
-        // Recycled memory may hold anything: the candidate's workspaces start as junk.
+        // Fresh device memory may hold an earlier job's data: workspaces start as junk.
         check(cuMemsetD8Async(slot.candidate_ws.back().data(), 0xA5, b, stream), "workspace fill");
       }
     }

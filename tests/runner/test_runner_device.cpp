@@ -43,14 +43,17 @@ DeviceVerdict device_check(DType dtype, const std::vector<unsigned char>& got,
   const std::size_t count = want.size() / core::dtype_size(dtype);
   DeviceBuffer got_buffer(got.size(), false), want_buffer(want.size(), false), result(24, false);
   using sandbox::runner::check;
-  check(cuMemcpyHtoD(got_buffer.data(), got.data(), got.size()), "upload");
-  check(cuMemcpyHtoD(want_buffer.data(), want.data(), want.size()), "upload");
-  check(cuMemsetD8(result.data(), 0, 24), "memset");
+  // Everything on the runner's stream, in order, as the runner does it: that stream does not
+  // synchronise with the legacy default stream the non-Async calls use.
+  const CUstream stream = device.stream;
+  check(cuMemcpyHtoDAsync(got_buffer.data(), got.data(), got.size(), stream), "upload");
+  check(cuMemcpyHtoDAsync(want_buffer.data(), want.data(), want.size(), stream), "upload");
+  check(cuMemsetD8Async(result.data(), 0, 24, stream), "memset");
   device.launch_check(got_buffer.data(), want_buffer.data(), count, dtype, tol.atol, tol.rtol,
                       result.data());
   std::uint64_t out[3] = {};
-  check(cuStreamSynchronize(device.stream), "check");
-  check(cuMemcpyDtoH(out, result.data(), sizeof out), "download");
+  check(cuMemcpyDtoHAsync(out, result.data(), sizeof out, stream), "download");
+  check(cuStreamSynchronize(stream), "check");
   return {out[0], out[1] != 0, out[2] != 0};
 }
 

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Turns what bench/gpu/device_run.sh left in its results folder into the JSON files committed
+under bench/results/ (GPU name, driver, date and command in each).
+
+Usage: collect_results.py RESULTS_DIR [--out bench/results]
+RESULTS_DIR is the unpacked results.tar.gz of a `device_run.sh tests bench trajectory` run.
+"""
+import argparse
+import json
+import pathlib
+import re
+
+ROW = re.compile(r"^(\S+\.cu)\s+(\S+)\s+([\d.]+) s\s+reward ([-+][\d.]+)\s+(.*)$")
+NEXT = re.compile(r"^\s+(\S+\.cu)\s+(\S+)\s+([\d.]+) s\s+\(next step after (\S+)\)$")
+HACK = re.compile(r"^(\w+)\s+(\w+)\s+(\w+)\s+([-+][\d.]+)\s+(.*)$")
+
+
+def doctest_result(text):
+    return [line for line in text.splitlines() if line.startswith("[doctest] ")
+            and ("test cases" in line or "assertions" in line)]
+
+
+def gpu_facts(folder):
+    header, values = (folder / "gpu.txt").read_text().splitlines()[:2]
+    fields = dict(zip([h.strip() for h in header.split(",")], [v.strip() for v in values.split(",")]))
+    return {
+        "gpu": fields.get("name", ""),
+        "driver": fields.get("driver_version", ""),
+        "date": (folder / "date.txt").read_text().strip(),
+    }
+
+
+def corpus(folder, facts):
+    text = (folder / "test_gpu_corpus.txt").read_text()
+    rows = []
+    for line in text.splitlines():
+        if match := ROW.match(line):
+            kernel, status, seconds, reward, message = match.groups()
+            rows.append({"kernel": kernel, "status": status, "seconds": float(seconds),
+                         "reward": float(reward), "message": message.strip()})
+        elif match := NEXT.match(line):
+            kernel, status, seconds, after = match.groups()
+            rows.append({"kernel": kernel, "status": status, "seconds": float(seconds),
+                         "after": after, "recovery_step": True})
+    suites = {}
+    for name in ("test_kernels_gpu", "test_runner_device", "test_gpu_corpus", "test_hacks"):
+        path = folder / f"{name}.txt"
+        if path.exists():
+            suites[name] = doctest_result(path.read_text())
+    return {"suite": "GPU suites (CTest label gpu)", **facts,
+            "command": "bench/gpu/device_run.sh tests (runs the .bundle/bin/ test binaries)",
+            "results": suites,
+            "expected_status": "first line of each tests/gpu/kernels/*.cu ('// expect: ...')",
+            "rows": rows}
+
+
+def hacks(folder, facts, eval_rows):
+    rows = []
+    for line in (folder / "test_hacks.txt").read_text().splitlines():
+        match = HACK.match(line)
+        if not match or match.group(1) == "hack":
+            continue
+        name, expected, status, reward, message = match.groups()
+        rows.append({"hack": name, "expected": expected, "status": status,
+                     "reward": float(reward), "caught": status == expected and status != "ok"
+                     and float(reward) <= 0, "message": message.strip()})
+    # Legitimate kernels scored in the same session (the logged run): ok, with their speedups.
+    legit = {}
+    for row in eval_rows:
+        name = row["sample_id"].split("#")[0]
+        if row["meta"].get("expect") == "ok":
+            entry = legit.setdefault(name, {"statuses": {}, "speedups": []})
+            entry["statuses"][row["status"]] = entry["statuses"].get(row["status"], 0) + 1
+            if row.get("speedup") is not None:
+                entry["speedups"].append(round(row["speedup"], 4))
+    return {"suite": "hack suite: examples/hacks/*.cu scored by a real server", **facts,
+            "command": "bench/gpu/device_run.sh tests (runs .bundle/bin/test_hacks)",
+            "result": doctest_result((folder / "test_hacks.txt").read_text()),
+            "caught": sum(r["caught"] for r in rows), "hacks": len(rows), "rows": rows,
+            "legitimate_kernels": legit}
+
+
+def bench(folder, facts):
+    runs, goals = {}, {}
+    for path in sorted(folder.glob("gpu_bench_cap*.json")):
+        data = json.loads(path.read_text())
+        name = path.stem.removeprefix("gpu_bench_")
+        runs[name] = data
+        latency = data["step_latency_s"]
+        recovery = max(r["next_step_over_typical_s"] for r in data["recovery"])
+        goals[name] = {
+            "step_latency_p50_s": {"new_source": latency["new_source"]["p50"],
+                                   "episode_seed": latency["episode_seed"]["p50"],
+                                   "goal": 0.3,
+                                   "met": latency["episode_seed"]["p50"] <= 0.3},
+            "speedup_cv": {"value": data["speedup_noise"]["cv"], "goal": 0.005,
+                           "met": data["speedup_noise"]["cv"] <= 0.005},
+            "recovery_over_typical_s": {"worst": recovery, "goal": 0.5, "met": recovery <= 0.5},
+            "new_source_phases_ms_median": latency["new_source_phases_ms_median"],
+        }
+    return {"benchmark": "crucible-bench-gpu", **facts,
+            "command": "bench/gpu/device_run.sh bench (crucible-bench-gpu --steps 10 "
+                       "--time-cap-ms {1000,100,30})",
+            "goals": goals, "runs": runs}
+
+
+def replay(folder, facts, eval_rows):
+    data = json.loads((folder / "replay.json").read_text())
+    rescore = json.loads((folder / "rescore.json").read_text())
+    examples = json.loads((folder / "eval_examples" / "summary.json").read_text())
+    run = json.loads((folder / "eval_run" / "summary.json").read_text())
+    return {"benchmark": "logged run, re-measured by crucible replay", **facts,
+            "command": "bench/gpu/device_run.sh trajectory: crucible serve --time-cap-ms 250 "
+                       "--log run.log; crucible eval samples.jsonl --server ... -j 1 (samples from "
+                       "bench/gpu/trajectory_samples.py); crucible replay run.log --time-cap-ms 250 "
+                       "-j 1; crucible replay run.log --rescore --reward '{\"preset\": \"kevin\"}'",
+            "summary": data["summary"], "log": data["log"],
+            "steps": data["steps"],
+            "rescore_kevin_summary": rescore.get("summary"),
+            "logged_run_eval": run.get("overall", run),
+            "eval_of_examples": examples.get("overall", examples),
+            "samples": [{"sample_id": r["sample_id"], "expect": r["meta"].get("expect"),
+                         "status": r["status"], "speedup": r.get("speedup")} for r in eval_rows]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=pathlib.Path)
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results"))
+    args = parser.parse_args()
+    facts = gpu_facts(args.results)
+    eval_rows = [json.loads(line) for line in
+                 (args.results / "eval_run" / "results.jsonl").read_text().splitlines()]
+    outputs = {
+        "h200_gpu_suite.json": corpus(args.results, facts),
+        "h200_hack_suite.json": hacks(args.results, facts, eval_rows),
+        "h200_gpu_bench.json": bench(args.results, facts),
+        "h200_replay.json": replay(args.results, facts, eval_rows),
+    }
+    for name, value in outputs.items():
+        (args.out / name).write_text(json.dumps(value, indent=2) + "\n")
+        print(f"wrote {args.out / name}")
+
+
+if __name__ == "__main__":
+    main()
