@@ -243,33 +243,6 @@ struct CaseSetup {
   Value symbols_value;
 };
 
-std::vector<std::byte> scalar_bytes(core::DType dtype, double value) {
-  std::vector<std::byte> out(core::dtype_size(dtype));
-  switch (dtype) {
-    case core::DType::kF32: {
-      const float v = static_cast<float>(value);
-      std::memcpy(out.data(), &v, sizeof v);
-      break;
-    }
-    case core::DType::kF64:
-      std::memcpy(out.data(), &value, sizeof value);
-      break;
-    case core::DType::kI32: {
-      const auto v = static_cast<std::int32_t>(value);
-      std::memcpy(out.data(), &v, sizeof v);
-      break;
-    }
-    case core::DType::kI64: {
-      const auto v = static_cast<std::int64_t>(value);
-      std::memcpy(out.data(), &v, sizeof v);
-      break;
-    }
-    default:
-      throw std::logic_error("scalar dtype without an encoding");
-  }
-  return out;
-}
-
 class JobRunner {
  public:
   JobRunner(const RunJob& job, const tasks::Task& task, Device& device, KernelTimer& timer)
@@ -402,41 +375,16 @@ class JobRunner {
         }
         kernel.configured_smem = static_cast<int>(step.smem_bytes);
       }
-      // Argument storage: every parameter is at most 8 bytes.
-      std::vector<std::array<std::byte, 8>> storage(launch.args.size());
-      std::vector<void*> params(launch.args.size());
-      for (std::size_t a = 0; a < launch.args.size(); ++a) {
-        const LaunchArg& arg = launch.args[a];
-        std::vector<std::byte> bytes;
-        switch (arg.kind) {
-          case ArgKind::kTensor: {
-            bytes.resize(sizeof(CUdeviceptr));
-            std::memcpy(bytes.data(), &tensors.at(arg.index), sizeof(CUdeviceptr));
-            break;
-          }
-          case ArgKind::kWorkspace: {
-            bytes.resize(sizeof(CUdeviceptr));
-            std::memcpy(bytes.data(), &workspaces.at(arg.index), sizeof(CUdeviceptr));
-            break;
-          }
-          case ArgKind::kScalar: {
-            const auto& scalar = task_.scalars.at(arg.index);
-            bytes = scalar_bytes(scalar.dtype, setup.c->scalars.at(scalar.name));
-            break;
-          }
-          case ArgKind::kSymbol: {
-            const auto value = setup.c->symbols.at(task_.symbols.at(arg.index));
-            auto encoded = encode_symbol_arg(launch, a, value, kernel.param_bytes.at(a));
-            if (!encoded)
-              fail(side.candidate ? StepStatus::kInvalidAction : StepStatus::kInfraError,
-                   encoded.error().message);
-            bytes = std::move(encoded).value();
-            break;
-          }
-        }
-        std::memcpy(storage[a].data(), bytes.data(), std::min<std::size_t>(bytes.size(), 8));
-        params[a] = storage[a].data();
+      std::vector<std::uint64_t> tensor_addresses(tensors.begin(), tensors.end());
+      std::vector<std::uint64_t> workspace_addresses(workspaces.begin(), workspaces.end());
+      auto storage = pack_launch_args(launch, task_, *setup.c, kernel.param_bytes, tensor_addresses,
+                                      workspace_addresses);
+      if (!storage) {
+        fail(side.candidate ? StepStatus::kInvalidAction : StepStatus::kInfraError,
+             storage.error().message);
       }
+      std::vector<void*> params(storage->size());
+      for (std::size_t a = 0; a < params.size(); ++a) params[a] = (*storage)[a].data();
       CUlaunchConfig config{};
       config.gridDimX = step.grid[0];
       config.gridDimY = step.grid[1];
