@@ -1,0 +1,109 @@
+// The llm/fused_add_rms_norm oracle on hand-computed rows and on its own task's values.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "kernels/oracles/oracle.hpp"
+#include "tasks/registry.hpp"
+
+using namespace crucible;
+
+namespace {
+
+using Tensors = std::map<std::string, kernels::OracleTensor>;
+
+// Runs the oracle on one row of `hidden` channels with the given values and epsilon.
+Tensors run_row(std::vector<double> input, std::vector<double> residual, std::vector<double> weight,
+                double epsilon) {
+  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
+  REQUIRE_MESSAGE(registry.ok(), registry.error().message);
+  const tasks::Task* task = registry->find("llm/fused_add_rms_norm");
+  REQUIRE(task != nullptr);
+  const auto hidden = static_cast<std::int64_t>(weight.size());
+  tasks::Case c = task->cases.front();
+  c.symbols = {{"num_tokens", 1}, {"hidden_size", hidden}};
+  c.scalars["epsilon"] = epsilon;
+  Tensors tensors{
+      {"input", {core::DType::kBF16, {1, hidden}, std::move(input)}},
+      {"residual", {core::DType::kBF16, {1, hidden}, std::move(residual)}},
+      {"weight", {core::DType::kBF16, {hidden}, std::move(weight)}},
+  };
+  const auto* oracle = kernels::find_oracle("llm/fused_add_rms_norm");
+  REQUIRE(oracle != nullptr);
+  REQUIRE((*oracle)(kernels::OracleCall{*task, c, tensors}).ok());
+  return tensors;
+}
+
+}  // namespace
+
+TEST_CASE("fused_add_rms_norm oracle: adds, stores the sum and normalises it") {
+  // input (1, 2) + residual (2, 2) = (3, 4); rms = sqrt((9 + 16) / 2) = sqrt(12.5).
+  auto t = run_row({1.0, 2.0}, {2.0, 2.0}, {1.0, 2.0}, 0.0);
+  CHECK(t["residual"].values[0] == 3.0);
+  CHECK(t["residual"].values[1] == 4.0);
+  CHECK(t["input"].values[0] == doctest::Approx(3.0 / std::sqrt(12.5)).epsilon(1e-15));
+  CHECK(t["input"].values[1] == doctest::Approx(8.0 / std::sqrt(12.5)).epsilon(1e-15));
+}
+
+TEST_CASE("fused_add_rms_norm oracle: the sum is rounded to bf16, ties to even") {
+  // Near 1 a bf16 ulp is 2^-7. 1 + 2^-8 is a tie between 1 (even) and 1 + 2^-7: rounds to 1.
+  // 1 + 3 * 2^-8 is a tie between 1 + 2^-7 (odd) and 1 + 2^-6: rounds to 1 + 2^-6.
+  // 2 + 2^-8 is below half an ulp at 2 (2^-7): rounds to 2.
+  auto t = run_row({1.0, 1.0, 2.0}, {0x1p-8, 3 * 0x1p-8, 0x1p-8}, {1.0, 1.0, 1.0}, 0.0);
+  CHECK(t["residual"].values[0] == 1.0);
+  CHECK(t["residual"].values[1] == 1.0 + 0x1p-6);
+  CHECK(t["residual"].values[2] == 2.0);
+}
+
+TEST_CASE("fused_add_rms_norm oracle: the norm is taken over the rounded sums") {
+  // input (1, 3) + residual (2^-8, 1) stores (1, 4), so rms = sqrt((1 + 16) / 2) = sqrt(8.5)
+  // with epsilon 0.5 added: sqrt(9). Unrounded, the first sum would give a different rms.
+  auto t = run_row({1.0, 3.0}, {0x1p-8, 1.0}, {2.0, 0.5}, 0.5);
+  CHECK(t["residual"].values[0] == 1.0);
+  CHECK(t["residual"].values[1] == 4.0);
+  CHECK(t["input"].values[0] == doctest::Approx(2.0 / 3.0).epsilon(1e-15));
+  CHECK(t["input"].values[1] == doctest::Approx(2.0 / 3.0).epsilon(1e-15));
+}
+
+TEST_CASE(
+    "fused_add_rms_norm oracle: on a generated case every stored sum is a bf16 value and "
+    "every row of input / weight has unit mean square") {
+  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
+  REQUIRE(registry.ok());
+  const tasks::Task* task = registry->find("llm/fused_add_rms_norm");
+  REQUIRE(task != nullptr);
+  const tasks::Case* chosen = nullptr;
+  for (const auto& c : task->cases) {
+    if (c.name == "h_tokens_7") chosen = &c;
+  }
+  REQUIRE(chosen != nullptr);
+  auto tensors = kernels::run_oracle(*task, *chosen, tasks::case_seed(*chosen, 1));
+  REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+  const auto& residual = tensors->at("residual");
+  const auto& input = tensors->at("input");
+  const auto& weight = tensors->at("weight");
+  const std::int64_t hidden = chosen->symbols.at("hidden_size");
+  const double epsilon = chosen->scalars.at("epsilon");
+  std::size_t unrounded = 0;
+  for (const double v : residual.values) {
+    unrounded += kernels::round_to_dtype(core::DType::kBF16, v) == v ? 0 : 1;
+  }
+  CHECK(unrounded == 0);
+  for (std::int64_t t = 0; t < chosen->symbols.at("num_tokens"); ++t) {
+    double mean_square = 0.0;
+    double residual_mean_square = 0.0;
+    for (std::int64_t i = 0; i < hidden; ++i) {
+      const double normalised = input.values[t * hidden + i] / weight.values[i];
+      mean_square += normalised * normalised / static_cast<double>(hidden);
+      const double r = residual.values[t * hidden + i];
+      residual_mean_square += r * r / static_cast<double>(hidden);
+    }
+    CAPTURE(t);
+    // mean((r / rms)^2) = ms / (ms + epsilon), with ms the mean square of the stored row.
+    CHECK(mean_square ==
+          doctest::Approx(residual_mean_square / (residual_mean_square + epsilon)).epsilon(1e-12));
+    // Residual std 4 plus input std 1: the stored row has a mean square near 17.
+    CHECK(residual_mean_square > 12.0);
+    CHECK(residual_mean_square < 23.0);
+  }
+}
