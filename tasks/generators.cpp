@@ -2,11 +2,17 @@
 // Built with -ffp-contract=off (tasks/CMakeLists.txt): a fused multiply-add would change bits.
 #include "tasks/generators.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 
+#include "tasks/captured.hpp"
 #include "tasks/random.hpp"
 
 namespace crucible::tasks {
@@ -16,6 +22,32 @@ constexpr double kLn2 = 0.6931471805599453094;
 constexpr double kSqrtHalf = 0.70710678118654752440;
 // Rejections allowed per polar-method pair before giving up (probability 0.215^64: never).
 constexpr std::uint64_t kMaxPolarAttempts = 64;
+constexpr std::uint64_t kPadSalt = 0x5A17ED0DDBA11ULL;
+
+// A keyed bijection on [0, 2^bits): odd multiplications, xor-shifts and additions modulo 2^bits,
+// each invertible, in four keyed rounds.
+std::uint64_t mix_bits(std::uint64_t x, std::uint64_t seed, unsigned bits) {
+  const std::uint64_t mask = bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
+  const unsigned shift = bits > 1 ? (bits + 1) / 2 : 1;
+  for (std::uint64_t round = 0; round < 4; ++round) {
+    const std::uint64_t key = stream_bits(seed, round);
+    x = (x + key) & mask;
+    x = (x * (key | 1)) & mask;
+    x ^= x >> shift;
+  }
+  return x;
+}
+
+// Element `index` (< max) of a seeded permutation of [0, max): the bijection on the smallest
+// power-of-two domain covering max, walked until it lands below max (cycle walking keeps it a
+// bijection on [0, max); fewer than two steps on average).
+std::uint64_t permuted_index(std::uint64_t seed, std::uint64_t index, std::uint64_t max) {
+  unsigned bits = 1;
+  while (bits < 64 && (std::uint64_t{1} << bits) < max) ++bits;
+  std::uint64_t x = mix_bits(index, seed, bits);
+  while (x >= max) x = mix_bits(x, seed, bits);
+  return x;
+}
 
 struct NormalPair {
   double first;   // element 2k
@@ -143,6 +175,24 @@ double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint6
       const std::uint64_t start = stream_bits(seed, ~std::uint64_t{0}) % max;
       return static_cast<double>((start + index % max) % max);
     }
+    case GeneratorKind::kPermutation: {
+      if (spec.pad > 0.0 && unit_double(stream_bits(seed ^ kPadSalt, index)) < spec.pad) {
+        return -1.0;
+      }
+      return static_cast<double>(permuted_index(seed, index, static_cast<std::uint64_t>(spec.max)));
+    }
+    case GeneratorKind::kRopeCache: {
+      // Row p, column j of a [max_position, dim] table: cos in the first half, sin in the second,
+      // inverse frequency theta^(-2k / dim) for k = j mod dim/2 (vLLM's cos_sin_cache layout).
+      const auto dim = static_cast<std::uint64_t>(spec.dim);
+      const std::uint64_t half = dim / 2;
+      const std::uint64_t position = index / dim;
+      const std::uint64_t k = (index % dim) % half;
+      const double inv_freq =
+          std::pow(spec.theta, -2.0 * static_cast<double>(k) / static_cast<double>(dim));
+      const double angle = static_cast<double>(position) * inv_freq;
+      return (index % dim) < half ? std::cos(angle) : std::sin(angle);
+    }
     case GeneratorKind::kRouting:
     case GeneratorKind::kCaptured:
       break;
@@ -150,13 +200,72 @@ double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint6
   return 0.0;
 }
 
+namespace {
+
+// Parsed captured files, kept for the process's life (they are small and read by every draw).
+class CapturedFiles {
+ public:
+  static CapturedFiles& instance() {
+    static CapturedFiles files;
+    return files;
+  }
+  core::Result<std::shared_ptr<const SafetensorsFile>> get(const std::filesystem::path& path) {
+    std::lock_guard lock(mutex_);
+    if (const auto it = files_.find(path); it != files_.end()) return it->second;
+    auto file = read_safetensors(path);
+    if (!file) return file.error();
+    auto shared = std::make_shared<const SafetensorsFile>(std::move(file).value());
+    files_.emplace(path, shared);
+    return shared;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::filesystem::path, std::shared_ptr<const SafetensorsFile>> files_;
+};
+
+// Captured values: element i is element (i mod numel) of the recorded tensor, so a timing pool
+// larger than the recording sees it rotated. The dtype must match the task tensor's.
+core::Status captured_into(const GeneratorSpec& spec, core::DType dtype, std::span<std::byte> out,
+                           std::uint64_t first_index) {
+  const auto path = spec.file_path.empty() ? std::filesystem::path(spec.file) : spec.file_path;
+  auto file = CapturedFiles::instance().get(path);
+  if (!file) return file.error();
+  const CapturedTensor* tensor = (*file)->find(spec.tensor);
+  if (tensor == nullptr) {
+    return core::Error{
+        core::ErrorCode::kInvalidArgument,
+        "captured file " + path.filename().string() + " has no tensor '" + spec.tensor + "'"};
+  }
+  if (tensor->dtype != dtype) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "captured tensor '" + spec.tensor + "' is " +
+                           std::string(core::dtype_name(tensor->dtype)) + ", the task tensor " +
+                           std::string(core::dtype_name(dtype))};
+  }
+  const std::size_t size = core::dtype_size(dtype);
+  const std::size_t numel = tensor->bytes.size() / size;
+  if (numel == 0) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "captured tensor '" + spec.tensor + "' is empty"};
+  }
+  const std::size_t count = out.size() / size;
+  for (std::size_t i = 0; i < count;) {
+    const std::size_t source = (first_index + i) % numel;
+    const std::size_t run = std::min(count - i, numel - source);
+    std::memcpy(out.data() + i * size, tensor->bytes.data() + source * size, run * size);
+    i += run;
+  }
+  return {};
+}
+
+}  // namespace
+
 core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::uint64_t seed,
                            std::span<std::byte> out, std::uint64_t first_index) {
-  if (spec.kind == GeneratorKind::kCaptured || spec.kind == GeneratorKind::kRouting) {
+  if (spec.kind == GeneratorKind::kRouting) {
     return core::Error{core::ErrorCode::kInvalidArgument,
-                       "'" + std::string(generator_name(spec.kind)) +
-                           "' values are not generated on the host (captured values come from "
-                           "the safetensors reader)"};
+                       "'routing' values are reserved and not implemented yet"};
   }
   const std::size_t size = core::dtype_size(dtype);
   if (out.size() % size != 0) {
@@ -166,6 +275,17 @@ core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::ui
                            std::string(core::dtype_name(dtype)) + " elements"};
   }
   const std::size_t count = out.size() / size;
+  if (spec.kind == GeneratorKind::kCaptured) return captured_into(spec, dtype, out, first_index);
+  if (spec.kind == GeneratorKind::kPermutation &&
+      first_index + count > static_cast<std::uint64_t>(spec.max)) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "a permutation of " + std::to_string(spec.max) +
+                           " values cannot fill elements up to index " +
+                           std::to_string(first_index + count - 1) + " with distinct values"};
+  }
+  if (spec.kind == GeneratorKind::kRopeCache && spec.dim < 2) {
+    return core::Error{core::ErrorCode::kInvalidArgument, "rope_cache needs an even dim >= 2"};
+  }
   for (std::size_t i = 0; i < count;) {
     const std::uint64_t index = first_index + i;
     if (spec.kind == GeneratorKind::kRandn && (index & 1) == 0 && i + 1 < count) {

@@ -245,7 +245,7 @@ struct Context {
 
 std::string known_generator_list() {
   std::vector<std::string> names;
-  for (int i = 0; i <= static_cast<int>(GeneratorKind::kCaptured); ++i) {
+  for (int i = 0; i <= static_cast<int>(GeneratorKind::kRopeCache); ++i) {
     names.emplace_back(generator_name(static_cast<GeneratorKind>(i)));
   }
   return join(names);
@@ -314,6 +314,38 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
       if (dtype != core::DType::kI32 && dtype != core::DType::kI64) {
         ctx.problems.add(child(path, "generator"),
                          "'positions' needs an i32 or i64 tensor, this one is " + dtype_text);
+      }
+      break;
+    case GeneratorKind::kPermutation:
+      ctx.read.check_keys(*table, path, {"generator", "note", "max", "pad"});
+      spec.max = ctx.read.integer(*table, "max", path, true).value_or(1);
+      spec.pad = ctx.read.number(*table, "pad", path, false).value_or(0.0);
+      if (spec.max <= 0) {
+        ctx.problems.add(child(path, "max"), "must be positive, got " + std::to_string(spec.max));
+      }
+      if (!(spec.pad >= 0.0 && spec.pad < 1.0)) {
+        ctx.problems.add(child(path, "pad"), "must be in [0, 1), got " + number_text(spec.pad));
+      }
+      if (dtype != core::DType::kI32 && dtype != core::DType::kI64) {
+        ctx.problems.add(child(path, "generator"),
+                         "'permutation' needs an i32 or i64 tensor, this one is " + dtype_text);
+      }
+      break;
+    case GeneratorKind::kRopeCache:
+      ctx.read.check_keys(*table, path, {"generator", "note", "dim", "theta"});
+      spec.dim = ctx.read.integer(*table, "dim", path, true).value_or(2);
+      spec.theta = ctx.read.number(*table, "theta", path, false).value_or(10000.0);
+      if (spec.dim <= 0 || spec.dim % 2 != 0) {
+        ctx.problems.add(child(path, "dim"),
+                         "must be positive and even, got " + std::to_string(spec.dim));
+      }
+      if (!(spec.theta > 1.0) || !std::isfinite(spec.theta)) {
+        ctx.problems.add(child(path, "theta"),
+                         "must be finite and greater than 1, got " + number_text(spec.theta));
+      }
+      if (!core::dtype_is_floating(dtype)) {
+        ctx.problems.add(child(path, "generator"),
+                         "'rope_cache' needs a floating-point tensor, this one is " + dtype_text);
       }
       break;
     case GeneratorKind::kRouting:

@@ -11,8 +11,9 @@ namespace crucible::tasks {
 namespace {
 
 constexpr std::array<std::string_view, 3> kRoleNames{"in", "out", "inout"};
-constexpr std::array<std::string_view, 8> kGeneratorNames{
-    "randn", "uniform", "constant", "ones", "zeros", "positions", "routing", "captured"};
+constexpr std::array<std::string_view, 10> kGeneratorNames{
+    "randn",     "uniform", "constant", "ones",        "zeros",
+    "positions", "routing", "captured", "permutation", "rope_cache"};
 
 // Shortest text that reads back as the same double ("1", "0.1", "1e-05").
 std::string number_text(double value) {
@@ -64,6 +65,12 @@ std::string describe(const GeneratorSpec& spec) {
       break;
     case GeneratorKind::kPositions:
       text += "(max=" + std::to_string(spec.max) + ")";
+      break;
+    case GeneratorKind::kPermutation:
+      text += "(max=" + std::to_string(spec.max) + ", pad=" + number_text(spec.pad) + ")";
+      break;
+    case GeneratorKind::kRopeCache:
+      text += "(dim=" + std::to_string(spec.dim) + ", theta=" + number_text(spec.theta) + ")";
       break;
     case GeneratorKind::kCaptured:
       text += "(" + spec.file + "#" + spec.tensor + ")";

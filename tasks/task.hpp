@@ -34,14 +34,16 @@ const std::vector<std::string>& known_categories();
 // Where a tensor's input values come from. Generated kinds are filled on the host by
 // tasks/generators.hpp from a seed; kCaptured names a tensor recorded from a real model run.
 enum class GeneratorKind {
-  kRandn,      // normal(mean, std)
-  kUniform,    // uniform in [lo, hi); integers: lo <= v < hi
-  kConstant,   // every element = value
-  kOnes,       // every element = 1
-  kZeros,      // every element = 0
-  kPositions,  // integer token positions: (start + i) % max, start drawn from the seed
-  kRouting,    // reserved: MoE expert ids with realistic skew (not implemented yet)
-  kCaptured,   // safetensors file + tensor name
+  kRandn,        // normal(mean, std)
+  kUniform,      // uniform in [lo, hi); integers: lo <= v < hi
+  kConstant,     // every element = value
+  kOnes,         // every element = 1
+  kZeros,        // every element = 0
+  kPositions,    // integer token positions: (start + i) % max, start drawn from the seed
+  kRouting,      // reserved: MoE expert ids with realistic skew (not implemented yet)
+  kCaptured,     // safetensors file + tensor name
+  kPermutation,  // distinct integers in [0, max) in seeded order; a share `pad` set to -1
+  kRopeCache,    // rotary cos/sin table: row p = cos(p * f_k) for k < dim/2, then sin(p * f_k)
 };
 std::string_view generator_name(GeneratorKind kind);
 std::optional<GeneratorKind> generator_from_name(std::string_view name);
@@ -53,7 +55,10 @@ struct GeneratorSpec {
   double lo = 0.0;                  // uniform
   double hi = 1.0;                  // uniform
   double value = 0.0;               // constant
-  std::int64_t max = 0;             // positions: exclusive upper bound
+  std::int64_t max = 0;             // positions, permutation: exclusive upper bound
+  double pad = 0.0;                 // permutation: share of elements set to -1 (padding)
+  std::int64_t dim = 0;             // rope_cache: row length (rotary dims), even
+  double theta = 10000.0;           // rope_cache: base of the inverse frequencies
   std::string file;                 // captured: path as written (relative to the task folder)
   std::filesystem::path file_path;  // captured: resolved absolute path (checked to exist)
   std::string tensor;               // captured: tensor name inside the file

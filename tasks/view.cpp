@@ -67,6 +67,14 @@ core::Value generator_value(const GeneratorSpec& spec) {
     case GeneratorKind::kCaptured:
       out["tensor"] = spec.tensor;  // the file path is a server detail
       break;
+    case GeneratorKind::kPermutation:
+      out["max"] = spec.max;
+      out["pad"] = spec.pad;
+      break;
+    case GeneratorKind::kRopeCache:
+      out["dim"] = spec.dim;
+      out["theta"] = spec.theta;
+      break;
     case GeneratorKind::kOnes:
     case GeneratorKind::kZeros:
     case GeneratorKind::kRouting:

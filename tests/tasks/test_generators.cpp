@@ -162,12 +162,14 @@ TEST_CASE("generators: constants, ones, zeros and positions") {
   }
 }
 
-TEST_CASE("generators: captured, routing and fp8 are refused with a reason") {
+TEST_CASE("generators: routing and fp8 are refused with a reason, captured without a file too") {
   GeneratorSpec captured;
   captured.kind = GeneratorKind::kCaptured;
+  captured.file = "/nonexistent/captured.safetensors";
+  captured.tensor = "x";
   const auto a = generate(captured, core::DType::kBF16, 4, 0);
   REQUIRE_FALSE(a.ok());
-  CHECK(a.error().code == core::ErrorCode::kInvalidArgument);
+  CHECK(a.error().code == core::ErrorCode::kIo);
   GeneratorSpec routing;
   routing.kind = GeneratorKind::kRouting;
   CHECK_FALSE(generate(routing, core::DType::kI32, 4, 0).ok());
@@ -236,4 +238,71 @@ TEST_CASE("portable log: agrees with the C library to within rounding") {
   }
   CHECK(std::isinf(portable_log(0.0)));
   CHECK(std::isnan(portable_log(-1.0)));
+}
+
+TEST_CASE("generators: a permutation is distinct values below max, a share padded with -1") {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kPermutation;
+  for (const std::int64_t max : {1, 2, 7, 1000, 4096, 100003}) {
+    CAPTURE(max);
+    spec.max = max;
+    spec.pad = 0.0;
+    const auto bytes = generate(spec, core::DType::kI64, max, 11);
+    REQUIRE(bytes.ok());
+    std::vector<std::int64_t> values(static_cast<std::size_t>(max));
+    std::memcpy(values.data(), bytes->data(), bytes->size());
+    std::set<std::int64_t> distinct(values.begin(), values.end());
+    CHECK(distinct.size() == values.size());  // every value of [0, max) exactly once
+    CHECK(*distinct.begin() == 0);
+    CHECK(*distinct.rbegin() == max - 1);
+    if (max >= 1000) {
+      std::size_t fixed = 0;  // a permutation, not the identity
+      for (std::size_t i = 0; i < values.size(); ++i) fixed += values[i] == std::int64_t(i);
+      CHECK(fixed < values.size() / 10);
+    }
+  }
+  spec.max = 50000;
+  spec.pad = 0.25;
+  const auto padded = generate(spec, core::DType::kI32, 20000, 3);
+  REQUIRE(padded.ok());
+  std::vector<std::int32_t> values(20000);
+  std::memcpy(values.data(), padded->data(), padded->size());
+  std::set<std::int32_t> seen;
+  std::size_t pads = 0;
+  for (const auto v : values) {
+    if (v == -1) {
+      ++pads;
+      continue;
+    }
+    CHECK(v >= 0);
+    CHECK(v < 50000);
+    CHECK(seen.insert(v).second);
+  }
+  CHECK(pads > 4500);
+  CHECK(pads < 5500);
+  // Different seeds give different orders; more elements than max cannot be distinct.
+  spec.pad = 0.0;
+  CHECK(generate(spec, core::DType::kI32, 100, 1).value() !=
+        generate(spec, core::DType::kI32, 100, 2).value());
+  CHECK_FALSE(generate(spec, core::DType::kI32, 50001, 1).ok());
+}
+
+TEST_CASE("generators: rope_cache rows hold cos then sin of position times inverse frequency") {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kRopeCache;
+  spec.dim = 8;
+  spec.theta = 10000.0;
+  const auto bytes = generate(spec, core::DType::kF32, 4 * 8, 0);
+  REQUIRE(bytes.ok());
+  std::vector<float> values(32);
+  std::memcpy(values.data(), bytes->data(), bytes->size());
+  for (int p = 0; p < 4; ++p) {
+    for (int k = 0; k < 4; ++k) {
+      const double angle = p * std::pow(10000.0, -2.0 * k / 8.0);
+      CHECK(values[p * 8 + k] == static_cast<float>(std::cos(angle)));
+      CHECK(values[p * 8 + 4 + k] == static_cast<float>(std::sin(angle)));
+    }
+  }
+  CHECK(values[0] == 1.0f);  // position 0: cos 1, sin 0
+  CHECK(values[4] == 0.0f);
 }

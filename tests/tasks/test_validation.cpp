@@ -139,7 +139,7 @@ const BadManifest kBadManifests[] = {
      "tensors[1].role: unknown role 'input' (known: in, out, inout)"},
     {"unknown generator", "generator = \"randn\"", "generator = \"gauss\"",
      "tensors[1].values.generator: unknown generator 'gauss' (known: randn, uniform, constant, "
-     "ones, zeros, positions, routing, captured)"},
+     "ones, zeros, positions, routing, captured, permutation, rope_cache)"},
     {"reserved routing generator", "generator = \"randn\", mean = 0.0, std = 1.0",
      "generator = \"routing\"",
      "tensors[1].values.generator: 'routing' is reserved for MoE expert ids and not implemented "
