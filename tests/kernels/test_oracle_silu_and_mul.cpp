@@ -1,0 +1,89 @@
+// The llm/silu_and_mul oracle on hand-computed rows and on its own task's values.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "kernels/oracles/oracle.hpp"
+#include "tasks/registry.hpp"
+
+using namespace crucible;
+
+namespace {
+
+// Runs the oracle on `rows` rows of width d; `input` holds [gate | up] per row.
+std::vector<double> run_oracle(std::int64_t rows, std::int64_t d, std::vector<double> input) {
+  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
+  REQUIRE_MESSAGE(registry.ok(), registry.error().message);
+  const tasks::Task* task = registry->find("llm/silu_and_mul");
+  REQUIRE(task != nullptr);
+  tasks::Case c = task->cases.front();
+  c.symbols = {{"num_tokens", rows}, {"d", d}};
+  std::map<std::string, kernels::OracleTensor> tensors{
+      {"input", {core::DType::kBF16, {rows, 2, d}, std::move(input)}},
+      {"out", {core::DType::kBF16, {rows, d}, std::vector<double>(rows * d, 0.0)}},
+  };
+  const auto* oracle = kernels::find_oracle("llm/silu_and_mul");
+  REQUIRE(oracle != nullptr);
+  REQUIRE((*oracle)(kernels::OracleCall{*task, c, tensors}).ok());
+  return tensors["out"].values;
+}
+
+}  // namespace
+
+TEST_CASE("silu_and_mul oracle: hand-computed values, gate half first") {
+  // Row 0: gate (0, 2), up (5, 3): silu(0) = 0; silu(2) = 2 / (1 + e^-2).
+  // Row 1: gate (-1, ln 3), up (2, 1): silu(-1) = -1 / (1 + e); silu(ln 3) = ln 3 * 3 / 4.
+  const double ln3 = std::log(3.0);
+  const auto out = run_oracle(2, 2, {0.0, 2.0, 5.0, 3.0, -1.0, ln3, 2.0, 1.0});
+  REQUIRE(out.size() == 4);
+  CHECK(out[0] == 0.0);
+  CHECK(out[1] == doctest::Approx(3.0 * 2.0 / (1.0 + std::exp(-2.0))).epsilon(1e-15));
+  CHECK(out[1] == doctest::Approx(5.284782467867294).epsilon(1e-12));
+  CHECK(out[2] == doctest::Approx(-2.0 / (1.0 + std::exp(1.0))).epsilon(1e-15));
+  CHECK(out[2] == doctest::Approx(-0.5378828427399902).epsilon(1e-12));
+  CHECK(out[3] == doctest::Approx(ln3 * 0.75).epsilon(1e-15));
+}
+
+TEST_CASE("silu_and_mul oracle: silu saturates to the gate above and to zero far below") {
+  const auto out = run_oracle(1, 3, {40.0, -40.0, -1000.0, 1.0, 1.0, 1.0});
+  CHECK(out[0] == doctest::Approx(40.0).epsilon(1e-15));
+  CHECK(std::abs(out[1]) < 1e-15);
+  CHECK(out[1] < 0.0);
+  CHECK(out[2] == 0.0);  // exp(1000) overflows to inf; -1000 / inf is -0, not NaN
+  CHECK_FALSE(std::isnan(out[2]));
+}
+
+TEST_CASE(
+    "silu_and_mul oracle: on a generated case every output is silu(g) * u, and silu never "
+    "falls below its minimum -0.27846 (at g = -1.27846)") {
+  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
+  REQUIRE(registry.ok());
+  const tasks::Task* task = registry->find("llm/silu_and_mul");
+  REQUIRE(task != nullptr);
+  const tasks::Case* chosen = nullptr;
+  for (const auto& c : task->cases) {
+    if (c.name == "h_width_1001") chosen = &c;
+  }
+  REQUIRE(chosen != nullptr);
+  auto tensors = kernels::run_oracle(*task, *chosen, tasks::case_seed(*chosen, 1));
+  REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+  const auto& input = tensors->at("input").values;
+  const auto& out = tensors->at("out").values;
+  const std::int64_t rows = chosen->symbols.at("num_tokens");
+  const std::int64_t d = chosen->symbols.at("d");
+  REQUIRE(out.size() == static_cast<std::size_t>(rows * d));
+  std::size_t wrong = 0;
+  std::size_t below_minimum = 0;
+  for (std::int64_t t = 0; t < rows; ++t) {
+    for (std::int64_t i = 0; i < d; ++i) {
+      const double g = input[t * 2 * d + i];
+      const double u = input[t * 2 * d + d + i];
+      // silu(g) = g * sigmoid(g), written the other way round from the oracle.
+      const double expected = g * (1.0 / (1.0 + std::exp(-g))) * u;
+      wrong += std::abs(out[t * d + i] - expected) <= 1e-12 * (1.0 + std::abs(expected)) ? 0 : 1;
+      if (u != 0.0) below_minimum += out[t * d + i] / u < -0.278465 ? 1 : 0;
+    }
+  }
+  CHECK(wrong == 0);
+  CHECK(below_minimum == 0);
+}
