@@ -14,6 +14,7 @@
 #include "tasks/generators.hpp"
 #include "tasks/registry.hpp"
 #include "tasks/roofline.hpp"
+#include "tests/kernels/gpu_driver.hpp"
 #include "tests/kernels/nvrtc_support.hpp"
 
 using namespace crucible;
@@ -22,76 +23,6 @@ using namespace crucible::kernels_test;
 namespace {
 
 namespace fs = std::filesystem;
-
-// The few driver entry points the test needs, resolved from libcuda.so.1.
-struct Driver {
-  decltype(&cuInit) init = nullptr;
-  decltype(&cuDeviceGetCount) device_count = nullptr;
-  decltype(&cuDeviceGet) device_get = nullptr;
-  decltype(&cuDevicePrimaryCtxRetain) retain = nullptr;
-  decltype(&cuCtxSetCurrent) set_current = nullptr;
-  decltype(&cuModuleLoadData) module_load = nullptr;
-  decltype(&cuModuleGetFunction) get_function = nullptr;
-  decltype(&cuMemAlloc_v2) alloc = nullptr;
-  decltype(&cuMemFree_v2) free = nullptr;
-  decltype(&cuMemcpyHtoD_v2) to_device = nullptr;
-  decltype(&cuMemcpyDtoH_v2) to_host = nullptr;
-  decltype(&cuMemsetD8_v2) memset = nullptr;
-  decltype(&cuLaunchKernel) launch = nullptr;
-  decltype(&cuCtxSynchronize) synchronize = nullptr;
-  decltype(&cuEventCreate) event_create = nullptr;
-  decltype(&cuEventRecord) event_record = nullptr;
-  decltype(&cuEventElapsedTime_v2) event_elapsed = nullptr;
-
-  template <class F>
-  static void load(void* library, F& fn, const char* name) {
-    fn = reinterpret_cast<F>(dlsym(library, name));
-  }
-};
-
-// The driver with a current context on device 0, or exit(77) when there is none.
-const Driver& driver() {
-  static const Driver loaded = [] {
-    Driver d;
-    void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    const auto skip = [](const char* why) {
-      std::fprintf(stderr, "\n*** test_kernels_gpu SKIPPED: %s ***\n\n", why);
-      std::fflush(stderr);
-      std::_Exit(77);
-    };
-    if (library == nullptr) skip("libcuda.so.1 not found (no NVIDIA driver)");
-    Driver::load(library, d.init, "cuInit");
-    Driver::load(library, d.device_count, "cuDeviceGetCount");
-    Driver::load(library, d.device_get, "cuDeviceGet");
-    Driver::load(library, d.retain, "cuDevicePrimaryCtxRetain");
-    Driver::load(library, d.set_current, "cuCtxSetCurrent");
-    Driver::load(library, d.module_load, "cuModuleLoadData");
-    Driver::load(library, d.get_function, "cuModuleGetFunction");
-    Driver::load(library, d.alloc, "cuMemAlloc_v2");
-    Driver::load(library, d.free, "cuMemFree_v2");
-    Driver::load(library, d.to_device, "cuMemcpyHtoD_v2");
-    Driver::load(library, d.to_host, "cuMemcpyDtoH_v2");
-    Driver::load(library, d.memset, "cuMemsetD8_v2");
-    Driver::load(library, d.launch, "cuLaunchKernel");
-    Driver::load(library, d.synchronize, "cuCtxSynchronize");
-    Driver::load(library, d.event_create, "cuEventCreate");
-    Driver::load(library, d.event_record, "cuEventRecord");
-    Driver::load(library, d.event_elapsed, "cuEventElapsedTime_v2");
-    int count = 0;
-    if (d.init == nullptr || d.init(0) != CUDA_SUCCESS) skip("cuInit failed (no usable GPU)");
-    if (d.device_count(&count) != CUDA_SUCCESS || count == 0) skip("no CUDA device");
-    CUdevice device = 0;
-    CUcontext context = nullptr;
-    if (d.device_get(&device, 0) != CUDA_SUCCESS || d.retain(&context, device) != CUDA_SUCCESS ||
-        d.set_current(context) != CUDA_SUCCESS) {
-      skip("cannot create a context on device 0");
-    }
-    return d;
-  }();
-  return loaded;
-}
-
-#define CU_REQUIRE(call) REQUIRE_MESSAGE((call) == CUDA_SUCCESS, #call)
 
 struct Kernel {
   CUmodule module = nullptr;
