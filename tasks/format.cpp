@@ -48,11 +48,11 @@ std::string format_task_table(const Registry& registry) {
   std::size_t id_width = 2;
   for (const auto& task : registry.all()) id_width = std::max(id_width, task.id.size());
   std::ostringstream out;
-  out << pad("ID", id_width + 2) << pad("CATEGORY", 12) << pad("CASES", 12) << "TITLE\n";
+  out << pad("ID", id_width + 2) << pad("CATEGORY", 10) << pad("CASES", 13) << "MIRRORS\n";
   for (const auto& task : registry.all()) {
     const std::string cases = std::to_string(task.visible_cases().size()) + "+" +
                               std::to_string(task.hidden_cases().size()) + " hidden";
-    out << pad(task.id, id_width + 2) << pad(task.category, 12) << pad(cases, 12) << task.title
+    out << pad(task.id, id_width + 2) << pad(task.category, 10) << pad(cases, 13) << task.module
         << "\n";
   }
   out << registry.all().size() << (registry.all().size() == 1 ? " task\n" : " tasks\n");

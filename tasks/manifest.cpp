@@ -855,9 +855,10 @@ std::optional<Task> load_manifest(const fs::path& manifest, const fs::path& home
     return std::nullopt;
   }
 
-  read.check_keys(root, "",
-                  {"id", "category", "module", "title", "description", "reference", "symbols",
-                   "tensors", "scalars", "tolerance", "roofline", "visible_cases", "hidden_cases"});
+  read.check_keys(
+      root, "",
+      {"id", "category", "module", "title", "description", "reference", "symbols", "tensors",
+       "scalars", "tolerance", "roofline", "visible_cases", "hidden_cases", "checker"});
 
   Task task;
   task.manifest_path = absolute_manifest;
@@ -867,6 +868,14 @@ std::optional<Task> load_manifest(const fs::path& manifest, const fs::path& home
   task.module = read.string(root, "module", "", true).value_or("");
   task.title = read.string(root, "title", "", true).value_or("");
   task.description = read.string(root, "description", "", true).value_or("");
+  task.checker = read.string(root, "checker", "", false).value_or("");
+  if (!task.checker.empty()) {
+    const auto& known = known_checkers();
+    if (std::find(known.begin(), known.end(), task.checker) == known.end()) {
+      problems.add("checker",
+                   "unknown checker " + in_quotes(task.checker) + " (known: " + join(known) + ")");
+    }
+  }
 
   // The id is the folder path under tasks/, so a task is found where its id says.
   const std::string folder =

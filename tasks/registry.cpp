@@ -6,11 +6,48 @@
 #include <string>
 #include <system_error>
 
+#include "tasks/captured.hpp"
 #include "tasks/manifest.hpp"
 
 namespace crucible::tasks {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Every captured value a case uses must exist with the tensor's dtype and exactly the case's
+// element count: caught when the registry loads, not as an infra_error in the middle of a step.
+void check_captured_values(const Task& task, const std::string& shown,
+                           std::vector<std::string>& errors) {
+  for (const auto& c : task.cases) {
+    for (const auto& tensor : task.tensors) {
+      const auto spec = c.values.find(tensor.name);
+      if (spec == c.values.end() || spec->second.kind != GeneratorKind::kCaptured) continue;
+      const std::string where = shown + ": case " + c.name + ": values." + tensor.name + ": ";
+      auto file = read_safetensors(spec->second.file_path);
+      if (!file) {
+        errors.push_back(where + file.error().message);
+        continue;
+      }
+      const CapturedTensor* captured = file->find(spec->second.tensor);
+      const auto count = element_count(tensor, c);
+      if (captured == nullptr) {
+        errors.push_back(where + "captured file " + spec->second.file + " has no tensor '" +
+                         spec->second.tensor + "'");
+      } else if (captured->dtype != tensor.dtype) {
+        errors.push_back(where + "captured tensor '" + spec->second.tensor + "' is " +
+                         std::string(core::dtype_name(captured->dtype)) + ", the tensor is " +
+                         std::string(core::dtype_name(tensor.dtype)));
+      } else if (count && captured->numel() != *count) {
+        errors.push_back(where + "captured tensor '" + spec->second.tensor + "' has " +
+                         std::to_string(captured->numel()) + " elements, the case's shape " +
+                         std::to_string(*count));
+      }
+    }
+  }
+}
+
+}  // namespace
 
 core::Result<Registry> Registry::load(const fs::path& home) {
   const fs::path root = fs::absolute(home).lexically_normal();
@@ -50,7 +87,10 @@ core::Result<Registry> Registry::load(const fs::path& home) {
         continue;
       }
     }
-    if (task) registry.tasks_.push_back(std::move(*task));
+    if (task) {
+      check_captured_values(*task, manifest.lexically_relative(root).generic_string(), errors);
+      registry.tasks_.push_back(std::move(*task));
+    }
   }
   if (manifests.empty()) errors.push_back("tasks: no task.toml found under " + tasks_root.string());
   if (!errors.empty()) {

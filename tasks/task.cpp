@@ -40,6 +40,11 @@ const std::vector<std::string>& known_categories() {
   return kCategories;
 }
 
+const std::vector<std::string>& known_checkers() {
+  static const std::vector<std::string> kCheckers{"topk"};
+  return kCheckers;
+}
+
 std::string_view generator_name(GeneratorKind kind) {
   return kGeneratorNames.at(static_cast<std::size_t>(kind));
 }

@@ -30,6 +30,9 @@ inline bool is_input(Role role) { return role != Role::kOut; }
 // detection), "science" (3D, robotics and science), "recsys" (recommendation), "world" (world
 // models and diffusion LLMs).
 const std::vector<std::string>& known_categories();
+// Checkers a manifest may name (`checker = "..."`), implemented in sandbox/task_checker.hpp:
+// "topk" (top-k routing: any order of tied scores is right).
+const std::vector<std::string>& known_checkers();
 
 // Where a tensor's input values come from. Generated kinds are filled on the host by
 // tasks/generators.hpp from a seed; kCaptured names a tensor recorded from a real model run.
@@ -122,6 +125,9 @@ struct Roofline {
 
 struct Task {
   std::string id, category, module, title, description;
+  // The checker that judges all outputs of a case together (one of known_checkers()), for
+  // outputs with several right answers; empty: each output compared elementwise.
+  std::string checker;
   std::vector<std::string> symbols;      // symbol names in declaration order
   std::vector<SymbolSpec> symbol_specs;  // same order, with descriptions and dtypes
   std::vector<TensorSpec> tensors;       // kernel argument order of the production module

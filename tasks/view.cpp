@@ -145,6 +145,9 @@ core::Value common_view(const Task& task) {
   out["roofline"] = {{"bytes", task.roofline.bytes}, {"flops", task.roofline.flops}};
   out["reference"] = {{"path", task.reference_path}, {"source", task.reference_source}};
   out["launch"] = kLaunchNote;
+  // How outputs are judged: elementwise against the reference, or by a named checker that
+  // accepts every right answer (top-k under ties).
+  out["checker"] = task.checker.empty() ? std::string("elementwise") : task.checker;
   return out;
 }
 

@@ -3,7 +3,8 @@
 under bench/results/ (GPU name, driver, date and command in each).
 
 Usage: collect_results.py RESULTS_DIR [--out bench/results]
-RESULTS_DIR is the unpacked results.tar.gz of a `device_run.sh tests bench trajectory` run.
+RESULTS_DIR is the unpacked results.tar.gz of a `device_run.sh` run; each file is written from
+the parts that run produced (a part not run leaves its committed file as it was).
 """
 import argparse
 import json
@@ -129,14 +130,22 @@ def main():
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results"))
     args = parser.parse_args()
     facts = gpu_facts(args.results)
-    eval_rows = [json.loads(line) for line in
-                 (args.results / "eval_run" / "results.jsonl").read_text().splitlines()]
-    outputs = {
-        "h200_gpu_suite.json": corpus(args.results, facts),
-        "h200_hack_suite.json": hacks(args.results, facts, eval_rows),
-        "h200_gpu_bench.json": bench(args.results, facts),
-        "h200_replay.json": replay(args.results, facts, eval_rows),
-    }
+    folder = args.results
+    eval_path = folder / "eval_run" / "results.jsonl"
+    eval_rows = ([json.loads(line) for line in eval_path.read_text().splitlines()]
+                 if eval_path.exists() else [])
+    outputs = {}
+    if (folder / "test_gpu_corpus.txt").exists():
+        outputs["h200_gpu_suite.json"] = corpus(folder, facts)
+    if (folder / "test_hacks.txt").exists():
+        outputs["h200_hack_suite.json"] = hacks(folder, facts, eval_rows)
+    if list(folder.glob("gpu_bench_cap*.json")):
+        outputs["h200_gpu_bench.json"] = bench(folder, facts)
+    if (folder / "replay.json").exists():
+        outputs["h200_replay.json"] = replay(folder, facts, eval_rows)
+    if (folder / "parity.json").exists():
+        outputs["h200_parity.json"] = {**json.loads((folder / "parity.json").read_text()),
+                                       **facts}
     for name, value in outputs.items():
         (args.out / name).write_text(json.dumps(value, indent=2) + "\n")
         print(f"wrote {args.out / name}")

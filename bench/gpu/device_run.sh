@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the GPU suites, benchmarks and the logged-run replay on the GPU machine, from the
 # repository root, with the binaries carried in .bundle/ (see bench/README.md).
-#   device_run.sh [tests] [bench] [ncu] [trajectory]     (default: all four)
+#   device_run.sh [tests] [bench] [ncu] [trajectory] [parity]    (default: all five)
 # Figures and logs go to $OUT; everything is also packed into $OUT/results.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/crucible-out}
 mkdir -p "$OUT/r"
-parts=${*:-tests bench ncu trajectory}
+parts=${*:-tests bench ncu trajectory parity}
 want() { [[ " $parts " == *" $1 "* ]]; }
 cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
 # Only crucible's own programs get the carried libraries (python3 and ncu keep the system's).
@@ -65,4 +65,11 @@ if want trajectory; then
   run timeout 400 $B/crucible replay "$R/run.log" --time-cap-ms "$cap" -j 1 --rows 20 -o "$R/replay.json" 2>&1 | tail -45
   step "replay --rescore with kevin"
   run $B/crucible replay "$R/run.log" --rescore --reward '{"preset": "kevin"}' -o "$R/rescore.json" --rows 5 2>&1 | tail -12
+fi
+if want parity; then
+  step "reference parity: crucible's reference times, PyTorch eager and torch.compile"
+  CRUCIBLE_LIBRARY_PATH="$libs" python3 bench/gpu/parity.py --references "$R/refs.jsonl"
+  run timeout 300 $B/crucible eval "$R/refs.jsonl" -o "$R/refs_eval" -j 1 2>&1 | tail -4
+  CRUCIBLE_LIBRARY_PATH="$libs" PYTHONUNBUFFERED=1 timeout 400 python3 bench/gpu/parity.py \
+    --crucible "$R/refs_eval/results.jsonl" --json "$R/parity.json" 2>&1 | tail -60
 fi

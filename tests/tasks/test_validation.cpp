@@ -198,7 +198,7 @@ const BadManifest kBadManifests[] = {
      "science, recsys, world)"},
     {"unknown top-level key", "title = \"Toy\"", "title = \"Toy\"\ncolour = \"red\"",
      "colour: unknown key (known: id, category, module, title, description, reference, symbols, "
-     "tensors, scalars, tolerance, roofline, visible_cases, hidden_cases)"},
+     "tensors, scalars, tolerance, roofline, visible_cases, hidden_cases, checker)"},
     {"scalar without a value or default", "default = 2.0\n", "",
      "visible_cases[0].scalars: missing value for scalar 'alpha' (it has no default)"},
     {"integer scalar given a fraction", "dtype = \"f32\"\ndefault = 2.0",
@@ -291,9 +291,22 @@ TEST_CASE("validation: a tasks folder without manifests is an error") {
   CHECK(errors[0].find("no task.toml found") != std::string::npos);
 }
 
+// A safetensors file holding one bf16 tensor of `count` zero elements named `name`.
+std::string safetensors_with(const std::string& name, std::size_t count) {
+  std::string header = "{\"" + name + "\": {\"dtype\": \"BF16\", \"shape\": [" +
+                       std::to_string(count) + "], \"data_offsets\": [0, " +
+                       std::to_string(2 * count) + "]}}";
+  while (header.size() % 8 != 0) header += ' ';
+  std::string file(8, '\0');
+  std::uint64_t length = header.size();
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((length >> (8 * i)) & 0xFF);
+  return file + header + std::string(2 * count, '\0');
+}
+
 TEST_CASE("validation: a captured file that exists is accepted and resolved") {
   ScratchHome home;
-  home.write("tasks/llm/toy/captured/x.safetensors", "stand-in bytes");
+  // Case "other" has n = 33, and x is [n, 4] bf16.
+  home.write("tasks/llm/toy/captured/x.safetensors", safetensors_with("layer0.x", 33 * 4));
   home.write(kFile, replaced(kValid, "symbols = { n = 33 }",
                              "symbols = { n = 33 }\nvalues = { x = { generator = \"captured\", "
                              "file = \"captured/x.safetensors\", tensor = \"layer0.x\", "
@@ -310,4 +323,30 @@ TEST_CASE("validation: a captured file that exists is accepted and resolved") {
   CHECK(describe(spec) == "captured(captured/x.safetensors#layer0.x): toy run");
   // The visible case keeps the tensor's own generator.
   CHECK(loaded->find("llm/toy")->find_case("small")->values.at("x").kind == GeneratorKind::kRandn);
+}
+
+TEST_CASE("validation: captured values that are missing or the wrong size are refused at load") {
+  const std::string values =
+      "symbols = { n = 33 }\nvalues = { x = { generator = \"captured\", "
+      "file = \"captured/x.safetensors\", tensor = \"layer0.x\" } }";
+  {
+    ScratchHome home;
+    home.write("tasks/llm/toy/captured/x.safetensors", safetensors_with("layer0.x", 32 * 4));
+    home.write(kFile, replaced(kValid, "symbols = { n = 33 }", values));
+    const auto errors = load_errors(home);
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0] ==
+          "tasks/llm/toy/task.toml: case other: values.x: captured tensor 'layer0.x' has 128 "
+          "elements, the case's shape 132");
+  }
+  {
+    ScratchHome home;
+    home.write("tasks/llm/toy/captured/x.safetensors", safetensors_with("layer1.x", 33 * 4));
+    home.write(kFile, replaced(kValid, "symbols = { n = 33 }", values));
+    const auto errors = load_errors(home);
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0] ==
+          "tasks/llm/toy/task.toml: case other: values.x: captured file captured/x.safetensors "
+          "has no tensor 'layer0.x'");
+  }
 }

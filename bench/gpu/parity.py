@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Reference parity: every task's reference against the best PyTorch implementation of the same
+op on the same shapes, and against the roofline floor (bench/README.md).
+
+Run on the GPU machine (PyTorch with CUDA) from the repository root, after `crucible eval` has
+scored every task's own reference (so results.jsonl holds crucible's CUPTI times of the
+reference per timing case):
+
+    crucible eval refs.jsonl -o refs-eval       # refs.jsonl: bench/gpu/parity.py --references
+    python3 bench/gpu/parity.py --crucible refs-eval/results.jsonl --json parity.json
+
+Library times are kernel times from torch.profiler (the sum of the GPU kernels of one call, not
+host time), median over calls, each call on its own copy of the inputs with a 2 x L2 read
+between calls (the conditions crucible times its kernels under). PyTorch eager and
+torch.compile (inductor, default mode) are both measured; the best of the two is the library
+time. The floor is crucible's roofline floor of the case (bytes / bandwidth, FLOPs / peak).
+"""
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+
+TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64",
+                "fp8_e4m3": "float8_e4m3fn", "i32": "int32", "i64": "int64", "u8": "uint8",
+                "i8": "int8", "i16": "int16", "bool": "bool"}
+
+
+def crucible(*args):
+    # crucible's own libraries (CRUCIBLE_LIBRARY_PATH) for it alone: PyTorch keeps the system's.
+    env = dict(os.environ)
+    if "CRUCIBLE_LIBRARY_PATH" in env:
+        env["LD_LIBRARY_PATH"] = env["CRUCIBLE_LIBRARY_PATH"]
+    return subprocess.check_output(["build/dev/bin/crucible", *args], text=True, env=env)
+
+
+def crucible_json(*args):
+    return json.loads(crucible(*args))
+
+
+def task_ids():
+    out = crucible("tasks", "list")
+    rows = [line.split() for line in out.splitlines()[1:]]
+    return [row[0] for row in rows if row and "/" in row[0]]
+
+
+def write_references(path):
+    with open(path, "w") as out:
+        for task in task_ids():
+            view = crucible_json("tasks", "show", task, "--json")
+            out.write(json.dumps({"task": task, "sample_id": f"{task}#reference",
+                                  "source": view["reference"]["source"]}) + "\n")
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+
+def make_inputs(torch, view, case, device):
+    symbols = case["symbols"]
+    tensors = {}
+    for spec in view["tensors"]:
+        shape = [symbols[d] if d in symbols else int(d) for d in spec["shape"]]
+        dtype = getattr(torch, TORCH_DTYPES[spec["dtype"]])
+        values = case.get("values", {}).get(spec["name"])
+        tensors[spec["name"]] = fill(torch, values, shape, dtype, device)
+    return tensors
+
+
+def fill(torch, values, shape, dtype, device):
+    kind = (values or {}).get("generator", "zeros")
+    numel = 1
+    for d in shape:
+        numel *= d
+    if kind == "randn":
+        t = torch.randn(shape, device=device) * values["std"] + values["mean"]
+    elif kind == "uniform":
+        t = torch.rand(shape, device=device) * (values["hi"] - values["lo"]) + values["lo"]
+        if not dtype.is_floating_point:
+            t = t.floor()
+    elif kind == "constant":
+        t = torch.full(shape, values["value"], device=device)
+    elif kind == "ones":
+        t = torch.ones(shape, device=device)
+    elif kind == "positions":
+        t = (torch.arange(numel, device=device) % values["max"]).reshape(shape)
+    elif kind == "permutation":
+        t = torch.randperm(values["max"], device=device)[:numel].reshape(shape)
+        if values.get("pad", 0) > 0:
+            t[torch.rand(shape, device=device) < values["pad"]] = -1
+    elif kind == "rope_cache":
+        dim = values["dim"]
+        inv = values.get("theta", 10000.0) ** (-torch.arange(0, dim, 2, device=device) / dim)
+        angles = torch.arange(shape[0], device=device)[:, None] * inv[None, :]
+        t = torch.cat([angles.cos(), angles.sin()], dim=-1)
+    else:
+        t = torch.zeros(shape, device=device)
+    if dtype == torch.float8_e4m3fn:
+        return t.to(torch.float32).clamp(-448, 448).to(dtype)
+    return t.to(dtype)
+
+
+# ---- the ops in PyTorch (vLLM semantics) ------------------------------------------------------
+
+def op_rms_norm(torch, t, s, sym):
+    x = t["input"].float()
+    t["out"].copy_((x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + s["epsilon"])).to(
+        t["input"].dtype) * t["weight"])
+
+
+def op_fused_add_rms_norm(torch, t, s, sym):
+    r = (t["input"].float() + t["residual"].float()).to(t["residual"].dtype)
+    t["residual"].copy_(r)
+    x = r.float()
+    t["input"].copy_((x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + s["epsilon"])).to(
+        r.dtype) * t["weight"])
+
+
+def op_silu_and_mul(torch, t, s, sym):
+    x = t["input"]
+    d = x.shape[-1] // 2
+    t["out"].copy_(torch.nn.functional.silu(x[..., :d].float()).to(x.dtype) * x[..., d:])
+
+
+def op_fp8_quant(torch, t, s, sym):
+    x = t["input"].float()
+    scale = (x.abs().amax(-1, keepdim=True) / 448.0).clamp(min=1.0 / (448.0 * 512.0))
+    t["scale"].copy_(scale)
+    t["out"].copy_((x / scale).clamp(-448, 448).to(torch.float8_e4m3fn))
+
+
+def op_rotary(torch, t, s, sym):
+    pos = t["positions"]
+    head = int(s.get("head_size", sym.get("head_size", 128)))
+    cache = t["cos_sin_cache"].index_select(0, pos)
+    cos, sin = cache.chunk(2, dim=-1)
+    neox = int(s.get("is_neox", 1)) == 1
+    for name in ("query", "key"):
+        x = t[name]
+        xs = x.view(x.shape[0], -1, head)
+        if neox:
+            x1, x2 = xs[..., : head // 2], xs[..., head // 2:]
+            c, sn = cos[:, None, :], sin[:, None, :]
+            out = torch.cat([x1 * c - x2 * sn, x2 * c + x1 * sn], dim=-1)
+        else:
+            x1, x2 = xs[..., 0::2], xs[..., 1::2]
+            c, sn = cos[:, None, :], sin[:, None, :]
+            out = torch.stack([x1 * c - x2 * sn, x2 * c + x1 * sn], dim=-1).flatten(-2)
+        xs.copy_(out)
+
+
+def op_reshape_and_cache_flash(torch, t, s, sym):
+    slots = t["slot_mapping"]
+    valid = slots >= 0
+    kc, vc = t["key_cache"], t["value_cache"]
+    flat_k = kc.view(-1, *kc.shape[2:])
+    flat_v = vc.view(-1, *vc.shape[2:])
+    idx = slots[valid]
+    flat_k.index_copy_(0, idx, t["key"][valid])
+    flat_v.index_copy_(0, idx, t["value"][valid])
+
+
+def op_topk_softmax(torch, t, s, sym):
+    k = t["topk_weights"].shape[-1]
+    probs = torch.softmax(t["gating_output"].float(), dim=-1)
+    w, i = probs.topk(k, dim=-1)
+    t["topk_weights"].copy_(w)
+    t["topk_indices"].copy_(i.to(t["topk_indices"].dtype))
+    if "token_expert_indices" in t:
+        n = probs.shape[0]
+        ar = torch.arange(k, device=probs.device, dtype=torch.int32)[None, :] * n
+        t["token_expert_indices"].copy_(ar + torch.arange(n, device=probs.device,
+                                                          dtype=torch.int32)[:, None])
+
+
+def op_grouped_topk(torch, t, s, sym):
+    gating = t["gating_output"].float()
+    scores = gating.sigmoid()
+    choice = scores + t["e_score_correction_bias"].float()[None, :]
+    n, e = choice.shape
+    groups = int(sym.get("num_expert_group", s.get("num_expert_group", 8)))
+    topk_group = int(sym.get("topk_group", s.get("topk_group", 4)))
+    k = t["topk_weights"].shape[-1]
+    group_scores = choice.view(n, groups, -1).topk(2, dim=-1)[0].sum(-1)
+    keep = group_scores.topk(topk_group, dim=-1)[1]
+    mask = torch.zeros_like(group_scores).scatter_(1, keep, 1)
+    mask = mask[:, :, None].expand(n, groups, e // groups).reshape(n, e)
+    ids = choice.masked_fill(mask == 0, float("-inf")).topk(k, dim=-1)[1]
+    w = scores.gather(1, ids)
+    w = w / w.sum(-1, keepdim=True) * float(s.get("routed_scaling_factor", 2.5))
+    t["topk_weights"].copy_(w)
+    name = "topk_ids" if "topk_ids" in t else "topk_indices"
+    t[name].copy_(ids.to(t[name].dtype))
+
+
+OPS = {
+    "llm/rms_norm": op_rms_norm,
+    "llm/fused_add_rms_norm": op_fused_add_rms_norm,
+    "llm/silu_and_mul": op_silu_and_mul,
+    "llm/dynamic_per_token_scaled_fp8_quant": op_fp8_quant,
+    "llm/rotary_embedding": op_rotary,
+    "llm/reshape_and_cache_flash": op_reshape_and_cache_flash,
+    "llm/topk_softmax": op_topk_softmax,
+    "llm/grouped_topk": op_grouped_topk,
+}
+
+
+# ---- timing -----------------------------------------------------------------------------------
+
+def kernel_times_ns(torch, fn, inputs, calls, flush):
+    """Median over calls of the summed GPU kernel time of one call (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+    for i in range(3):
+        fn(inputs[i % len(inputs)])
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            flush()
+            fn(inputs[i % len(inputs)])
+        torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA"),
+                     key=lambda e: e.time_range.start)
+    per_call, current, started = [], 0.0, False
+    for event in kernels:
+        if "crucible_flush" in event.name or ("reduce_kernel" in event.name and "long" in
+                                              event.name):
+            if started:
+                per_call.append(current)
+            current, started = 0.0, True
+            continue
+        current += event.time_range.elapsed_us()
+    if started:
+        per_call.append(current)
+    per_call = [c for c in per_call if c > 0]
+    return 1000.0 * statistics.median(per_call) if per_call else None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--references", help="write the JSONL of every task's reference here")
+    parser.add_argument("--crucible", help="results.jsonl of `crucible eval` on the references")
+    parser.add_argument("--json", help="write the table here")
+    parser.add_argument("--calls", type=int, default=60)
+    args = parser.parse_args()
+    if args.references:
+        write_references(args.references)
+        return
+    import torch
+    device = "cuda"
+    crucible = {}
+    for line in pathlib.Path(args.crucible).read_text().splitlines():
+        record = json.loads(line)
+        timing = (record.get("result") or {}).get("timing") or {}
+        for case in timing.get("cases", []):
+            crucible[(record["task"], case["case"])] = case
+        if record.get("status") != "ok":
+            print(f"{record['task']}: reference scored {record.get('status')}: "
+                  f"{record.get('message', '')[:160]}", file=sys.stderr)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush_buffer = torch.ones(2 * l2 // 4 + 1, dtype=torch.int32, device=device)
+
+    def flush():
+        flush_buffer.sum(dtype=torch.int64)
+
+    rows = []
+    for task in task_ids():
+        view = crucible_json("tasks", "show", task, "--json")
+        op = OPS.get(task)
+        for case in view["cases"]:
+            key = (task, case["name"])
+            row = {"task": task, "case": case["name"], "symbols": case["symbols"],
+                   "weight": case["weight"], "floor_ns": case["roofline"]["h200_floor_ns"]}
+            if key in crucible:
+                row["reference_ns"] = crucible[key]["reference"]["median_ns"]
+                row["floor_ns"] = crucible[key]["floor_ns"]
+            if op is not None:
+                scalars = case.get("scalars", {})
+                copies = [make_inputs(torch, view, case, device) for _ in range(4)]
+
+                def eager(t):
+                    op(torch, t, scalars, case["symbols"])
+
+                row["eager_ns"] = kernel_times_ns(torch, eager, copies, args.calls, flush)
+                try:
+                    compiled = torch.compile(lambda t: op(torch, t, scalars, case["symbols"]))
+                    row["compile_ns"] = kernel_times_ns(torch, compiled, copies, args.calls,
+                                                        flush)
+                except Exception as error:  # report, do not hide
+                    row["compile_error"] = str(error).splitlines()[0][:200]
+                library = [v for v in (row.get("eager_ns"), row.get("compile_ns")) if v]
+                if library:
+                    row["library_ns"] = min(library)
+                    row["library"] = ("eager" if row["library_ns"] == row.get("eager_ns")
+                                      else "torch.compile")
+            if row.get("reference_ns") and row.get("library_ns"):
+                row["reference_over_library"] = row["reference_ns"] / row["library_ns"]
+            if row.get("reference_ns") and row.get("floor_ns"):
+                row["reference_over_floor"] = row["reference_ns"] / row["floor_ns"]
+            rows.append(row)
+            print(f"{task:42s} {case['name']:16s} ref {row.get('reference_ns', 0):9.0f} ns  "
+                  f"lib {row.get('library_ns') or 0:9.0f} ns ({row.get('library', '-'):13s})  "
+                  f"ref/lib {row.get('reference_over_library', 0):5.2f}  "
+                  f"ref/floor {row.get('reference_over_floor', 0):5.2f}", flush=True)
+    if args.json:
+        gpu = torch.cuda.get_device_name(0)
+        pathlib.Path(args.json).write_text(json.dumps(
+            {"benchmark": "reference parity", "gpu": gpu, "torch": torch.__version__,
+             "command": "bench/gpu/device_run.sh parity", "rows": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
