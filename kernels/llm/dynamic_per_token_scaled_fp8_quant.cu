@@ -69,7 +69,7 @@ __device__ __forceinline__ float block_max(float value) {
 }
 
 // max(amax, |v|) over the 8 bf16 values of one vector.
-__device__ __forceinline__ float vector_abs_max(const uint4& vector, float amax) {
+__device__ __forceinline__ float vector_abs_max(const uint4 vector, float amax) {
   const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&vector);
 #pragma unroll
   for (int i = 0; i < kVectorElems / 2; ++i) {
@@ -85,7 +85,7 @@ __device__ __forceinline__ float scaled(float x, float scale) {
 
 // The 8 values of one vector divided by `scale` and rounded to e4m3, element 0 in the lowest
 // byte (the order of the output row in memory).
-__device__ __forceinline__ uint2 quantize(const uint4& vector, float scale) {
+__device__ __forceinline__ uint2 quantize(const uint4 vector, float scale) {
   const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&vector);
   unsigned int packed[kVectorElems / 4];
 #pragma unroll

@@ -68,7 +68,7 @@ __device__ __forceinline__ float block_sum(float value) {
 
 // The 8 sums x + r, each added in fp32 and rounded once to bf16; adds their squares (of the
 // rounded values) to `sum_sq`.
-__device__ __forceinline__ uint4 add_rows(const uint4& x, const uint4& r, float& sum_sq) {
+__device__ __forceinline__ uint4 add_rows(const uint4 x, const uint4 r, float& sum_sq) {
   const __nv_bfloat162* x_pairs = reinterpret_cast<const __nv_bfloat162*>(&x);
   const __nv_bfloat162* r_pairs = reinterpret_cast<const __nv_bfloat162*>(&r);
   uint4 result;
@@ -85,7 +85,7 @@ __device__ __forceinline__ uint4 add_rows(const uint4& x, const uint4& r, float&
 }
 
 // s * inv_rms * w for 8 elements, rounded once to bf16.
-__device__ __forceinline__ uint4 normalize(const uint4& s, const uint4& w, float inv_rms) {
+__device__ __forceinline__ uint4 normalize(const uint4 s, const uint4 w, float inv_rms) {
   const __nv_bfloat162* s_pairs = reinterpret_cast<const __nv_bfloat162*>(&s);
   const __nv_bfloat162* w_pairs = reinterpret_cast<const __nv_bfloat162*>(&w);
   uint4 result;
