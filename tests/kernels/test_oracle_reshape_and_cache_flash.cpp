@@ -1,0 +1,272 @@
+// The llm/reshape_and_cache_flash oracle on hand-placed slots, on its own task's generated
+// cases, and against the stories260K cache writes recorded by tasks/capture.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "kernels/oracles/oracle.hpp"
+#include "tasks/captured.hpp"
+#include "tasks/generators.hpp"
+#include "tasks/registry.hpp"
+
+using namespace crucible;
+
+namespace {
+
+using Tensors = std::map<std::string, kernels::OracleTensor>;
+
+const std::filesystem::path kCaptures =
+    std::filesystem::path(CRUCIBLE_SOURCE_DIR) / "tasks" / "capture" / "cases" / "stories260K";
+
+const tasks::Task& cache_task() {
+  static const auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
+  REQUIRE_MESSAGE(registry.ok(), registry.error().message);
+  const tasks::Task* task = registry->find("llm/reshape_and_cache_flash");
+  REQUIRE(task != nullptr);
+  return *task;
+}
+
+const tasks::Case& case_named(const tasks::Task& task, const std::string& name) {
+  for (const auto& c : task.cases) {
+    if (c.name == name) return c;
+  }
+  FAIL("no case " << name);
+  return task.cases.front();
+}
+
+// Runs the oracle on explicit tensors; the cache shape gives the symbols.
+void run(Tensors& tensors) {
+  const tasks::Task& task = cache_task();
+  tasks::Case c = task.cases.front();
+  const auto& cache = tensors.at("key_cache").shape;
+  c.symbols = {{"num_tokens", tensors.at("key").shape[0]},
+               {"num_kv_heads", cache[2]},
+               {"head_size", cache[3]},
+               {"num_blocks", cache[0]},
+               {"block_size", cache[1]}};
+  const auto* oracle = kernels::find_oracle("llm/reshape_and_cache_flash");
+  REQUIRE(oracle != nullptr);
+  const auto status = (*oracle)(kernels::OracleCall{task, c, tensors});
+  REQUIRE_MESSAGE(status.ok(), status.error().message);
+}
+
+// Two tokens of one head of 2 into 3 blocks of 4 slots; cache element i starts as 100 + i
+// (key) and 200 + i (value).
+Tensors two_tokens(double slot0, double slot1) {
+  std::vector<double> key_cache(24), value_cache(24);
+  for (std::size_t i = 0; i < 24; ++i) {
+    key_cache[i] = 100.0 + static_cast<double>(i);
+    value_cache[i] = 200.0 + static_cast<double>(i);
+  }
+  return Tensors{
+      {"key", {core::DType::kBF16, {2, 1, 2}, {1.0, 2.0, 3.0, 4.0}}},
+      {"value", {core::DType::kBF16, {2, 1, 2}, {5.0, 6.0, 7.0, 8.0}}},
+      {"key_cache", {core::DType::kBF16, {3, 4, 1, 2}, key_cache}},
+      {"value_cache", {core::DType::kBF16, {3, 4, 1, 2}, value_cache}},
+      {"slot_mapping", {core::DType::kI64, {2}, {slot0, slot1}}},
+  };
+}
+
+kernels::OracleTensor decoded(const tasks::CapturedTensor& t) {
+  return {t.dtype, t.shape,
+          kernels::decode_values(t.dtype, t.bytes.data(), static_cast<std::size_t>(t.numel()))};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "reshape_and_cache_flash oracle: a slot lands at [slot / block_size, slot % block_size]") {
+  // Slot 9 = block 2, offset 1: elements (2 * 4 + 1) * 2 = 18, 19. Slot 2 = block 0, offset 2:
+  // elements 4, 5. Every other element keeps its value.
+  Tensors t = two_tokens(9.0, 2.0);
+  run(t);
+  for (std::size_t i = 0; i < 24; ++i) {
+    CAPTURE(i);
+    double key = 100.0 + static_cast<double>(i);
+    double value = 200.0 + static_cast<double>(i);
+    if (i == 18 || i == 19) {
+      key = i == 18 ? 1.0 : 2.0;
+      value = i == 18 ? 5.0 : 6.0;
+    }
+    if (i == 4 || i == 5) {
+      key = i == 4 ? 3.0 : 4.0;
+      value = i == 4 ? 7.0 : 8.0;
+    }
+    CHECK(t["key_cache"].values[i] == key);
+    CHECK(t["value_cache"].values[i] == value);
+  }
+}
+
+TEST_CASE("reshape_and_cache_flash oracle: padding tokens (slot < 0) write nothing") {
+  Tensors t = two_tokens(-1.0, 11.0);
+  run(t);
+  for (std::size_t i = 0; i < 24; ++i) {
+    CAPTURE(i);
+    const bool written = i == 22 || i == 23;  // slot 11 = block 2, offset 3
+    CHECK(t["key_cache"].values[i] == (written ? (i == 22 ? 3.0 : 4.0) : 100.0 + double(i)));
+    CHECK(t["value_cache"].values[i] == (written ? (i == 22 ? 7.0 : 8.0) : 200.0 + double(i)));
+  }
+  // A batch of padding only leaves both caches as they were.
+  Tensors all_padding = two_tokens(-1.0, -1.0);
+  const auto key_before = all_padding["key_cache"].values;
+  const auto value_before = all_padding["value_cache"].values;
+  run(all_padding);
+  CHECK(all_padding["key_cache"].values == key_before);
+  CHECK(all_padding["value_cache"].values == value_before);
+}
+
+TEST_CASE("reshape_and_cache_flash oracle: a slot past the cache is refused, not written") {
+  Tensors t = two_tokens(12.0, 0.0);  // 3 blocks of 4: slots 0..11
+  const tasks::Task& task = cache_task();
+  tasks::Case c = task.cases.front();
+  c.symbols = {{"num_tokens", 2},
+               {"num_kv_heads", 1},
+               {"head_size", 2},
+               {"num_blocks", 3},
+               {"block_size", 4}};
+  const auto* oracle = kernels::find_oracle("llm/reshape_and_cache_flash");
+  REQUIRE(oracle != nullptr);
+  CHECK_FALSE((*oracle)(kernels::OracleCall{task, c, t}).ok());
+}
+
+TEST_CASE(
+    "reshape_and_cache_flash oracle: on generated cases, named slots hold their token's rows "
+    "and every other slot its starting value") {
+  const tasks::Task& task = cache_task();
+  for (const char* name : {"h_tokens_7", "h_row_30", "h_mostly_padding", "h_full_cache"}) {
+    CAPTURE(name);
+    const tasks::Case& c = case_named(task, name);
+    const std::uint64_t seed = tasks::case_seed(c, 1);
+    auto tensors = kernels::run_oracle(task, c, seed);
+    REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+    const std::int64_t row = c.symbols.at("num_kv_heads") * c.symbols.at("head_size");
+    const std::int64_t slots = c.symbols.at("num_blocks") * c.symbols.at("block_size");
+    const auto& slot_mapping = tensors->at("slot_mapping").values;
+    std::map<std::int64_t, std::int64_t> token_of_slot;
+    std::size_t padding = 0;
+    for (std::size_t t = 0; t < slot_mapping.size(); ++t) {
+      if (slot_mapping[t] < 0) {
+        CHECK(slot_mapping[t] == -1.0);
+        ++padding;
+        continue;
+      }
+      CHECK(token_of_slot.emplace(static_cast<std::int64_t>(slot_mapping[t]), t).second);
+    }
+    if (std::string(name) == "h_full_cache") {
+      CHECK(padding == 0);
+      CHECK(static_cast<std::int64_t>(token_of_slot.size()) == slots);
+    } else {
+      CHECK(padding > 0);
+    }
+    for (const char* pair : {"key", "value"}) {
+      const std::string cache_name = std::string(pair) + "_cache";
+      const tasks::TensorSpec* cache_spec = nullptr;
+      for (const auto& spec : task.tensors) {
+        if (spec.name == cache_name) cache_spec = &spec;
+      }
+      REQUIRE(cache_spec != nullptr);
+      auto start_bytes = tasks::generate_tensor(c, *cache_spec, seed, 0);
+      REQUIRE(start_bytes.ok());
+      const auto start = kernels::decode_values(cache_spec->dtype, start_bytes->data(),
+                                                static_cast<std::size_t>(slots * row));
+      const auto& source = tensors->at(pair).values;
+      const auto& cache = tensors->at(cache_name).values;
+      std::size_t wrong = 0;
+      for (std::int64_t s = 0; s < slots; ++s) {
+        const auto it = token_of_slot.find(s);
+        for (std::int64_t i = 0; i < row; ++i) {
+          const double want =
+              it == token_of_slot.end() ? start[s * row + i] : source[it->second * row + i];
+          wrong += cache[s * row + i] == want ? 0 : 1;
+        }
+      }
+      CAPTURE(pair);
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("reshape_and_cache_flash oracle: reproduces every recorded stories260K write exactly") {
+  std::size_t compared = 0;
+  std::size_t padded_calls = 0;
+  for (const char* file : {"prefill.reshape_and_cache_flash.safetensors",
+                           "decode_step0.reshape_and_cache_flash.safetensors",
+                           "decode_step3.reshape_and_cache_flash.safetensors"}) {
+    auto group = tasks::load_captured(kCaptures / file);
+    REQUIRE_MESSAGE(group.ok(), group.error().message);
+    for (const auto& rec : group->cases) {
+      CAPTURE(file);
+      CAPTURE(rec.name);
+      Tensors t;
+      for (const char* arg : {"key", "value", "key_cache", "value_cache", "slot_mapping"}) {
+        const tasks::CapturedTensor* recorded = group->tensor(rec.name, arg);
+        REQUIRE(recorded != nullptr);
+        t[arg] = decoded(*recorded);
+      }
+      for (const double slot : t["slot_mapping"].values) {
+        if (slot < 0) {
+          ++padded_calls;
+          break;
+        }
+      }
+      run(t);
+      for (const char* arg : {"key_cache", "value_cache"}) {
+        const tasks::CapturedTensor* after = group->tensor(rec.name, arg, true);
+        REQUIRE(after != nullptr);
+        CHECK(t[arg].values == decoded(*after).values);
+        compared += t[arg].values.size();
+      }
+    }
+  }
+  CHECK(compared > 10000);
+  CHECK(padded_calls > 0);  // the decode recordings hold padding rows (slot -1)
+}
+
+TEST_CASE(
+    "reshape_and_cache_flash oracle: the task's captured cases are the recordings, shapes "
+    "included") {
+  const tasks::Task& task = cache_task();
+  struct Expected {
+    const char* case_name;
+    const char* file;
+    const char* recorded_case;
+  };
+  for (const Expected e :
+       {Expected{"h_captured_prefill", "prefill.reshape_and_cache_flash.safetensors",
+                 "layer0.kv_cache"},
+        Expected{"h_captured_decode", "decode_step3.reshape_and_cache_flash.safetensors",
+                 "layer4.kv_cache"}}) {
+    CAPTURE(e.case_name);
+    const tasks::Case& c = case_named(task, e.case_name);
+    auto group = tasks::load_captured(kCaptures / e.file);
+    REQUIRE(group.ok());
+    for (const auto& spec : task.tensors) {
+      const tasks::CapturedTensor* recorded = group->tensor(e.recorded_case, spec.name);
+      REQUIRE(recorded != nullptr);
+      CAPTURE(spec.name);
+      CHECK(recorded->dtype == spec.dtype);
+      const auto count = tasks::element_count(spec, c);
+      REQUIRE(count.ok());
+      CHECK(*count == recorded->numel());
+      CHECK(c.values.at(spec.name).kind == tasks::GeneratorKind::kCaptured);
+    }
+    auto tensors = kernels::run_oracle(task, c, tasks::case_seed(c, 1));
+    REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+    for (const char* arg : {"key_cache", "value_cache"}) {
+      CHECK(tensors->at(arg).values == decoded(*group->tensor(e.recorded_case, arg, true)).values);
+    }
+  }
+}
+
+TEST_CASE("reshape_and_cache_flash: every generated slot mapping spans exactly its cache") {
+  // A generator cannot see the symbols: each case's permutation max must be its
+  // num_blocks * block_size, or slots miss part of the cache or fall outside it.
+  for (const auto& c : cache_task().cases) {
+    CAPTURE(c.name);
+    const auto& slots = c.values.at("slot_mapping");
+    if (slots.kind != tasks::GeneratorKind::kPermutation) continue;
+    CHECK(slots.max == c.symbols.at("num_blocks") * c.symbols.at("block_size"));
+    CHECK(slots.max >= c.symbols.at("num_tokens"));
+  }
+}
