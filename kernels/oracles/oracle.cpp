@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <mutex>
 
@@ -89,6 +90,58 @@ double round_to_dtype(core::DType dtype, double value) {
       return value != 0.0 ? 1.0 : 0.0;
   }
   return value;
+}
+
+namespace {
+template <class T>
+void put(std::vector<std::byte>& out, std::size_t index, T value) {
+  std::memcpy(out.data() + index * sizeof(T), &value, sizeof(T));
+}
+}  // namespace
+
+std::vector<std::byte> encode_values(core::DType dtype, const std::vector<double>& values) {
+  std::vector<std::byte> out(values.size() * core::dtype_size(dtype));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double v = round_to_dtype(dtype, values[i]);
+    const auto f = static_cast<float>(v);
+    switch (dtype) {
+      case core::DType::kBF16:
+        put(out, i, core::float_to_bf16(f));
+        break;
+      case core::DType::kF16:
+        put(out, i, core::float_to_f16(f));
+        break;
+      case core::DType::kF32:
+        put(out, i, f);
+        break;
+      case core::DType::kF64:
+        put(out, i, v);
+        break;
+      case core::DType::kFP8E4M3:
+        put(out, i, core::float_to_fp8_e4m3(f));
+        break;
+      case core::DType::kFP8E5M2:
+        put(out, i, core::float_to_fp8_e5m2(f));
+        break;
+      case core::DType::kI8:
+        put(out, i, static_cast<std::int8_t>(v));
+        break;
+      case core::DType::kU8:
+      case core::DType::kBool:
+        put(out, i, static_cast<std::uint8_t>(v));
+        break;
+      case core::DType::kI16:
+        put(out, i, static_cast<std::int16_t>(v));
+        break;
+      case core::DType::kI32:
+        put(out, i, static_cast<std::int32_t>(v));
+        break;
+      case core::DType::kI64:
+        put(out, i, static_cast<std::int64_t>(v));
+        break;
+    }
+  }
+  return out;
 }
 
 core::Result<std::map<std::string, OracleTensor>> run_oracle(const tasks::Task& task,

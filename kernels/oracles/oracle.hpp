@@ -59,6 +59,8 @@ std::vector<std::string> oracle_task_ids();
 
 // Decodes host bytes of `dtype` to doubles (exact for every dtype but i64 beyond 2^53).
 std::vector<double> decode_values(core::DType dtype, const void* data, std::size_t count);
+// Encodes doubles as host bytes of `dtype` (rounded as round_to_dtype does).
+std::vector<std::byte> encode_values(core::DType dtype, const std::vector<double>& values);
 // Rounds a double to what storing it as `dtype` keeps (float types: round to nearest even via
 // float for 16-bit and fp8 types; integers: round half away from zero, saturating).
 double round_to_dtype(core::DType dtype, double value);

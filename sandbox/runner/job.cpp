@@ -26,6 +26,7 @@
 #include "sandbox/launch_plan.hpp"
 #include "sandbox/plan_context.hpp"
 #include "sandbox/runner/cuda_check.hpp"
+#include "sandbox/task_checker.hpp"
 #include "sandbox/timing_stats.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/roofline.hpp"
@@ -296,6 +297,12 @@ class JobRunner {
 
  private:
   void prepare() {
+    if (!task_.checker.empty()) {
+      checker_ = find_task_checker(task_.checker);
+      if (checker_ == nullptr) {
+        fail(StepStatus::kInfraError, "the task names an unknown checker '" + task_.checker + "'");
+      }
+    }
     auto reference_plan = parse_launch_plan(task_.reference_source, context_);
     if (!reference_plan)
       fail(StepStatus::kInfraError, "reference plan: " + reference_plan.error().message);
@@ -436,6 +443,56 @@ class JobRunner {
 
   std::uint64_t canary_seed(std::size_t tensor, int side) const {
     return mix(job_.secret, tensor * 2 + static_cast<std::size_t>(side));
+  }
+
+  // The verdict on every out/inout tensor of one call: the task's checker when it names one
+  // (all outputs together, with the call's inputs), else compare_outputs per output. The
+  // vectors are indexed by task tensor; `inputs` may hold nullptr where no checker needs it.
+  using Views = std::vector<const std::byte*>;
+  static Views as_views(const std::vector<std::byte*>& pointers) {
+    return Views(pointers.begin(), pointers.end());
+  }
+
+  std::vector<CompareReport> judge_outputs(const CaseSetup& setup, const Views& inputs,
+                                           const Views& candidate, const Views& reference,
+                                           int variant, bool reveal) {
+    std::vector<CompareReport> reports;
+    std::vector<HostTensorView> input_views, candidate_views, reference_views;
+    std::vector<Tolerance> tolerances;
+    for (std::size_t t = 0; t < task_.tensors.size(); ++t) {
+      const auto& tensor = task_.tensors[t];
+      input_views.push_back(
+          HostTensorView{tensor.name, tensor.dtype, inputs[t], setup.counts[t], setup.shapes[t]});
+      if (!tasks::is_output(tensor.role)) continue;
+      const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
+      if (checker_ == nullptr) {
+        reports.push_back(compare_outputs(tensor.dtype, candidate[t], reference[t], setup.counts[t],
+                                          setup.shapes[t], Tolerance{tol.atol, tol.rtol}, variant,
+                                          reveal, tensor.name));
+        continue;
+      }
+      candidate_views.push_back(HostTensorView{tensor.name, tensor.dtype, candidate[t],
+                                               setup.counts[t], setup.shapes[t]});
+      reference_views.push_back(HostTensorView{tensor.name, tensor.dtype, reference[t],
+                                               setup.counts[t], setup.shapes[t]});
+      tolerances.push_back(Tolerance{tol.atol, tol.rtol});
+    }
+    if (checker_ == nullptr) return reports;
+    TaskCheckRequest request;
+    request.inputs = input_views;
+    request.candidate = candidate_views;
+    request.reference = reference_views;
+    request.tolerances = tolerances;
+    request.scalars = &setup.c->scalars;
+    request.poison_variant = variant;
+    request.reveal_values = reveal;
+    reports = checker_->check(request);
+    if (reports.size() != candidate_views.size()) {
+      fail(StepStatus::kInfraError, "the '" + task_.checker + "' checker returned " +
+                                        std::to_string(reports.size()) + " reports for " +
+                                        std::to_string(candidate_views.size()) + " outputs");
+    }
+    return reports;
   }
 
   // Writes the poison of `variant` into every element of a device buffer: a memset for 1-, 2-
@@ -589,12 +646,22 @@ class JobRunner {
                              std::to_string(diff.first_diff / core::dtype_size(tensor.dtype)) +
                              ")");
         }
-        continue;
       }
-      const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
-      const auto report =
-          compare_outputs(tensor.dtype, payload, expected[t], setup.counts[t], setup.shapes[t],
-                          Tolerance{tol.atol, tol.rtol}, draw, !c.hidden, tensor.name);
+    }
+    Views payloads(n, nullptr), before(n, nullptr);
+    std::vector<std::vector<std::byte>> poisoned(n);
+    for (std::size_t t = 0; t < n; ++t) {
+      payloads[t] = whole[t] + DeviceBuffer::kCanaryBytes;
+      if (tasks::is_input(task_.tensors[t].role)) {
+        before[t] = inputs(t).data();
+      } else if (checker_ != nullptr) {  // a checker sees what the call started from
+        poisoned[t].resize(setup.bytes[t]);
+        fill_poison(task_.tensors[t].dtype, poisoned[t].data(), setup.counts[t], draw);
+        before[t] = poisoned[t].data();
+      }
+    }
+    for (const auto& report :
+         judge_outputs(setup, before, payloads, as_views(expected), draw, !c.hidden)) {
       if (report.reference_invalid()) {
         fail(StepStatus::kInfraError, "the reference produced NaN on case " + c.name);
       }
@@ -826,25 +893,44 @@ class JobRunner {
         download(check_host, check_results.data(), check_results.bytes(), stream);
         sync_or_fail(stream, true, "in timed call " + std::to_string(this_call),
                      2 * job_.kernel_timeout_ms);
+        bool suspect = false;
         for (std::size_t t = 0; t < n; ++t) {
-          const auto& tensor = task_.tensors[t];
-          if (!tasks::is_output(tensor.role)) continue;
+          if (!tasks::is_output(task_.tensors[t].role)) continue;
           std::uint64_t verdict[3];
           std::memcpy(verdict, check_host + 24 * t, sizeof verdict);
           const bool all_zero = setup.counts[t] > 0 && verdict[1] == 0 && verdict[2] != 0;
-          if (verdict[0] == 0 && !all_zero) continue;
-          download(got[t], kept[t].data(), setup.bytes[t], stream);
-          download(want[t], slot.tensor_ptrs[t], setup.bytes[t], stream);
+          suspect |= verdict[0] != 0 || all_zero;
+        }
+        if (suspect) {
+          // Both sides' outputs to the host, and (for a task checker) the call's inputs, which
+          // preparing the call again restores; then the host's full verdict decides.
+          for (std::size_t t = 0; t < n; ++t) {
+            if (!tasks::is_output(task_.tensors[t].role)) continue;
+            download(got[t], kept[t].data(), setup.bytes[t], stream);
+            download(want[t], slot.tensor_ptrs[t], setup.bytes[t], stream);
+          }
+          std::vector<std::byte*> call_inputs(n, nullptr);
+          if (checker_ != nullptr) {
+            prepare_call(slot, this_call);
+            for (std::size_t t = 0; t < n; ++t) {
+              call_inputs[t] = device_.staging("call input:" + std::to_string(t), setup.bytes[t]);
+              download(call_inputs[t], slot.tensor_ptrs[t], setup.bytes[t], stream);
+            }
+          }
           check(cuStreamSynchronize(stream), "download");
-          const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
-          const auto report =
-              compare_outputs(tensor.dtype, got[t], want[t], setup.counts[t], setup.shapes[t],
-                              Tolerance{tol.atol, tol.rtol}, 0, true, tensor.name);
-          if (!report.pass) {
-            fail(StepStatus::kIncorrect,
-                 "case " + c.name + ", timed call " + std::to_string(this_call) +
-                     ": the output was wrong although the correctness runs passed: " +
-                     report.summary);
+          const auto reports =
+              judge_outputs(setup, as_views(call_inputs), as_views(got), as_views(want), 0, true);
+          for (const auto& report : reports) {
+            if (report.reference_invalid()) {
+              fail(StepStatus::kInfraError,
+                   "the reference produced invalid output in a timed call of case " + c.name);
+            }
+            if (!report.pass) {
+              fail(StepStatus::kIncorrect,
+                   "case " + c.name + ", timed call " + std::to_string(this_call) +
+                       ": the output was wrong although the correctness runs passed: " +
+                       report.summary);
+            }
           }
         }
         ++checked;
@@ -924,6 +1010,7 @@ class JobRunner {
   std::optional<double> speedup_;
   std::uint64_t next_tag_ = 1;
   Value phases_ = Value::object();
+  const TaskChecker* checker_ = nullptr;
 };
 
 }  // namespace

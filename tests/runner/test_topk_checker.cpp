@@ -12,6 +12,7 @@
 #include "core/dtype.hpp"
 #include "sandbox/compare.hpp"
 #include "sandbox/task_checker.hpp"
+#include "tasks/task.hpp"
 
 using namespace crucible;
 using core::DType;
@@ -343,4 +344,12 @@ TEST_CASE("topk checker, grouped: weights are renormalised over the chosen exper
   r.scalars["renormalize"] = 0;
   r.weights = {static_cast<float>(s0 * 2.0), static_cast<float>(s1 * 2.0)};
   CHECK(all_pass(r.check()));
+}
+
+TEST_CASE("task checkers: every checker a manifest may name has an implementation") {
+  for (const auto& name : crucible::tasks::known_checkers()) {
+    CAPTURE(name);
+    CHECK(crucible::sandbox::find_task_checker(name) != nullptr);
+  }
+  CHECK(crucible::sandbox::find_task_checker("no_such_checker") == nullptr);
 }
