@@ -14,12 +14,8 @@
 // Launch plan (DESIGN.md section 2): DeepSeek-V3's 256 experts take the register kernel; any
 // other expert count the general one. 128 threads per block, one warp per token.
 //
-// @launch if (num_experts == 256) grouped_topk_e256<<<cdiv(num_tokens, 4), 128>>>(topk_weights,
-// topk_ids, gating_output, e_score_correction_bias, num_expert_group, topk_group, renormalize,
-// routed_scaling_factor, num_tokens, topk)
-// @launch if (num_experts != 256) grouped_topk_any<<<cdiv(num_tokens, 4), 128>>>(topk_weights,
-// topk_ids, gating_output, e_score_correction_bias, num_expert_group, topk_group, renormalize,
-// routed_scaling_factor, num_tokens, num_experts, topk)
+// @launch if (num_experts == 256) grouped_topk_e256<<<cdiv(num_tokens, 4), 128>>>(topk_weights, topk_ids, gating_output, e_score_correction_bias, num_expert_group, topk_group, renormalize, routed_scaling_factor, num_tokens, topk)
+// @launch if (num_experts != 256) grouped_topk_any<<<cdiv(num_tokens, 4), 128>>>(topk_weights, topk_ids, gating_output, e_score_correction_bias, num_expert_group, topk_group, renormalize, routed_scaling_factor, num_tokens, num_experts, topk)
 //
 // Design notes (why, for whoever optimises this next):
 // - vLLM runs this as about ten torch kernels (sigmoid, add, view/topk/sum, topk, scatter,

@@ -12,15 +12,10 @@
 // Launch plan (DESIGN.md section 2): one kernel per expert count the reference specialises,
 // chosen by the guards; every other count takes the general kernel. 128 threads per block.
 //
-// @launch if (num_experts == 8) topk_softmax_e8<<<cdiv(num_tokens, 64), 128>>>(topk_weights,
-// topk_indices, token_expert_indices, gating_output, num_tokens, topk)
-// @launch if (num_experts == 128) topk_softmax_e128<<<cdiv(num_tokens, 4), 128>>>(topk_weights,
-// topk_indices, token_expert_indices, gating_output, num_tokens, topk)
-// @launch if (num_experts == 256) topk_softmax_e256<<<cdiv(num_tokens, 4), 128>>>(topk_weights,
-// topk_indices, token_expert_indices, gating_output, num_tokens, topk)
-// @launch if (num_experts != 8 && num_experts != 128 && num_experts != 256)
-// topk_softmax_any<<<cdiv(num_tokens, 4), 128>>>(topk_weights, topk_indices, token_expert_indices,
-// gating_output, num_tokens, num_experts, topk)
+// @launch if (num_experts == 8) topk_softmax_e8<<<cdiv(num_tokens, 64), 128>>>(topk_weights, topk_indices, token_expert_indices, gating_output, num_tokens, topk)
+// @launch if (num_experts == 128) topk_softmax_e128<<<cdiv(num_tokens, 4), 128>>>(topk_weights, topk_indices, token_expert_indices, gating_output, num_tokens, topk)
+// @launch if (num_experts == 256) topk_softmax_e256<<<cdiv(num_tokens, 4), 128>>>(topk_weights, topk_indices, token_expert_indices, gating_output, num_tokens, topk)
+// @launch if (num_experts != 8 && num_experts != 128 && num_experts != 256) topk_softmax_any<<<cdiv(num_tokens, 4), 128>>>(topk_weights, topk_indices, token_expert_indices, gating_output, num_tokens, num_experts, topk)
 //
 // Design notes (why, for whoever optimises this next):
 // - The op moves a few hundred bytes per token and is latency bound at decode sizes, so the

@@ -5,9 +5,7 @@
 // right on every configuration the task allows (up to 64 groups, topk up to 32). Exact ties go
 // to the lower group and expert index.
 //
-// @launch grouped_topk_simple<<<cdiv(num_tokens, 128), 128>>>(topk_weights, topk_ids,
-// gating_output, e_score_correction_bias, num_expert_group, topk_group, renormalize,
-// routed_scaling_factor, num_tokens, num_experts, topk)
+// @launch grouped_topk_simple<<<cdiv(num_tokens, 128), 128>>>(topk_weights, topk_ids, gating_output, e_score_correction_bias, num_expert_group, topk_group, renormalize, routed_scaling_factor, num_tokens, num_experts, topk)
 
 __device__ float choice_score(const float* x, const float* bias, int e) {
   return 1.0f / (1.0f + expf(-x[e])) + bias[e];

@@ -5,8 +5,7 @@
 // shape: round j takes the largest probability strictly after round j - 1's winner in the
 // order (probability descending, index ascending), so exact ties go to the lower index.
 //
-// @launch topk_softmax_simple<<<cdiv(num_tokens, 128), 128>>>(topk_weights, topk_indices,
-// token_expert_indices, gating_output, num_tokens, num_experts, topk)
+// @launch topk_softmax_simple<<<cdiv(num_tokens, 128), 128>>>(topk_weights, topk_indices, token_expert_indices, gating_output, num_tokens, num_experts, topk)
 
 extern "C" __global__ void topk_softmax_simple(float* topk_weights, int* topk_indices,
                                                int* token_expert_indices,
