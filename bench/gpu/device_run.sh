@@ -26,7 +26,7 @@ step() { echo; echo "=== $* ($(date -u +%T))"; }
 if want tests; then
   for suite in test_kernels_gpu test_runner_device; do
     step $suite
-    run timeout 120 $B/$suite > "$R/$suite.txt" 2>&1
+    run timeout 420 $B/$suite > "$R/$suite.txt" 2>&1
     echo "exit $?"; grep -E -A12 "ERROR" "$R/$suite.txt" | head -60; tail -3 "$R/$suite.txt"
   done
   for suite in test_gpu_corpus test_hacks; do

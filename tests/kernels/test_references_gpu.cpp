@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 
 // Cases whose tensors hold more elements than this are left to the runner's own suites (the
 // float64 oracle is single-threaded); the test prints how many it left out.
-constexpr std::size_t kMaxCaseElements = std::size_t{96} << 20;
+constexpr std::size_t kMaxCaseElements = std::size_t{24} << 20;
 
 struct LoadedFunction {
   CUfunction function = nullptr;
