@@ -117,9 +117,8 @@ def op_fused_add_rms_norm(torch, t, s, sym):
 
 
 def op_silu_and_mul(torch, t, s, sym):
-    x = t["input"]
-    d = x.shape[-1] // 2
-    t["out"].copy_(torch.nn.functional.silu(x[..., :d].float()).to(x.dtype) * x[..., d:])
+    x = t["input"].reshape(t["input"].shape[0], 2, -1)  # [tokens, 2, d]: gate half, then up
+    t["out"].copy_(torch.nn.functional.silu(x[:, 0].float()).to(x.dtype) * x[:, 1])
 
 
 def op_fp8_quant(torch, t, s, sym):
@@ -207,8 +206,25 @@ OPS = {
 
 # ---- timing -----------------------------------------------------------------------------------
 
-def kernel_times_ns(torch, fn, inputs, calls, flush):
-    """Median over calls of the summed GPU kernel time of one call (torch.profiler)."""
+def gpu_kernels(torch, prof):
+    return sorted((e for e in prof.events() if e.device_type.name == "CUDA"),
+                  key=lambda e: e.time_range.start)
+
+
+def flush_kernel_names(torch, flush):
+    """The names of the kernels the L2 flush launches, to split a profile into calls."""
+    from torch.profiler import ProfilerActivity, profile
+    flush()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        flush()
+        torch.cuda.synchronize()
+    return {e.name for e in gpu_kernels(torch, prof)}
+
+
+def kernel_times_ns(torch, fn, inputs, calls, flush, flush_names):
+    """Median over calls of the summed GPU kernel time of one call (torch.profiler): the
+    kernels between one flush and the next belong to one call."""
     from torch.profiler import ProfilerActivity, profile
     for i in range(3):
         fn(inputs[i % len(inputs)])
@@ -217,20 +233,17 @@ def kernel_times_ns(torch, fn, inputs, calls, flush):
         for i in range(calls):
             flush()
             fn(inputs[i % len(inputs)])
+        flush()
         torch.cuda.synchronize()
-    kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA"),
-                     key=lambda e: e.time_range.start)
-    per_call, current, started = [], 0.0, False
-    for event in kernels:
-        if "crucible_flush" in event.name or ("reduce_kernel" in event.name and "long" in
-                                              event.name):
-            if started:
+    per_call, current, in_call = [], 0.0, False
+    for event in gpu_kernels(torch, prof):
+        if event.name in flush_names:
+            if in_call:
                 per_call.append(current)
-            current, started = 0.0, True
+            current, in_call = 0.0, False
             continue
+        in_call = True
         current += event.time_range.elapsed_us()
-    if started:
-        per_call.append(current)
     per_call = [c for c in per_call if c > 0]
     return 1000.0 * statistics.median(per_call) if per_call else None
 
@@ -262,10 +275,13 @@ def main():
     def flush():
         flush_buffer.sum(dtype=torch.int64)
 
+    flush_names = flush_kernel_names(torch, flush)
+    torch._dynamo.config.recompile_limit = 64
     rows = []
     for task in task_ids():
         view = crucible_json("tasks", "show", task, "--json")
         op = OPS.get(task)
+        torch._dynamo.reset()
         for case in view["cases"]:
             key = (task, case["name"])
             row = {"task": task, "case": case["name"], "symbols": case["symbols"],
@@ -280,11 +296,17 @@ def main():
                 def eager(t):
                     op(torch, t, scalars, case["symbols"])
 
-                row["eager_ns"] = kernel_times_ns(torch, eager, copies, args.calls, flush)
+                try:
+                    row["eager_ns"] = kernel_times_ns(torch, eager, copies, args.calls, flush,
+                                                      flush_names)
+                except Exception as error:  # report, do not hide
+                    row["eager_error"] = str(error).splitlines()[0][:200]
+                    print(f"{task} {case['name']}: eager failed: {row['eager_error']}",
+                          file=sys.stderr)
                 try:
                     compiled = torch.compile(lambda t: op(torch, t, scalars, case["symbols"]))
                     row["compile_ns"] = kernel_times_ns(torch, compiled, copies, args.calls,
-                                                        flush)
+                                                        flush, flush_names)
                 except Exception as error:  # report, do not hide
                     row["compile_error"] = str(error).splitlines()[0][:200]
                 library = [v for v in (row.get("eager_ns"), row.get("compile_ns")) if v]

@@ -742,16 +742,26 @@ class JobRunner {
         std::clamp<std::size_t>(budget / std::max<std::size_t>(slot_bytes, 1), 2, 8);
 
     // Value pools: each input's values for call i are a window of its pool starting at a
-    // different offset, so every timed call sees values no earlier call saw.
-    constexpr std::size_t kPoolExtra = 1u << 14;  // distinct windows (power of two)
-    constexpr std::size_t kStride = 977;          // odd: offsets distinct for 16384 calls
+    // different offset, so every timed call sees values no earlier call saw. A permutation
+    // (distinct slots or block ids) has no values beyond its `max`, so its pool extends only
+    // as far as that allows (no further at all when the case uses every value).
+    constexpr std::size_t kPoolExtra = 1u << 14;  // distinct windows
+    constexpr std::size_t kStride = 977;  // prime, coprime to kPoolExtra + 1 = 5 * 29 * 113
     std::vector<DeviceBuffer> pools(n);
     std::vector<DeviceBuffer> poison(n);
+    std::vector<std::size_t> pool_extra(n, 0);
     for (std::size_t t = 0; t < n; ++t) {
       const auto& tensor = task_.tensors[t];
       if (tasks::is_input(tensor.role)) {
         const std::uint64_t seed = tasks::tensor_seed(setup.seed, tensor.name, 2);
-        const std::size_t count = setup.counts[t] + kPoolExtra;
+        const auto& spec = c.values.at(tensor.name);
+        pool_extra[t] = kPoolExtra;
+        if (spec.kind == tasks::GeneratorKind::kPermutation) {
+          const auto headroom = spec.max - static_cast<std::int64_t>(setup.counts[t]);
+          pool_extra[t] = std::min<std::size_t>(
+              kPoolExtra, static_cast<std::size_t>(std::max<std::int64_t>(headroom, 0)));
+        }
+        const std::size_t count = setup.counts[t] + pool_extra[t];
         const auto values =
             HostValueCache::instance().get(c.values.at(tensor.name), tensor.dtype, count, seed,
                                            task_.id + "|" + c.name + "|" + tensor.name + "|" +
@@ -782,10 +792,10 @@ class JobRunner {
       }
     }
     auto prepare_call = [&](const Slot& slot, std::size_t call) {
-      const std::size_t offset = (call * kStride) % kPoolExtra;
       for (std::size_t t = 0; t < n; ++t) {
         const auto& tensor = task_.tensors[t];
         const std::size_t esize = core::dtype_size(tensor.dtype);
+        const std::size_t offset = (call * kStride) % (pool_extra[t] + 1);
         const CUdeviceptr source =
             tasks::is_input(tensor.role) ? pools[t].data() + offset * esize : poison[t].data();
         if (setup.bytes[t] > 0) {
