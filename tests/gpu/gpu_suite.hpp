@@ -63,8 +63,9 @@ inline clients::Client connect(const RunningServer& server) {
   return std::move(client).value();
 }
 
-inline core::Value score(clients::Client& client, const std::string& source) {
-  auto reply = client.score("llm/rms_norm", source, nullptr, 1234);
+inline core::Value score(clients::Client& client, const std::string& source,
+                         const std::string& task = "llm/rms_norm") {
+  auto reply = client.score(task, source, nullptr, 1234);
   REQUIRE(reply.ok());
   return (*reply)["result"];
 }

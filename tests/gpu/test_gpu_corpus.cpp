@@ -1,7 +1,9 @@
 // GPU suite: a real server (compile workers + GPU runner) scores a corpus of llm/rms_norm kernels,
-// each of which must end with its expected status; after every crash or hang the next step on
-// the same server must succeed. Without a CUDA device the suite reports itself skipped (exit 77).
+// each of which must end with its expected status, and after every crash or hang the next step
+// on the same server must succeed; then every task is served end to end (its reference and its
+// example solution). Without a CUDA device the suite reports itself skipped (exit 77).
 #define DOCTEST_CONFIG_IMPLEMENT
+#include "tasks/registry.hpp"
 #include "tests/gpu/gpu_suite.hpp"
 
 using namespace crucible;
@@ -52,15 +54,31 @@ TEST_CASE("gpu corpus: every rms_norm kernel ends with its expected status") {
   }
 }
 
-TEST_CASE("gpu corpus: the reference scored against itself has a speedup near 1") {
+TEST_CASE(
+    "gpu tasks: every task is served end to end; its reference scored against itself is "
+    "correct with a speedup near 1, and its example solution is correct") {
   RunningServer server({}, gpu_pipeline());
   auto client = connect(server);
-  const auto reference = read_file(CRUCIBLE_SOURCE_DIR "/kernels/llm/rms_norm.cu");
-  const Value result = score(client, reference);
-  CAPTURE(result.dump());
-  REQUIRE(result["status"] == "ok");
-  CHECK(result["speedup"].get<double>() > 0.9);
-  CHECK(result["speedup"].get<double>() < 1.1);
+  const auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
+  REQUIRE(registry.ok());
+  for (const auto& task : registry->all()) {
+    CAPTURE(task.id);
+    const Value result = score(client, task.reference_source, task.id);
+    CAPTURE(result.dump().substr(0, 2000));
+    REQUIRE(result["status"] == "ok");
+    CHECK(result["speedup"].get<double>() > 0.9);
+    CHECK(result["speedup"].get<double>() < 1.1);
+    std::printf("%-42s reference vs itself: speedup %.3f\n", task.id.c_str(),
+                result["speedup"].get<double>());
+    const std::filesystem::path example =
+        std::filesystem::path(CRUCIBLE_SOURCE_DIR) / "examples/solutions" / (task.id + ".cu");
+    if (!std::filesystem::exists(example)) continue;
+    const Value simple = score(client, read_file(example), task.id);
+    CAPTURE(simple.dump().substr(0, 2000));
+    CHECK(simple["status"] == "ok");
+    std::printf("%-42s example solution: %s, speedup %.3f\n", task.id.c_str(),
+                simple["status"].get<std::string>().c_str(), simple.value("speedup", 0.0));
+  }
 }
 
 int main(int argc, char** argv) { return crucible::testing::gpu_suite_main(argc, argv); }
