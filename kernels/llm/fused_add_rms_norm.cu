@@ -138,15 +138,28 @@ extern "C" __global__ void __launch_bounds__(kMaxThreads)
 
   // Pass 1: add, store the rounded sums to residual, keep them in registers, and accumulate
   // their squares. Thread t handles vectors t, t + stride, ... so consecutive threads touch
-  // consecutive 16-byte chunks (coalesced). All loads of the cached part are issued before any
-  // is used (the loop is unrolled), which keeps up to 8 loads per thread in flight.
+  // consecutive 16-byte chunks (coalesced). Every load of the cached part (input, residual and weight) is issued before the first
+  // store: a store to residual between the loads would keep the next load from issuing before
+  // it (the compiler cannot tell the addresses apart), turning one memory round trip into
+  // kCachedVectors of them, and the weight loaded after the reduction would add another.
   uint4 cached[kCachedVectors];
+  uint4 cached_residual[kCachedVectors];
+  uint4 cached_weight[kCachedVectors];
+#pragma unroll
+  for (int i = 0; i < kCachedVectors; ++i) {
+    const int v = threadIdx.x + i * stride;
+    if (v < num_vectors) {
+      cached[i] = x_vectors[v];
+      cached_residual[i] = r_vectors[v];
+      cached_weight[i] = w_vectors[v];
+    }
+  }
   float sum_sq = 0.0f;
 #pragma unroll
   for (int i = 0; i < kCachedVectors; ++i) {
     const int v = threadIdx.x + i * stride;
     if (v < num_vectors) {
-      cached[i] = add_rows(x_vectors[v], r_vectors[v], sum_sq);
+      cached[i] = add_rows(cached[i], cached_residual[i], sum_sq);
       r_vectors[v] = cached[i];
     }
   }
@@ -161,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
   for (int i = 0; i < kCachedVectors; ++i) {
     const int v = threadIdx.x + i * stride;
-    if (v < num_vectors) x_vectors[v] = normalize(cached[i], w_vectors[v], inv_rms);
+    if (v < num_vectors) x_vectors[v] = normalize(cached[i], cached_weight[i], inv_rms);
   }
   for (int v = threadIdx.x + kCachedVectors * stride; v < num_vectors; v += stride) {
     x_vectors[v] = normalize(r_vectors[v], w_vectors[v], inv_rms);

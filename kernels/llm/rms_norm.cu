@@ -128,15 +128,23 @@ extern "C" __global__ void __launch_bounds__(kMaxThreads)
   // Pass 1: load the row (keeping up to kCachedVectors vectors per thread in registers) and
   // accumulate the sum of squares. Thread t handles vectors t, t + stride, t + 2 * stride, ...
   // so consecutive threads touch consecutive 16-byte chunks (coalesced).
+  // The weight is loaded here too, not after the reduction: its load then overlaps the input's
+  // and the block sum instead of adding a second memory round trip (on a decode row, where
+  // the kernel is all latency, that is a third of its time).
   uint4 cached[kCachedVectors];
-  float sum = 0.0f;
+  uint4 cached_weight[kCachedVectors];
 #pragma unroll
   for (int i = 0; i < kCachedVectors; ++i) {
     const int v = threadIdx.x + i * stride;
     if (v < num_vectors) {
       cached[i] = x_vectors[v];
-      sum += sum_of_squares(cached[i]);
+      cached_weight[i] = w_vectors[v];
     }
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kCachedVectors; ++i) {
+    if (threadIdx.x + i * stride < num_vectors) sum += sum_of_squares(cached[i]);
   }
   for (int v = threadIdx.x + kCachedVectors * stride; v < num_vectors; v += stride) {
     sum += sum_of_squares(x_vectors[v]);
@@ -148,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
   for (int i = 0; i < kCachedVectors; ++i) {
     const int v = threadIdx.x + i * stride;
-    if (v < num_vectors) y_vectors[v] = normalize(cached[i], w_vectors[v], inv_rms);
+    if (v < num_vectors) y_vectors[v] = normalize(cached[i], cached_weight[i], inv_rms);
   }
   for (int v = threadIdx.x + kCachedVectors * stride; v < num_vectors; v += stride) {
     y_vectors[v] = normalize(x_vectors[v], w_vectors[v], inv_rms);
