@@ -14,6 +14,8 @@ import re
 ROW = re.compile(r"^(\S+\.cu)\s+(\S+)\s+([\d.]+) s\s+reward ([-+][\d.]+)\s+(.*)$")
 NEXT = re.compile(r"^\s+(\S+\.cu)\s+(\S+)\s+([\d.]+) s\s+\(next step after (\S+)\)$")
 HACK = re.compile(r"^(\w+)\s+(\w+)\s+(\w+)\s+([-+][\d.]+)\s+(.*)$")
+SERVED = re.compile(r"^(\S+/\S+)\s+(reference vs itself|example solution): (?:(\w+), )?"
+                    r"speedup ([\d.]+)$")
 
 
 def doctest_result(text):
@@ -31,6 +33,24 @@ def gpu_facts(folder):
     }
 
 
+def oracle_summary(folder):
+    """Per task, the (source, case, output) comparisons test_kernels_gpu printed and the worst
+    error it saw against the float64 oracle."""
+    path = folder / "test_kernels_gpu.txt"
+    if not path.exists():
+        return {}
+    tasks, total = {}, ""
+    for line in path.read_text().splitlines():
+        if line.startswith("checked "):
+            total = line
+        parts = line.split()
+        if len(parts) >= 6 and "/" in parts[0][1:] and not parts[0].startswith("/") and parts[-2] == "|error|":
+            entry = tasks.setdefault(parts[0], {"comparisons": 0, "max_abs_error": 0.0})
+            entry["comparisons"] += 1
+            entry["max_abs_error"] = max(entry["max_abs_error"], float(parts[-1]))
+    return {"summary": total, "tasks": tasks}
+
+
 def corpus(folder, facts):
     text = (folder / "test_gpu_corpus.txt").read_text()
     rows = []
@@ -43,6 +63,13 @@ def corpus(folder, facts):
             kernel, status, seconds, after = match.groups()
             rows.append({"kernel": kernel, "status": status, "seconds": float(seconds),
                          "after": after, "recovery_step": True})
+    served = {}
+    for line in text.splitlines():
+        if match := SERVED.match(line):
+            task, what, status, speedup = match.groups()
+            entry = served.setdefault(task, {})
+            key = "reference_vs_itself" if what.startswith("reference") else "example_solution"
+            entry[key] = {"status": status or "ok", "speedup": float(speedup)}
     suites = {}
     for name in ("test_kernels_gpu", "test_runner_device", "test_gpu_corpus", "test_hacks"):
         path = folder / f"{name}.txt"
@@ -52,7 +79,9 @@ def corpus(folder, facts):
             "command": "bench/gpu/device_run.sh tests (runs the .bundle/bin/ test binaries)",
             "results": suites,
             "expected_status": "first line of each tests/gpu/kernels/*.cu ('// expect: ...')",
-            "rows": rows}
+            "rows": rows,
+            "tasks_served_end_to_end": served,
+            "references_against_oracles": oracle_summary(folder)}
 
 
 def hacks(folder, facts, eval_rows):
