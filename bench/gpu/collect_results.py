@@ -173,8 +173,15 @@ def main():
     if (folder / "replay.json").exists():
         outputs["h200_replay.json"] = replay(folder, facts, eval_rows)
     if (folder / "parity.json").exists():
-        outputs["h200_parity.json"] = {**json.loads((folder / "parity.json").read_text()),
-                                       **facts}
+        parity = {**json.loads((folder / "parity.json").read_text()), **facts}
+        # A run over some tasks replaces those tasks' rows and keeps the others'.
+        committed = args.out / "h200_parity.json"
+        measured = {row["task"] for row in parity["rows"]}
+        if committed.exists():
+            kept = [row for row in json.loads(committed.read_text())["rows"]
+                    if row["task"] not in measured]
+            parity["rows"] = sorted(kept + parity["rows"], key=lambda r: r["task"])
+        outputs["h200_parity.json"] = parity
     for name, value in outputs.items():
         (args.out / name).write_text(json.dumps(value, indent=2) + "\n")
         print(f"wrote {args.out / name}")

@@ -68,8 +68,9 @@ if want trajectory; then
 fi
 if want parity; then
   step "reference parity: crucible's reference times, PyTorch eager and torch.compile"
-  CRUCIBLE_LIBRARY_PATH="$libs" python3 bench/gpu/parity.py --references "$R/refs.jsonl"
+  only=${PARITY_TASKS:+--tasks $PARITY_TASKS}
+  CRUCIBLE_LIBRARY_PATH="$libs" python3 bench/gpu/parity.py --references "$R/refs.jsonl" $only
   run timeout 300 $B/crucible eval "$R/refs.jsonl" -o "$R/refs_eval" -j 1 2>&1 | tail -4
   CRUCIBLE_LIBRARY_PATH="$libs" PYTHONUNBUFFERED=1 timeout 400 python3 bench/gpu/parity.py \
-    --crucible "$R/refs_eval/results.jsonl" --json "$R/parity.json" 2>&1 | tail -60
+    --crucible "$R/refs_eval/results.jsonl" --json "$R/parity.json" $only 2>&1 | tail -60
 fi

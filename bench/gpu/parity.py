@@ -46,9 +46,11 @@ def task_ids():
     return [row[0] for row in rows if row and "/" in row[0]]
 
 
-def write_references(path):
+def write_references(path, only=None):
     with open(path, "w") as out:
         for task in task_ids():
+            if only and task not in only:
+                continue
             view = crucible_json("tasks", "show", task, "--json")
             out.write(json.dumps({"task": task, "sample_id": f"{task}#reference",
                                   "source": view["reference"]["source"]}) + "\n")
@@ -254,9 +256,10 @@ def main():
     parser.add_argument("--crucible", help="results.jsonl of `crucible eval` on the references")
     parser.add_argument("--json", help="write the table here")
     parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument("--tasks", nargs="*", help="only these task ids (default: all)")
     args = parser.parse_args()
     if args.references:
-        write_references(args.references)
+        write_references(args.references, args.tasks)
         return
     import torch
     device = "cuda"
@@ -279,6 +282,8 @@ def main():
     torch._dynamo.config.recompile_limit = 64
     rows = []
     for task in task_ids():
+        if args.tasks and task not in args.tasks:
+            continue
         view = crucible_json("tasks", "show", task, "--json")
         op = OPS.get(task)
         torch._dynamo.reset()

@@ -11,7 +11,9 @@ using namespace crucible;
 TEST_CASE("references: the rms_norm reference is read with its launch directive") {
   const auto source = kernels::read_reference(CRUCIBLE_SOURCE_DIR, "kernels/llm/rms_norm.cu");
   REQUIRE(source.ok());
-  CHECK(source->find("// @launch rms_norm_kernel<<<num_tokens, 256>>>") != std::string::npos);
+  CHECK(source->find("// @launch if (num_tokens < 1024) rms_norm_kernel<<<num_tokens, 256>>>") !=
+        std::string::npos);
+  CHECK(source->find("rms_norm_kernel<<<num_tokens, 128>>>") != std::string::npos);
   CHECK(source->find("extern \"C\" __global__") != std::string::npos);
 }
 
