@@ -177,10 +177,18 @@ def main():
         # A run over some tasks replaces those tasks' rows and keeps the others'.
         committed = args.out / "h200_parity.json"
         measured = {row["task"] for row in parity["rows"]}
+        parity["runs"] = [{"date": facts["date"], "tasks": sorted(measured)}]
         if committed.exists():
-            kept = [row for row in json.loads(committed.read_text())["rows"]
-                    if row["task"] not in measured]
+            previous = json.loads(committed.read_text())
+            kept = [row for row in previous["rows"] if row["task"] not in measured]
             parity["rows"] = sorted(kept + parity["rows"], key=lambda r: r["task"])
+            earlier = previous.get("runs") or [{"date": previous.get("date"),
+                                                "tasks": sorted({r["task"] for r in
+                                                                 previous["rows"]})}]
+            for run in earlier:
+                tasks = [t for t in run["tasks"] if t not in measured]
+                if tasks:
+                    parity["runs"].insert(0, {"date": run["date"], "tasks": tasks})
         outputs["h200_parity.json"] = parity
     for name, value in outputs.items():
         (args.out / name).write_text(json.dumps(value, indent=2) + "\n")
