@@ -26,6 +26,7 @@
 #include "sandbox/launch_plan.hpp"
 #include "sandbox/plan_context.hpp"
 #include "sandbox/runner/cuda_check.hpp"
+#include "sandbox/runner/launch_config.hpp"
 #include "sandbox/task_checker.hpp"
 #include "sandbox/timing_stats.hpp"
 #include "tasks/generators.hpp"
@@ -392,27 +393,10 @@ class JobRunner {
       }
       std::vector<void*> params(storage->size());
       for (std::size_t a = 0; a < params.size(); ++a) params[a] = (*storage)[a].data();
-      CUlaunchConfig config{};
-      config.gridDimX = step.grid[0];
-      config.gridDimY = step.grid[1];
-      config.gridDimZ = step.grid[2];
-      config.blockDimX = step.block[0];
-      config.blockDimY = step.block[1];
-      config.blockDimZ = step.block[2];
-      config.sharedMemBytes = step.smem_bytes;
-      config.hStream = device_.stream;
       CUlaunchAttribute attribute{};
-      if (step.has_cluster) {
-        attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attribute.value.clusterDim.x = step.cluster[0];
-        attribute.value.clusterDim.y = step.cluster[1];
-        attribute.value.clusterDim.z = step.cluster[2];
-        config.attrs = &attribute;
-        config.numAttrs = 1;
-        if (step.cluster[0] * step.cluster[1] * step.cluster[2] > 8) {
-          cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
-                             1);
-        }
+      const CUlaunchConfig config = launch_config(step, device_.stream, attribute);
+      if (step.has_cluster && step.cluster[0] * step.cluster[1] * step.cluster[2] > 8) {
+        cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
       }
       const CUresult rc = cuLaunchKernelEx(&config, kernel.function, params.data(), nullptr);
       if (rc != CUDA_SUCCESS) {
@@ -746,7 +730,7 @@ class JobRunner {
     // (distinct slots or block ids) has no values beyond its `max`, so its pool extends only
     // as far as that allows (no further at all when the case uses every value).
     constexpr std::size_t kPoolExtra = 1u << 14;  // distinct windows
-    constexpr std::size_t kStride = 977;  // prime, coprime to kPoolExtra + 1 = 5 * 29 * 113
+    constexpr std::size_t kStride = 977;          // prime, coprime to kPoolExtra + 1 = 5 * 29 * 113
     std::vector<DeviceBuffer> pools(n);
     std::vector<DeviceBuffer> poison(n);
     std::vector<std::size_t> pool_extra(n, 0);

@@ -6,12 +6,14 @@
 
 #include "kernels/oracles/oracle.hpp"
 #include "tasks/registry.hpp"
+#include "tests/kernels/oracle_test_support.hpp"
 
 using namespace crucible;
 
 namespace {
 
-using Tensors = std::map<std::string, kernels::OracleTensor>;
+using oracle_test::case_named;
+using oracle_test::Tensors;
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -19,10 +21,7 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 Tensors run_grouped(std::int64_t tokens, std::int64_t experts, std::int64_t k,
                     std::vector<double> gating, std::vector<double> bias,
                     const std::map<std::string, double>& scalars) {
-  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE_MESSAGE(registry.ok(), registry.error().message);
-  const tasks::Task* task = registry->find("llm/grouped_topk");
-  REQUIRE(task != nullptr);
+  const tasks::Task* task = &oracle_test::repository_task("llm/grouped_topk");
   tasks::Case c = task->cases.front();
   c.symbols = {{"num_tokens", tokens}, {"num_experts", experts}, {"topk", k}};
   for (const auto& [name, value] : scalars) c.scalars[name] = value;
@@ -81,17 +80,10 @@ TEST_CASE("grouped_topk oracle: a repeated top value counts twice in its group's
 }
 
 TEST_CASE("grouped_topk oracle: on generated DeepSeek-V3 rows weights sum to the scaling factor") {
-  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE(registry.ok());
-  const tasks::Task* task = registry->find("llm/grouped_topk");
-  REQUIRE(task != nullptr);
+  const tasks::Task* task = &oracle_test::repository_task("llm/grouped_topk");
   for (const char* name : {"h_tokens_333", "h_glm45_160_experts", "decode_32"}) {
     CAPTURE(name);
-    const tasks::Case* chosen = nullptr;
-    for (const auto& c : task->cases) {
-      if (c.name == name) chosen = &c;
-    }
-    REQUIRE(chosen != nullptr);
+    const tasks::Case* chosen = &case_named(*task, name);
     auto tensors = kernels::run_oracle(*task, *chosen, tasks::case_seed(*chosen, 1));
     REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
     const std::int64_t tokens = chosen->symbols.at("num_tokens");

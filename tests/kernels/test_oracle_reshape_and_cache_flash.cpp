@@ -9,30 +9,19 @@
 #include "tasks/captured.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/registry.hpp"
+#include "tests/kernels/oracle_test_support.hpp"
 
 using namespace crucible;
 
 namespace {
 
-using Tensors = std::map<std::string, kernels::OracleTensor>;
+using oracle_test::case_named;
+using oracle_test::Tensors;
 
-const std::filesystem::path kCaptures =
-    std::filesystem::path(CRUCIBLE_SOURCE_DIR) / "tasks" / "capture" / "cases" / "stories260K";
+const std::filesystem::path& kCaptures = oracle_test::captures_dir();
 
 const tasks::Task& cache_task() {
-  static const auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE_MESSAGE(registry.ok(), registry.error().message);
-  const tasks::Task* task = registry->find("llm/reshape_and_cache_flash");
-  REQUIRE(task != nullptr);
-  return *task;
-}
-
-const tasks::Case& case_named(const tasks::Task& task, const std::string& name) {
-  for (const auto& c : task.cases) {
-    if (c.name == name) return c;
-  }
-  FAIL("no case " << name);
-  return task.cases.front();
+  return oracle_test::repository_task("llm/reshape_and_cache_flash");
 }
 
 // Runs the oracle on explicit tensors; the cache shape gives the symbols.

@@ -9,31 +9,18 @@
 #include "tasks/captured.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/registry.hpp"
+#include "tests/kernels/oracle_test_support.hpp"
 
 using namespace crucible;
 
 namespace {
 
-using Tensors = std::map<std::string, kernels::OracleTensor>;
+using oracle_test::case_named;
+using oracle_test::Tensors;
 
-const std::filesystem::path kCaptures =
-    std::filesystem::path(CRUCIBLE_SOURCE_DIR) / "tasks" / "capture" / "cases" / "stories260K";
+const std::filesystem::path& kCaptures = oracle_test::captures_dir();
 
-const tasks::Task& rotary_task() {
-  static const auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE_MESSAGE(registry.ok(), registry.error().message);
-  const tasks::Task* task = registry->find("llm/rotary_embedding");
-  REQUIRE(task != nullptr);
-  return *task;
-}
-
-const tasks::Case& case_named(const tasks::Task& task, const std::string& name) {
-  for (const auto& c : task.cases) {
-    if (c.name == name) return c;
-  }
-  FAIL("no case " << name);
-  return task.cases.front();
-}
+const tasks::Task& rotary_task() { return oracle_test::repository_task("llm/rotary_embedding"); }
 
 // Runs the oracle on explicit tensors; shapes give the symbols.
 void run(Tensors& tensors, bool is_neox) {

@@ -6,20 +6,19 @@
 
 #include "kernels/oracles/oracle.hpp"
 #include "tasks/registry.hpp"
+#include "tests/kernels/oracle_test_support.hpp"
 
 using namespace crucible;
 
 namespace {
 
-using Tensors = std::map<std::string, kernels::OracleTensor>;
+using oracle_test::case_named;
+using oracle_test::Tensors;
 
 // Runs the oracle on `tokens` rows of `experts` logits, top-`k`.
 Tensors run_topk_softmax(std::int64_t tokens, std::int64_t experts, std::int64_t k,
                          std::vector<double> gating) {
-  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE_MESSAGE(registry.ok(), registry.error().message);
-  const tasks::Task* task = registry->find("llm/topk_softmax");
-  REQUIRE(task != nullptr);
+  const tasks::Task* task = &oracle_test::repository_task("llm/topk_softmax");
   tasks::Case c = task->cases.front();
   c.symbols = {{"num_tokens", tokens}, {"num_experts", experts}, {"topk", k}};
   const auto outputs = static_cast<std::size_t>(tokens * k);
@@ -74,17 +73,10 @@ TEST_CASE(
 }
 
 TEST_CASE("topk_softmax oracle: on generated cases ids are distinct, weights descending") {
-  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE(registry.ok());
-  const tasks::Task* task = registry->find("llm/topk_softmax");
-  REQUIRE(task != nullptr);
+  const tasks::Task* task = &oracle_test::repository_task("llm/topk_softmax");
   for (const char* name : {"h_qwen3_tokens_333", "h_qwen15_moe_60_experts", "mixtral_decode_32"}) {
     CAPTURE(name);
-    const tasks::Case* chosen = nullptr;
-    for (const auto& c : task->cases) {
-      if (c.name == name) chosen = &c;
-    }
-    REQUIRE(chosen != nullptr);
+    const tasks::Case* chosen = &case_named(*task, name);
     auto tensors = kernels::run_oracle(*task, *chosen, tasks::case_seed(*chosen, 1));
     REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
     const std::int64_t tokens = chosen->symbols.at("num_tokens");

@@ -16,6 +16,7 @@
 #include "sandbox/compare.hpp"
 #include "sandbox/launch_plan.hpp"
 #include "sandbox/plan_context.hpp"
+#include "sandbox/runner/launch_config.hpp"
 #include "sandbox/task_checker.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/registry.hpp"
@@ -136,23 +137,8 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
       CU_REQUIRE(d.set_attribute(function.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  static_cast<int>(step.smem_bytes)));
     }
-    CUlaunchConfig config{};
-    config.gridDimX = step.grid[0];
-    config.gridDimY = step.grid[1];
-    config.gridDimZ = step.grid[2];
-    config.blockDimX = step.block[0];
-    config.blockDimY = step.block[1];
-    config.blockDimZ = step.block[2];
-    config.sharedMemBytes = step.smem_bytes;
     CUlaunchAttribute attribute{};
-    if (step.has_cluster) {
-      attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attribute.value.clusterDim.x = step.cluster[0];
-      attribute.value.clusterDim.y = step.cluster[1];
-      attribute.value.clusterDim.z = step.cluster[2];
-      config.attrs = &attribute;
-      config.numAttrs = 1;
-    }
+    const CUlaunchConfig config = sandbox::runner::launch_config(step, nullptr, attribute);
     CU_REQUIRE(d.launch_ex(&config, function.function, pointers.data(), nullptr));
   }
   CU_REQUIRE(d.synchronize());
