@@ -1,5 +1,7 @@
 // The directive form of a launch plan: finds `// @...` comments in CUDA source and parses them.
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "sandbox/launch_plan.hpp"
 #include "sandbox/launch_plan_internal.hpp"
@@ -41,6 +43,50 @@ std::size_t skip_quoted(std::string_view source, std::size_t open, char quote, i
   return i < source.size() && source[i] == quote ? i + 1 : i;
 }
 
+// Whether a directive's text is unfinished: a '(', '[' or '<<<' left open, or a @launch that
+// has not reached its argument list yet (`if (...)` alone, or a kernel name before its `<<<`).
+bool is_open(std::string_view text) {
+  long parens = 0, brackets = 0, chevrons = 0;
+  std::size_t arguments_open = std::string_view::npos;  // the '(' after the last '>>>'
+  bool after_chevrons = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text.substr(i, 3) == "<<<") {
+      ++chevrons;
+      i += 2;
+      continue;
+    }
+    if (text.substr(i, 3) == ">>>") {
+      --chevrons;
+      after_chevrons = true;
+      i += 2;
+      continue;
+    }
+    if (text[i] == '(') {
+      ++parens;
+      if (after_chevrons && arguments_open == std::string_view::npos) arguments_open = i;
+    }
+    if (text[i] == ')') --parens;
+    if (text[i] == '[') ++brackets;
+    if (text[i] == ']') --brackets;
+  }
+  const bool launch = text.substr(0, 7) == "@launch";
+  return parens > 0 || brackets > 0 || chevrons > 0 ||
+         (launch && arguments_open == std::string_view::npos);
+}
+
+// The body of the `//` comment that is the whole of the line starting at `start` (leading
+// blanks allowed), or nullopt when that line is anything else.
+std::optional<std::string_view> comment_line(std::string_view source, std::size_t start) {
+  std::size_t i = start;
+  while (i < source.size() && (source[i] == ' ' || source[i] == '\t')) ++i;
+  if (source.substr(i, 2) != "//") return std::nullopt;
+  std::size_t eol = source.find('\n', i);
+  if (eol == std::string_view::npos) eol = source.size();
+  return source.substr(i + 2, eol - i - 2);
+}
+
+constexpr int kMaxContinuationLines = 16;
+
 }  // namespace
 
 core::Result<std::vector<DirectiveLine>> scan_directives(std::string_view source,
@@ -65,8 +111,23 @@ core::Result<std::vector<DirectiveLine>> scan_directives(std::string_view source
       const std::string_view body = source.substr(i + 2, eol - i - 2);
       const std::size_t at = body.find_first_not_of(" \t");
       if (at != std::string_view::npos && body[at] == '@') {
-        const std::string_view text = trim(body.substr(at));
+        std::string text(trim(body.substr(at)));
         const std::string where = "line " + std::to_string(line);
+        const int first_line = line;
+        // Continuation: the next lines, while they are plain `//` comments (not directives)
+        // and the directive is still open.
+        for (int extra = 0; extra < kMaxContinuationLines && is_open(text) && eol < n; ++extra) {
+          const auto next_body = comment_line(source, eol + 1);
+          if (!next_body) break;
+          const std::string_view more = trim(*next_body);
+          if (!more.empty() && more[0] == '@') break;
+          text += ' ';
+          text += more;
+          ++line;
+          std::size_t next_eol = source.find('\n', eol + 1);
+          eol = next_eol == std::string_view::npos ? n : next_eol;
+          if (text.size() > limits.max_directive_bytes) break;
+        }
         if (out.size() >= limits.max_directives) {
           return invalid(where + ": more than " + std::to_string(limits.max_directives) +
                          " directives; a plan has at most " + std::to_string(limits.max_launches) +
@@ -77,7 +138,7 @@ core::Result<std::vector<DirectiveLine>> scan_directives(std::string_view source
           return invalid(where + ": the directive is " + std::to_string(text.size()) +
                          " bytes long; the limit is " + std::to_string(limits.max_directive_bytes));
         }
-        out.push_back(DirectiveLine{line, text});
+        out.push_back(DirectiveLine{first_line, std::move(text)});
       }
       i = eol;
     } else if (c == '/' && next == '*') {
@@ -331,7 +392,9 @@ core::Result<Launch> parse_launch(const std::string& where, int line, std::strin
   }
   const std::size_t args_end = match_paren(text, 0);
   if (args_end == std::string_view::npos) {
-    return invalid(where + ": the argument list has no closing ')'");
+    return invalid(where +
+                   ": the argument list has no closing ')' (a directive may wrap onto the // "
+                   "comment lines right below it)");
   }
   const std::string_view tail = trim(text.substr(args_end + 1));
   if (!tail.empty() && tail != ";") {

@@ -46,11 +46,13 @@ core::Result<std::string> name_expression(const std::string& where, std::string_
 
 // One `// @...` comment: its 1-based line and its text from the '@', trailing blanks trimmed.
 struct DirectiveLine {
-  int line = 0;
-  std::string_view text;
+  int line = 0;      // where the directive starts
+  std::string text;  // continuation lines joined with single spaces
 };
 // Finds the directive comments of `source`, skipping block comments and string, character and
-// raw-string literals. Enforces the source-size, directive-count and line-length caps.
+// raw-string literals. A directive whose parentheses or `<<<` are still open at the end of its
+// line continues on the `//` comment lines right below it (up to kMaxContinuationLines), so a
+// long argument list may wrap. Enforces the source-size, directive-count and length caps.
 core::Result<std::vector<DirectiveLine>> scan_directives(std::string_view source,
                                                          const PlanLimits& limits);
 

@@ -24,6 +24,13 @@ TEST_CASE("launch plan: directives parse into the plan they describe") {
        "@1 rms_norm_kernel<<<num_tokens; 256; 0>>>(out:t0 input:t1 weight:t2 epsilon:s0 "
        "hidden_size:y1)\n"},
       {"no space after //", "//@launch k<<<1, 32>>>(out)", "@1 k<<<1; 32; 0>>>(out:t0)\n"},
+      {"wrapped onto the comment lines below",
+       "// @launch if (num_tokens > 8)\n//   k<<<cdiv(num_tokens, 4),\n//     128>>>(out,\n"
+       "//   input, weight)\n// @launch k2<<<1, 32>>>(out)\n",
+       "@1 if (num_tokens > 8) k<<<cdiv(num_tokens, 4); 128; 0>>>(out:t0 input:t1 weight:t2)\n"
+       "@5 k2<<<1; 32; 0>>>(out:t0)\n"},
+      {"a closed directive does not take the comment below",
+       "// @launch k<<<1, 32>>>(out)\n// (not part of it)\n", "@1 k<<<1; 32; 0>>>(out:t0)\n"},
       {"indented, tabs, spaces inside",
        "\t  //   @launch   k  <<<  num_tokens ,  128  >>>  ( out ,input )  ",
        "@1 k<<<num_tokens; 128; 0>>>(out:t0 input:t1)\n"},
@@ -190,7 +197,12 @@ TEST_CASE("launch plan: directive mistakes get a message that says what to fix")
       {"// @launch k<<<1, 32>>> out",
        "line 1: expected '(' with the kernel arguments after '>>>', e.g. "
        "k<<<grid, block>>>(out, input)"},
-      {"// @launch k<<<1, 32>>>(out, input", "line 1: the argument list has no closing ')'"},
+      {"// @launch k<<<1, 32>>>(out, input",
+       "line 1: the argument list has no closing ')' (a directive may wrap onto the // comment "
+       "lines right below it)"},
+      {"// @launch k<<<1, 32>>>(out,\nint x;\n// input)",
+       "line 1: the argument list has no closing ')' (a directive may wrap onto the // comment "
+       "lines right below it)"},
       {"// @launch k<<<1, 32>>>(out) extra",
        "line 1: unexpected text after the argument list: 'extra'"},
       {"// @launch k<<<1, 32>>>(out,, input)", "line 1: argument 2 is empty"},
