@@ -26,10 +26,11 @@ namespace crucible::tasks {
 double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint64_t index);
 
 // Fills `out` with elements first_index, first_index + 1, ... of the stream; `out.size()` must be
-// a multiple of dtype_size(dtype). Errors (kInvalidArgument): a dtype without host conversion
-// (fp8), a captured or routing spec (captured values are read, not generated: the safetensors
-// reader belongs to core/), a size that is not a whole number of elements.
-// Thread-safe; writes only `out`.
+// a multiple of dtype_size(dtype). A captured spec reads its recorded tensor (element i is element
+// i mod n of the recording; the file is parsed once per process). Errors: kInvalidArgument for a
+// dtype without host conversion (fp8), a routing spec, a permutation asked for more elements
+// than its max, a captured tensor missing or of another dtype, a size that is not a whole
+// number of elements; kIo when a captured file cannot be read. Thread-safe; writes only `out`.
 core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::uint64_t seed,
                            std::span<std::byte> out, std::uint64_t first_index = 0);
 

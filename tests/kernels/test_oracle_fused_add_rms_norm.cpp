@@ -45,113 +45,19 @@ Tensors run_row(std::vector<double> input, std::vector<double> residual, std::ve
 
 const tasks::Task& fused_task() { return oracle_test::repository_task("llm/fused_add_rms_norm"); }
 
-// A recorded call: the case group it is in and its name there ("layer4.ffn_norm").
-struct RecordedCall {
-  tasks::CapturedGroup group;
-  std::string name;
-  const tasks::CapturedCase& record() const {
-    for (const auto& rec : group.cases) {
-      if (rec.name == name) return rec;
-    }
-    FAIL("no recorded call " << name << " in " << group.path);
-    return group.cases.front();
-  }
-};
+using oracle_test::captured_cases;
+using oracle_test::recorded_call;
+using oracle_test::RecordedCall;
 
-// The task's cases whose values come from a capture.
-std::vector<const tasks::Case*> captured_cases(const tasks::Task& task) {
-  std::vector<const tasks::Case*> cases;
-  for (const auto& c : task.cases) {
-    for (const auto& [name, values] : c.values) {
-      if (values.kind == tasks::GeneratorKind::kCaptured) {
-        cases.push_back(&c);
-        break;
-      }
-    }
-  }
-  return cases;
+// Both updated tensors against their recorded values after the call, within the task's
+// tolerance; the stored sums must also be the recorded bf16 values exactly (both round the
+// exact sum to nearest even).
+std::size_t compare_sums_exactly(const tasks::Task& task, const tasks::Case& c,
+                                 const RecordedCall& call) {
+  return oracle_test::compare_with_recording(task, c, call, {"residual"});
 }
 
-// The call a captured case reads: every input must come from the same call of the same file,
-// under the task tensor's own argument name (an inout argument's value before the call).
-RecordedCall recorded_call(const tasks::Task& task, const tasks::Case& c) {
-  std::optional<RecordedCall> call;
-  std::filesystem::path file;
-  for (const auto& spec : task.tensors) {
-    if (!tasks::is_input(spec.role)) continue;
-    CAPTURE(spec.name);
-    const tasks::GeneratorSpec& values = c.values.at(spec.name);
-    REQUIRE(values.kind == tasks::GeneratorKind::kCaptured);
-    const auto slash = values.tensor.rfind('/');
-    REQUIRE(slash != std::string::npos);
-    CHECK(values.tensor.substr(slash + 1) == spec.name);
-    const std::string name = values.tensor.substr(0, slash);
-    if (!call) {
-      auto group = tasks::load_captured(values.file_path);
-      REQUIRE_MESSAGE(group.ok(), group.error().message);
-      call = RecordedCall{std::move(group).value(), name};
-      file = values.file_path;
-    } else {
-      CHECK(values.file_path == file);
-      CHECK(name == call->name);
-    }
-  }
-  REQUIRE(call.has_value());
-  return std::move(*call);
-}
-
-// A case of `task` that reads every input of `call` from its recording, symbols from its shapes.
-tasks::Case case_reading(const tasks::Task& task, const RecordedCall& call) {
-  tasks::Case c = task.cases.front();
-  c.name = call.name;
-  const tasks::CapturedTensor* input = call.group.tensor(call.name, "input");
-  REQUIRE(input != nullptr);
-  REQUIRE(input->shape.size() == 2);
-  c.symbols = {{"num_tokens", input->shape[0]}, {"hidden_size", input->shape[1]}};
-  c.scalars["epsilon"] = call.record().scalars.at("epsilon").get<double>();
-  for (const auto& spec : task.tensors) {
-    if (!tasks::is_input(spec.role)) continue;
-    tasks::GeneratorSpec values;
-    values.kind = tasks::GeneratorKind::kCaptured;
-    values.file_path = call.group.path;
-    values.tensor = call.name + "/" + spec.name;
-    c.values[spec.name] = values;
-  }
-  return c;
-}
-
-bool within(double got, double want, const tasks::Tolerance& tolerance) {
-  return std::abs(got - want) <= tolerance.atol + tolerance.rtol * std::abs(want);
-}
-
-// Runs the oracle on `c` and compares both updated tensors with their recorded values after the
-// call, within the task's tolerance for each; the stored sums must also be the recorded bf16
-// values exactly (both round the exact sum to nearest even). Returns the elements compared.
-std::size_t compare_with_recording(const tasks::Task& task, const tasks::Case& c,
-                                   const RecordedCall& call) {
-  auto tensors = kernels::run_oracle(task, c, tasks::case_seed(c, 1));
-  REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
-  std::size_t compared = 0;
-  for (const auto& spec : task.tensors) {
-    if (spec.role == tasks::Role::kIn) continue;
-    CAPTURE(spec.name);
-    const tasks::CapturedTensor* recorded = call.group.tensor(call.name, spec.name, true);
-    REQUIRE(recorded != nullptr);
-    const auto want = kernels::decode_values(recorded->dtype, recorded->bytes.data(),
-                                             static_cast<std::size_t>(recorded->numel()));
-    const auto& got = tensors->at(spec.name).values;
-    REQUIRE(got.size() == want.size());
-    REQUIRE(spec.tolerance.has_value());
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      bad += within(want[i], got[i], *spec.tolerance) ? 0 : 1;
-    }
-    CHECK(bad == 0);
-    if (spec.name == "residual") CHECK(got == want);
-    compared += want.size();
-  }
-  return compared;
-}
+using oracle_test::norm_case_reading;
 
 }  // namespace
 
@@ -234,35 +140,7 @@ TEST_CASE(
   // symbols must give the recorded shapes, their epsilon the recorded one, and the values the
   // runner builds must be the recorded bytes (input and residual before the call), in both
   // correctness runs.
-  const tasks::Task& task = fused_task();
-  const auto cases = captured_cases(task);
-  CHECK(cases.size() >= 2);
-  std::set<std::string> phases;
-  for (const tasks::Case* c : cases) {
-    CAPTURE(c->name);
-    CHECK(c->hidden);
-    CHECK(c->seed.has_value());
-    const RecordedCall call = recorded_call(task, *c);
-    CHECK(call.group.model == "stories260K");
-    CHECK(call.group.op == "fused_add_rms_norm");
-    phases.insert(call.group.phase);
-    CHECK(c->scalars.at("epsilon") == call.record().scalars.at("epsilon").get<double>());
-    for (const auto& spec : task.tensors) {
-      CAPTURE(spec.name);
-      const tasks::CapturedTensor* recorded = call.group.tensor(call.name, spec.name);
-      REQUIRE(recorded != nullptr);
-      CHECK(recorded->dtype == spec.dtype);
-      const auto shape = tasks::resolve_shape(spec, *c);
-      REQUIRE(shape.ok());
-      CHECK(*shape == recorded->shape);
-      for (const std::uint64_t draw : {0, 1}) {
-        const auto bytes = tasks::generate_tensor(*c, spec, tasks::case_seed(*c, 1), draw);
-        REQUIRE_MESSAGE(bytes.ok(), bytes.error().message);
-        CHECK(*bytes == recorded->bytes);
-      }
-    }
-  }
-  CHECK(phases == std::set<std::string>{"decode", "prefill"});
+  oracle_test::check_captured_cases(fused_task(), "fused_add_rms_norm", {"epsilon"}, true);
 }
 
 TEST_CASE(
@@ -272,7 +150,7 @@ TEST_CASE(
   std::size_t compared = 0;
   for (const tasks::Case* c : captured_cases(task)) {
     CAPTURE(c->name);
-    compared += compare_with_recording(task, *c, recorded_call(task, *c));
+    compared += compare_sums_exactly(task, *c, recorded_call(task, *c));
   }
   CHECK(compared >= 2 * (27 + 4) * 64);
 }
@@ -282,21 +160,11 @@ TEST_CASE(
   // Every norm point but layer 0's attention norm: 10 calls per step, the residual stream
   // growing from 0.25 to 2 with depth, and sums that cancel to exactly zero.
   const tasks::Task& task = fused_task();
-  std::size_t calls = 0;
   std::size_t compared = 0;
-  for (const char* file :
-       {"prefill.fused_add_rms_norm.safetensors", "decode_step0.fused_add_rms_norm.safetensors",
-        "decode_step3.fused_add_rms_norm.safetensors"}) {
-    CAPTURE(file);
-    auto group = tasks::load_captured(oracle_test::captures_dir() / file);
-    REQUIRE_MESSAGE(group.ok(), group.error().message);
-    for (const auto& rec : group->cases) {
-      CAPTURE(rec.name);
-      const RecordedCall call{*group, rec.name};
-      compared += compare_with_recording(task, case_reading(task, call), call);
-      ++calls;
-    }
-  }
+  const std::size_t calls =
+      oracle_test::for_each_recorded_call("fused_add_rms_norm", [&](const auto& call) {
+        compared += compare_sums_exactly(task, norm_case_reading(task, call), call);
+      });
   CHECK(calls == 30);
   CHECK(compared == 2 * (27 + 4 + 4) * 10 * 64);
 }

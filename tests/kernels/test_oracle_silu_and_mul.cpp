@@ -39,81 +39,23 @@ std::vector<double> run_oracle(std::int64_t rows, std::int64_t d, std::vector<do
 
 const tasks::Task& silu_task() { return oracle_test::repository_task("llm/silu_and_mul"); }
 
-// A recorded call: the case group it is in and its name there ("layer2.mlp").
-struct RecordedCall {
-  tasks::CapturedGroup group;
-  std::string name;
-};
+using oracle_test::captured_cases;
+using oracle_test::compare_with_recording;
+using oracle_test::RecordedCall;
 
-// The task's cases whose values come from a capture.
-std::vector<const tasks::Case*> captured_cases(const tasks::Task& task) {
-  std::vector<const tasks::Case*> cases;
-  for (const auto& c : task.cases) {
-    for (const auto& [name, values] : c.values) {
-      if (values.kind == tasks::GeneratorKind::kCaptured) {
-        cases.push_back(&c);
-        break;
-      }
-    }
-  }
-  return cases;
-}
-
-// The call a captured case reads, under the task tensor's own argument name.
 RecordedCall recorded_call(const tasks::Case& c) {
-  const tasks::GeneratorSpec& values = c.values.at("input");
-  REQUIRE(values.kind == tasks::GeneratorKind::kCaptured);
-  const auto slash = values.tensor.rfind('/');
-  REQUIRE(slash != std::string::npos);
-  CHECK(values.tensor.substr(slash + 1) == "input");
-  auto group = tasks::load_captured(values.file_path);
-  REQUIRE_MESSAGE(group.ok(), group.error().message);
-  return RecordedCall{std::move(group).value(), values.tensor.substr(0, slash)};
+  return oracle_test::recorded_call(silu_task(), c);
 }
 
-// A case of `task` that reads the input of `call` from its recording, symbols from its shape:
-// recorded [T, 2 * d], declared [num_tokens, 2, d].
+// A case that reads the input of `call` from its recording, symbols from its shape: recorded
+// [T, 2 * d], declared [num_tokens, 2, d].
 tasks::Case case_reading(const tasks::Task& task, const RecordedCall& call) {
-  tasks::Case c = task.cases.front();
-  c.name = call.name;
   const tasks::CapturedTensor* input = call.group.tensor(call.name, "input");
   REQUIRE(input != nullptr);
   REQUIRE(input->shape.size() == 2);
   REQUIRE(input->shape[1] % 2 == 0);
-  c.symbols = {{"num_tokens", input->shape[0]}, {"d", input->shape[1] / 2}};
-  tasks::GeneratorSpec values;
-  values.kind = tasks::GeneratorKind::kCaptured;
-  values.file_path = call.group.path;
-  values.tensor = call.name + "/input";
-  c.values["input"] = values;
-  return c;
-}
-
-bool within(double got, double want, const tasks::Tolerance& tolerance) {
-  return std::abs(got - want) <= tolerance.atol + tolerance.rtol * std::abs(want);
-}
-
-// Runs the oracle on `c` and compares its out with the recorded out, within the task's
-// tolerance. Returns the number of elements compared.
-std::size_t compare_with_recording(const tasks::Task& task, const tasks::Case& c,
-                                   const RecordedCall& call) {
-  auto tensors = kernels::run_oracle(task, c, tasks::case_seed(c, 1));
-  REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
-  const tasks::TensorSpec* out = task.find_tensor("out");
-  REQUIRE(out != nullptr);
-  REQUIRE(out->tolerance.has_value());
-  const tasks::CapturedTensor* recorded = call.group.tensor(call.name, "out");
-  REQUIRE(recorded != nullptr);
-  const auto want = kernels::decode_values(recorded->dtype, recorded->bytes.data(),
-                                           static_cast<std::size_t>(recorded->numel()));
-  const auto& got = tensors->at("out").values;
-  REQUIRE(got.size() == want.size());
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    bad += within(want[i], got[i], *out->tolerance) ? 0 : 1;
-  }
-  CHECK(bad == 0);
-  return want.size();
+  return oracle_test::case_reading(task, call,
+                                   {{"num_tokens", input->shape[0]}, {"d", input->shape[1] / 2}});
 }
 
 }  // namespace
@@ -180,42 +122,9 @@ TEST_CASE(
     "silu_and_mul: each captured case reads one recorded stories260K call, prefill and decode") {
   // The hidden captured cases name the recording in the manifest (generator "captured"). The
   // recording is [T, 2 * d] and the task declares [num_tokens, 2, d]: the same bytes when the
-  // rows and the element count agree, and the runner's values must be the recorded bytes, in
-  // both correctness runs.
-  const tasks::Task& task = silu_task();
-  const auto cases = captured_cases(task);
-  CHECK(cases.size() >= 2);
-  std::set<std::string> phases;
-  for (const tasks::Case* c : cases) {
-    CAPTURE(c->name);
-    CHECK(c->hidden);
-    CHECK(c->seed.has_value());
-    const RecordedCall call = recorded_call(*c);
-    CHECK(call.group.model == "stories260K");
-    CHECK(call.group.op == "silu_and_mul");
-    phases.insert(call.group.phase);
-    for (const auto& spec : task.tensors) {
-      CAPTURE(spec.name);
-      const tasks::CapturedTensor* recorded = call.group.tensor(call.name, spec.name);
-      REQUIRE(recorded != nullptr);
-      CHECK(recorded->dtype == spec.dtype);
-      const auto shape = tasks::resolve_shape(spec, *c);
-      REQUIRE(shape.ok());
-      REQUIRE(recorded->shape.size() == 2);
-      CHECK(shape->front() == recorded->shape.front());
-      CHECK(shape->back() * (spec.name == "input" ? 2 : 1) == recorded->shape.back());
-      const auto count = tasks::element_count(spec, *c);
-      REQUIRE(count.ok());
-      CHECK(*count == recorded->numel());
-      if (!tasks::is_input(spec.role)) continue;
-      for (const std::uint64_t draw : {0, 1}) {
-        const auto bytes = tasks::generate_tensor(*c, spec, tasks::case_seed(*c, 1), draw);
-        REQUIRE_MESSAGE(bytes.ok(), bytes.error().message);
-        CHECK(*bytes == recorded->bytes);
-      }
-    }
-  }
-  CHECK(phases == std::set<std::string>{"decode", "prefill"});
+  // element counts agree, and the runner's values must be the recorded bytes, in both
+  // correctness runs.
+  oracle_test::check_captured_cases(silu_task(), "silu_and_mul", {}, false);
 }
 
 TEST_CASE(
@@ -232,21 +141,11 @@ TEST_CASE(
 TEST_CASE("silu_and_mul oracle: reproduces every recorded stories260K call within tolerance") {
   // One call per layer and step: gate and up of growing scale, d = 172.
   const tasks::Task& task = silu_task();
-  std::size_t calls = 0;
   std::size_t compared = 0;
-  for (const char* file :
-       {"prefill.silu_and_mul.safetensors", "decode_step0.silu_and_mul.safetensors",
-        "decode_step3.silu_and_mul.safetensors"}) {
-    CAPTURE(file);
-    auto group = tasks::load_captured(oracle_test::captures_dir() / file);
-    REQUIRE_MESSAGE(group.ok(), group.error().message);
-    for (const auto& rec : group->cases) {
-      CAPTURE(rec.name);
-      const RecordedCall call{*group, rec.name};
-      compared += compare_with_recording(task, case_reading(task, call), call);
-      ++calls;
-    }
-  }
+  const std::size_t calls =
+      oracle_test::for_each_recorded_call("silu_and_mul", [&](const auto& call) {
+        compared += compare_with_recording(task, case_reading(task, call), call);
+      });
   CHECK(calls == 15);
   CHECK(compared == (27 + 4 + 4) * 5 * 172);
 }
