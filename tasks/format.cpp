@@ -65,6 +65,10 @@ std::string format_task_details(const Task& task) {
   out << "  mirrors:   " << task.module << "\n";
   out << "  category:  " << task.category << "\n";
   out << "  reference: " << task.reference_path << "\n";
+  out << "  judged:    "
+      << (task.checker.empty() ? std::string("elementwise against the reference")
+                               : "by the '" + task.checker + "' checker (every right answer)")
+      << "\n";
   out << "  manifest:  " << task.manifest_path.string() << "\n\n";
   out << task.description;
   if (!task.description.empty() && task.description.back() != '\n') out << "\n";
