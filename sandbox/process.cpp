@@ -86,7 +86,17 @@ void child_set_limit(int error_fd, int resource, const std::optional<std::uint64
       child_fail(error_fd, errno);
     }
   }
-  child_set_limit(error_fd, RLIMIT_AS, options.limits.address_space_bytes, false);
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer reserves terabytes of shadow address space when a program starts, so a
+  // sanitizer build runs its children without the address-space cap (the deadline, the CPU
+  // limit and the others still apply).
+  constexpr bool kCapAddressSpace = false;
+#else
+  constexpr bool kCapAddressSpace = true;
+#endif
+  if (kCapAddressSpace) {
+    child_set_limit(error_fd, RLIMIT_AS, options.limits.address_space_bytes, false);
+  }
   child_set_limit(error_fd, RLIMIT_CPU, options.limits.cpu_seconds, true);
   child_set_limit(error_fd, RLIMIT_NOFILE, options.limits.open_files, false);
   child_set_limit(error_fd, RLIMIT_FSIZE, options.limits.file_size_bytes, false);
