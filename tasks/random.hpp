@@ -16,9 +16,15 @@ constexpr std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The k-th 64-bit number of the stream whose key is splitmix64(seed): for loops over one stream,
+// which compute the key once.
+constexpr std::uint64_t keyed_bits(std::uint64_t key, std::uint64_t k) {
+  return splitmix64(key ^ (k * 0xD1B54A32D192ED03ULL));
+}
+
 // The k-th 64-bit number of stream `seed`.
 constexpr std::uint64_t stream_bits(std::uint64_t seed, std::uint64_t k) {
-  return splitmix64(splitmix64(seed) ^ (k * 0xD1B54A32D192ED03ULL));
+  return keyed_bits(splitmix64(seed), k);
 }
 
 // A double uniform in [0, 1) with 53 random bits; exact, so identical on every machine.
