@@ -217,41 +217,10 @@ TEST_CASE(
   // "captured"); their symbols must give exactly the recorded sizes, and the oracle's result
   // must match the recorded outputs.
   const tasks::Task& task = rotary_task();
-  struct Expected {
-    const char* case_name;
-    const char* file;
-    const char* recorded_case;
-  };
-  for (const Expected e :
-       {Expected{"h_captured_prefill", "prefill.rotary_embedding.safetensors", "layer0.rope"},
-        Expected{"h_captured_decode", "decode_step3.rotary_embedding.safetensors",
-                 "layer4.rope"}}) {
-    CAPTURE(e.case_name);
-    const tasks::Case& c = case_named(task, e.case_name);
-    auto group = tasks::load_captured(kCaptures / e.file);
-    REQUIRE(group.ok());
-    for (const auto& spec : task.tensors) {
-      const tasks::CapturedTensor* recorded = group->tensor(e.recorded_case, spec.name);
-      REQUIRE(recorded != nullptr);
-      CAPTURE(spec.name);
-      CHECK(recorded->dtype == spec.dtype);
-      const auto count = tasks::element_count(spec, c);
-      REQUIRE(count.ok());
-      CHECK(*count == recorded->numel());
-      CHECK(c.values.at(spec.name).kind == tasks::GeneratorKind::kCaptured);
-    }
-    auto tensors = kernels::run_oracle(task, c, tasks::case_seed(c, 1));
-    REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
-    for (const char* arg : {"query", "key"}) {
-      const auto want = decoded(*group->tensor(e.recorded_case, arg, true)).values;
-      const auto& got = tensors->at(arg).values;
-      REQUIRE(got.size() == want.size());
-      std::size_t bad = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        bad += within(want[i], got[i], tolerance_of(arg)) ? 0 : 1;
-      }
-      CHECK(bad == 0);
-    }
+  oracle_test::check_captured_cases(task, "rotary_embedding", {}, false);
+  for (const tasks::Case* c : oracle_test::captured_cases(task)) {
+    CAPTURE(c->name);
+    oracle_test::compare_with_recording(task, *c, oracle_test::recorded_call(task, *c));
   }
 }
 
