@@ -151,6 +151,40 @@ TEST_CASE("replay CLI: --rescore on the committed example log writes the JSON it
   CHECK(output.find("mean reward") != std::string::npos);
 }
 
+TEST_CASE("replay CLI: the committed H200 log of 110 steps rescores from its measurements") {
+  // Recorded on an H200 (bench/gpu/device_run.sh trajectory): every step's speedup is in the
+  // log, so another preset's rewards follow from it on any machine. kevin: 0.3 for a correct
+  // kernel plus the speedup capped at 10 (docs/rewards.md).
+  const std::string log = CRUCIBLE_SOURCE_DIR "/examples/trajectories/h200_run.log";
+  REQUIRE(std::filesystem::exists(log));
+  const auto out = testing::fresh_dir("cli-h200") / "replay.json";
+  std::string output;
+  const int rc = testing::run_command(std::string(CRUCIBLE_EXE) +
+                                          " replay --rescore --reward '{\"preset\": \"kevin\"}' "
+                                          "--rows 0 -o '" +
+                                          out.string() + "' '" + log + "'",
+                                      &output);
+  REQUIRE_MESSAGE(rc == 0, output);
+  const auto replay = core::Value::parse(testing::read_file(out));
+  CHECK(replay["log"]["read"]["records"] == 110);
+  CHECK(replay["log"]["read"]["torn_tail"] == false);
+  CHECK(replay["summary"]["steps"] == 110);
+  std::size_t correct = 0;
+  for (const auto& step : replay["steps"]) {
+    if (step["status"] != "ok") {
+      CHECK(step["new_reward"].get<double>() <= 0.0);
+      continue;
+    }
+    ++correct;
+    REQUIRE(step["speedup"].is_number());
+    const double speedup = step["speedup"].get<double>();
+    CHECK(speedup > 0.0);
+    CHECK(step["new_reward"].get<double>() ==
+          doctest::Approx(0.3 + std::min(speedup, 10.0)).epsilon(1e-9));
+  }
+  CHECK(correct == 68);
+}
+
 TEST_CASE("eval CLI: the example solutions evaluate and write every report file") {
   const auto out = testing::fresh_dir("cli-eval");
   std::string output;
