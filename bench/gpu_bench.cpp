@@ -66,8 +66,9 @@ class PhaseTable {
     const Value& device = step.result["timing"]["device"];
     std::map<std::string, double> sums;
     for (const auto& [name, ms] : device["phases_ms"].items()) {
-      const auto space = name.find(' ', name.rfind("timing setup", 0) == 0 ? 8 : 0);
-      sums[name.substr(0, space)] += ms.get<double>();
+      // "<phase> <case>" or "<phase>": case names hold no spaces.
+      const auto space = name.rfind(' ');
+      sums[space == std::string::npos ? name : name.substr(0, space)] += ms.get<double>();
     }
     const double runner_ms = 1000 * device["runner_seconds"].get<double>();
     sums["runner (whole job)"] = runner_ms;

@@ -45,7 +45,7 @@ ParamBytes scalar_bytes(core::DType dtype, double value) {
   return out;
 }
 
-ParamBytes address_bytes(std::uint64_t address) {
+ParamBytes address_bytes(DeviceAddress address) {
   ParamBytes out{};
   std::memcpy(out.data(), &address, sizeof address);
   return out;
@@ -55,8 +55,8 @@ ParamBytes address_bytes(std::uint64_t address) {
 
 core::Result<std::vector<ParamBytes>> pack_launch_args(
     const Launch& launch, const tasks::Task& task, const tasks::Case& c,
-    const std::vector<std::size_t>& param_bytes, const std::vector<std::uint64_t>& tensors,
-    const std::vector<std::uint64_t>& workspaces) {
+    const std::vector<std::size_t>& param_bytes, const std::vector<DeviceAddress>& tensors,
+    const std::vector<DeviceAddress>& workspaces) {
   std::vector<ParamBytes> params(launch.args.size());
   for (std::size_t a = 0; a < launch.args.size(); ++a) {
     const LaunchArg& arg = launch.args[a];

@@ -19,6 +19,9 @@ PlanContext make_plan_context(const tasks::Task& task, std::int64_t max_smem_byt
 
 // One kernel parameter's bytes (every argument a plan can pass is at most 8 bytes).
 using ParamBytes = std::array<std::byte, 8>;
+// A device address: the CUDA driver's CUdeviceptr type, named here without the driver's header
+// (the runner checks the two agree), so the runner's buffer lists pass as they are.
+using DeviceAddress = unsigned long long;
 
 // The parameters of one launch of a plan for case `c`: tensor and workspace device addresses
 // (by index, as the plan's arguments name them), scalars in their dtype with the case's value,
@@ -26,7 +29,7 @@ using ParamBytes = std::array<std::byte, 8>;
 // kInvalidArgument when a symbol's value does not fit its parameter.
 core::Result<std::vector<ParamBytes>> pack_launch_args(
     const Launch& launch, const tasks::Task& task, const tasks::Case& c,
-    const std::vector<std::size_t>& param_bytes, const std::vector<std::uint64_t>& tensors,
-    const std::vector<std::uint64_t>& workspaces);
+    const std::vector<std::size_t>& param_bytes, const std::vector<DeviceAddress>& tensors,
+    const std::vector<DeviceAddress>& workspaces);
 
 }  // namespace crucible::sandbox

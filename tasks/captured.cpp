@@ -6,6 +6,9 @@
 #include <array>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <system_error>
 #include <utility>
@@ -249,6 +252,19 @@ core::Result<SafetensorsFile> parse_safetensors(std::string_view bytes, std::str
     file.tensors.push_back(std::move(e.tensor));
   }
   return file;
+}
+
+core::Result<std::shared_ptr<const SafetensorsFile>> cached_safetensors(
+    const std::filesystem::path& path) {
+  static std::mutex mutex;
+  static std::map<std::filesystem::path, std::shared_ptr<const SafetensorsFile>> files;
+  std::lock_guard lock(mutex);
+  if (const auto it = files.find(path); it != files.end()) return it->second;
+  auto file = read_safetensors(path);
+  if (!file) return file.error();
+  auto shared = std::make_shared<const SafetensorsFile>(std::move(file).value());
+  files.emplace(path, shared);
+  return shared;
 }
 
 core::Result<SafetensorsFile> read_safetensors(const std::filesystem::path& path,

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -58,6 +59,12 @@ core::Result<SafetensorsFile> parse_safetensors(std::string_view bytes, std::str
 // Reads and parses `path`. Errors: kIo when it cannot be read, else as parse_safetensors.
 core::Result<SafetensorsFile> read_safetensors(const std::filesystem::path& path,
                                                const SafetensorsLimits& limits = {});
+
+// read_safetensors with the default limits, parsed once per process and shared: the runner's
+// generators and the registry's checks read the same small files many times. Errors are not
+// kept (a later call reads again). Thread-safe.
+core::Result<std::shared_ptr<const SafetensorsFile>> cached_safetensors(
+    const std::filesystem::path& path);
 
 // What the provenance says of one tensor of a case.
 struct CapturedTensorRecord {

@@ -9,9 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <map>
-#include <memory>
-#include <mutex>
 
 #include "tasks/captured.hpp"
 #include "tasks/random.hpp"
@@ -211,34 +208,12 @@ double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint6
 
 namespace {
 
-// Parsed captured files, kept for the process's life (they are small and read by every draw).
-class CapturedFiles {
- public:
-  static CapturedFiles& instance() {
-    static CapturedFiles files;
-    return files;
-  }
-  core::Result<std::shared_ptr<const SafetensorsFile>> get(const std::filesystem::path& path) {
-    std::lock_guard lock(mutex_);
-    if (const auto it = files_.find(path); it != files_.end()) return it->second;
-    auto file = read_safetensors(path);
-    if (!file) return file.error();
-    auto shared = std::make_shared<const SafetensorsFile>(std::move(file).value());
-    files_.emplace(path, shared);
-    return shared;
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<std::filesystem::path, std::shared_ptr<const SafetensorsFile>> files_;
-};
-
 // Captured values: element i is element (i mod numel) of the recorded tensor, so a timing pool
 // larger than the recording sees it rotated. The dtype must match the task tensor's.
 core::Status captured_into(const GeneratorSpec& spec, core::DType dtype, std::span<std::byte> out,
                            std::uint64_t first_index) {
   const auto path = spec.file_path.empty() ? std::filesystem::path(spec.file) : spec.file_path;
-  auto file = CapturedFiles::instance().get(path);
+  auto file = cached_safetensors(path);
   if (!file) return file.error();
   const CapturedTensor* tensor = (*file)->find(spec.tensor);
   if (tensor == nullptr) {
@@ -270,6 +245,11 @@ core::Status captured_into(const GeneratorSpec& spec, core::DType dtype, std::sp
 
 }  // namespace
 
+std::optional<std::uint64_t> stream_length(const GeneratorSpec& spec) {
+  if (spec.kind == GeneratorKind::kPermutation) return static_cast<std::uint64_t>(spec.max);
+  return std::nullopt;
+}
+
 core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::uint64_t seed,
                            std::span<std::byte> out, std::uint64_t first_index) {
   if (spec.kind == GeneratorKind::kRouting) {
@@ -286,8 +266,7 @@ core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::ui
   const std::size_t count = out.size() / size;
   const std::uint64_t key = splitmix64(seed);
   if (spec.kind == GeneratorKind::kCaptured) return captured_into(spec, dtype, out, first_index);
-  if (spec.kind == GeneratorKind::kPermutation &&
-      first_index + count > static_cast<std::uint64_t>(spec.max)) {
+  if (const auto length = stream_length(spec); length && first_index + count > *length) {
     return core::Error{core::ErrorCode::kInvalidArgument,
                        "a permutation of " + std::to_string(spec.max) +
                            " values cannot fill elements up to index " +

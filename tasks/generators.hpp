@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -24,6 +25,11 @@ namespace crucible::tasks {
 // The value of element `index` before rounding to a dtype. kCaptured and kRouting have no
 // generated values; they return 0.
 double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint64_t index);
+
+// How many elements the stream of `spec` holds: a permutation has `max` distinct values and
+// no more; every other stream is unbounded (nullopt). Captured recordings repeat, so they count
+// as unbounded.
+std::optional<std::uint64_t> stream_length(const GeneratorSpec& spec);
 
 // Fills `out` with elements first_index, first_index + 1, ... of the stream; `out.size()` must be
 // a multiple of dtype_size(dtype). A captured spec reads its recorded tensor (element i is element

@@ -24,12 +24,12 @@ void check_captured_values(const Task& task, const std::string& shown,
       const auto spec = c.values.find(tensor.name);
       if (spec == c.values.end() || spec->second.kind != GeneratorKind::kCaptured) continue;
       const std::string where = shown + ": case " + c.name + ": values." + tensor.name + ": ";
-      auto file = read_safetensors(spec->second.file_path);
+      auto file = cached_safetensors(spec->second.file_path);
       if (!file) {
         errors.push_back(where + file.error().message);
         continue;
       }
-      const CapturedTensor* captured = file->find(spec->second.tensor);
+      const CapturedTensor* captured = (*file)->find(spec->second.tensor);
       const auto count = element_count(tensor, c);
       if (captured == nullptr) {
         errors.push_back(where + "captured file " + spec->second.file + " has no tensor '" +

@@ -144,10 +144,21 @@ std::vector<std::byte> encode_values(core::DType dtype, const std::vector<double
   return out;
 }
 
+core::Result<InputBytes> case_inputs(const tasks::Task& task, const tasks::Case& c,
+                                     std::uint64_t case_seed, std::uint64_t draw) {
+  InputBytes inputs;
+  for (const auto& spec : task.tensors) {
+    if (!tasks::is_input(spec.role)) continue;
+    auto bytes = tasks::generate_tensor(c, spec, case_seed, draw);
+    if (!bytes) return bytes.error();
+    inputs.emplace(spec.name, std::move(bytes).value());
+  }
+  return inputs;
+}
+
 core::Result<std::map<std::string, OracleTensor>> run_oracle(const tasks::Task& task,
                                                              const tasks::Case& c,
-                                                             std::uint64_t case_seed,
-                                                             std::uint64_t draw) {
+                                                             const InputBytes& inputs) {
   const OracleFn* oracle = find_oracle(task.id);
   if (oracle == nullptr) {
     return core::Error{core::ErrorCode::kUnknownTask, "no oracle for task '" + task.id + "'"};
@@ -160,9 +171,12 @@ core::Result<std::map<std::string, OracleTensor>> run_oracle(const tasks::Task& 
     for (const auto extent : *shape) count *= static_cast<std::size_t>(extent);
     OracleTensor tensor{spec.dtype, *shape, {}};
     if (tasks::is_input(spec.role)) {
-      auto bytes = tasks::generate_tensor(c, spec, case_seed, draw);
-      if (!bytes) return bytes.error();
-      tensor.values = decode_values(spec.dtype, bytes->data(), count);
+      const auto it = inputs.find(spec.name);
+      if (it == inputs.end() || it->second.size() != count * core::dtype_size(spec.dtype)) {
+        return core::Error{core::ErrorCode::kInvalidArgument,
+                           "no input of the case's size for tensor '" + spec.name + "'"};
+      }
+      tensor.values = decode_values(spec.dtype, it->second.data(), count);
     } else {
       tensor.values.assign(count, 0.0);
     }
@@ -170,6 +184,18 @@ core::Result<std::map<std::string, OracleTensor>> run_oracle(const tasks::Task& 
   }
   if (auto status = (*oracle)(OracleCall{task, c, tensors}); !status) return status.error();
   return tensors;
+}
+
+core::Result<std::map<std::string, OracleTensor>> run_oracle(const tasks::Task& task,
+                                                             const tasks::Case& c,
+                                                             std::uint64_t case_seed,
+                                                             std::uint64_t draw) {
+  if (find_oracle(task.id) == nullptr) {
+    return core::Error{core::ErrorCode::kUnknownTask, "no oracle for task '" + task.id + "'"};
+  }
+  auto inputs = case_inputs(task, c, case_seed, draw);
+  if (!inputs) return inputs.error();
+  return run_oracle(task, c, *inputs);
 }
 
 }  // namespace crucible::kernels

@@ -65,8 +65,18 @@ std::vector<std::byte> encode_values(core::DType dtype, const std::vector<double
 // float for 16-bit and fp8 types; integers: round half away from zero, saturating).
 double round_to_dtype(core::DType dtype, double value);
 
-// Builds the tensors of one case and draw as the runner would (generated or captured inputs,
-// zeroed outputs) and runs the task's oracle on them. kUnknownTask when it has no oracle.
+// The input bytes of every in and inout tensor of one case and draw, as the runner builds them
+// (generated or captured values), by tensor name.
+using InputBytes = std::map<std::string, std::vector<std::byte>>;
+core::Result<InputBytes> case_inputs(const tasks::Task& task, const tasks::Case& c,
+                                     std::uint64_t case_seed, std::uint64_t draw = 0);
+
+// Runs the task's oracle on `inputs` (one entry per in and inout tensor) with zeroed outputs.
+// kUnknownTask when the task has no oracle.
+core::Result<std::map<std::string, OracleTensor>> run_oracle(const tasks::Task& task,
+                                                             const tasks::Case& c,
+                                                             const InputBytes& inputs);
+// The same on the inputs of one case and draw (case_inputs).
 core::Result<std::map<std::string, OracleTensor>> run_oracle(const tasks::Task& task,
                                                              const tasks::Case& c,
                                                              std::uint64_t case_seed,

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "sandbox/compare.hpp"
@@ -34,6 +35,9 @@
 
 namespace crucible::sandbox::runner {
 namespace {
+
+static_assert(std::is_same_v<CUdeviceptr, DeviceAddress>,
+              "pack_launch_args takes the runner's device pointers as they are");
 
 using core::StepStatus;
 using core::Value;
@@ -383,10 +387,8 @@ class JobRunner {
         }
         kernel.configured_smem = static_cast<int>(step.smem_bytes);
       }
-      std::vector<std::uint64_t> tensor_addresses(tensors.begin(), tensors.end());
-      std::vector<std::uint64_t> workspace_addresses(workspaces.begin(), workspaces.end());
-      auto storage = pack_launch_args(launch, task_, *setup.c, kernel.param_bytes, tensor_addresses,
-                                      workspace_addresses);
+      auto storage =
+          pack_launch_args(launch, task_, *setup.c, kernel.param_bytes, tensors, workspaces);
       if (!storage) {
         fail(side.candidate ? StepStatus::kInvalidAction : StepStatus::kInfraError,
              storage.error().message);
@@ -726,9 +728,9 @@ class JobRunner {
         std::clamp<std::size_t>(budget / std::max<std::size_t>(slot_bytes, 1), 2, 8);
 
     // Value pools: each input's values for call i are a window of its pool starting at a
-    // different offset, so every timed call sees values no earlier call saw. A permutation
-    // (distinct slots or block ids) has no values beyond its `max`, so its pool extends only
-    // as far as that allows (no further at all when the case uses every value).
+    // different offset, so every timed call sees values no earlier call saw. A stream of
+    // bounded length (a permutation: distinct slots or block ids) extends only as far as it
+    // goes (no further at all when the case uses every value).
     constexpr std::size_t kPoolExtra = 1u << 14;  // distinct windows
     constexpr std::size_t kStride = 977;          // prime, coprime to kPoolExtra + 1 = 5 * 29 * 113
     std::vector<DeviceBuffer> pools(n);
@@ -740,10 +742,9 @@ class JobRunner {
         const std::uint64_t seed = tasks::tensor_seed(setup.seed, tensor.name, 2);
         const auto& spec = c.values.at(tensor.name);
         pool_extra[t] = kPoolExtra;
-        if (spec.kind == tasks::GeneratorKind::kPermutation) {
-          const auto headroom = spec.max - static_cast<std::int64_t>(setup.counts[t]);
-          pool_extra[t] = std::min<std::size_t>(
-              kPoolExtra, static_cast<std::size_t>(std::max<std::int64_t>(headroom, 0)));
+        if (const auto length = tasks::stream_length(spec)) {
+          const std::uint64_t used = setup.counts[t];
+          pool_extra[t] = std::min<std::size_t>(kPoolExtra, *length > used ? *length - used : 0);
         }
         const std::size_t count = setup.counts[t] + pool_extra[t];
         const auto values =
@@ -813,15 +814,11 @@ class JobRunner {
     rule.min_samples = job_.timing.min_samples;
     rule.max_samples = job_.timing.max_samples;
     const auto order = interleaved_order(job_.timing.max_samples + warmup);
-    // Checked calls: the candidate's outputs kept aside, the device check's verdicts (three
-    // u64 per tensor), and host copies for the full report when a check fails.
+    // Checked calls: the candidate's outputs kept aside and the device check's verdicts (three
+    // u64 per tensor); host copies are pinned only when a check fails.
     std::vector<DeviceBuffer> kept(n);
-    std::vector<std::byte*> got(n, nullptr), want(n, nullptr);
     for (std::size_t t = 0; t < n; ++t) {
-      if (!tasks::is_output(task_.tensors[t].role)) continue;
-      kept[t] = DeviceBuffer(setup.bytes[t], false);
-      got[t] = device_.staging("got:" + std::to_string(t), setup.bytes[t]);
-      want[t] = device_.staging("want:" + std::to_string(t), setup.bytes[t]);
+      if (tasks::is_output(task_.tensors[t].role)) kept[t] = DeviceBuffer(setup.bytes[t], false);
     }
     DeviceBuffer check_results(24 * n, false);
     std::byte* check_host = device_.staging("check results", 24 * n);
@@ -898,8 +895,11 @@ class JobRunner {
         if (suspect) {
           // Both sides' outputs to the host, and (for a task checker) the call's inputs, which
           // preparing the call again restores; then the host's full verdict decides.
+          std::vector<std::byte*> got(n, nullptr), want(n, nullptr);
           for (std::size_t t = 0; t < n; ++t) {
             if (!tasks::is_output(task_.tensors[t].role)) continue;
+            got[t] = device_.staging("got:" + std::to_string(t), setup.bytes[t]);
+            want[t] = device_.staging("want:" + std::to_string(t), setup.bytes[t]);
             download(got[t], kept[t].data(), setup.bytes[t], stream);
             download(want[t], slot.tensor_ptrs[t], setup.bytes[t], stream);
           }

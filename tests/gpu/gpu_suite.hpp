@@ -54,12 +54,16 @@ inline env::Pipeline gpu_pipeline() {
   return pipeline;
 }
 
+// A client of `server`, once the server says it has a GPU stage.
 inline clients::Client connect(const RunningServer& server) {
   clients::ClientOptions options;
   options.endpoint = server.endpoint();
   options.timeout = std::chrono::milliseconds(300000);
   auto client = clients::Client::connect(options);
   REQUIRE(client.ok());
+  const auto hello = client->hello();
+  REQUIRE(hello.ok());
+  REQUIRE((*hello)["stages"]["gpu"] == true);
   return std::move(client).value();
 }
 

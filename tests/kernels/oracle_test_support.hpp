@@ -42,6 +42,21 @@ inline const tasks::Case& case_named(const tasks::Task& task, const std::string&
   return *c;
 }
 
+// Runs the oracle of `task_id` on explicit tensors, with `symbols` and `scalars` over those of
+// the task's first case; returns the tensors with the outputs filled in.
+inline Tensors call_oracle(const std::string& task_id,
+                           const std::map<std::string, std::int64_t>& symbols, Tensors tensors,
+                           const std::map<std::string, double>& scalars = {}) {
+  const tasks::Task& task = repository_task(task_id);
+  tasks::Case c = task.cases.front();
+  c.symbols = symbols;
+  for (const auto& [name, value] : scalars) c.scalars[name] = value;
+  const auto* oracle = kernels::find_oracle(task_id);
+  REQUIRE(oracle != nullptr);
+  REQUIRE((*oracle)(kernels::OracleCall{task, c, tensors}).ok());
+  return tensors;
+}
+
 // ---- captured cases -----------------------------------------------------------------------
 
 // A recorded call: the case group it is in and its name there ("layer0.attn_norm").

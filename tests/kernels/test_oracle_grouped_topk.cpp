@@ -21,21 +21,16 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 Tensors run_grouped(std::int64_t tokens, std::int64_t experts, std::int64_t k,
                     std::vector<double> gating, std::vector<double> bias,
                     const std::map<std::string, double>& scalars) {
-  const tasks::Task* task = &oracle_test::repository_task("llm/grouped_topk");
-  tasks::Case c = task->cases.front();
-  c.symbols = {{"num_tokens", tokens}, {"num_experts", experts}, {"topk", k}};
-  for (const auto& [name, value] : scalars) c.scalars[name] = value;
   const auto outputs = static_cast<std::size_t>(tokens * k);
-  Tensors tensors{
-      {"gating_output", {core::DType::kF32, {tokens, experts}, std::move(gating)}},
-      {"e_score_correction_bias", {core::DType::kF32, {experts}, std::move(bias)}},
-      {"topk_weights", {core::DType::kF32, {tokens, k}, std::vector<double>(outputs)}},
-      {"topk_ids", {core::DType::kI32, {tokens, k}, std::vector<double>(outputs)}},
-  };
-  const auto* oracle = kernels::find_oracle("llm/grouped_topk");
-  REQUIRE(oracle != nullptr);
-  REQUIRE((*oracle)(kernels::OracleCall{*task, c, tensors}).ok());
-  return tensors;
+  return oracle_test::call_oracle(
+      "llm/grouped_topk", {{"num_tokens", tokens}, {"num_experts", experts}, {"topk", k}},
+      Tensors{
+          {"gating_output", {core::DType::kF32, {tokens, experts}, std::move(gating)}},
+          {"e_score_correction_bias", {core::DType::kF32, {experts}, std::move(bias)}},
+          {"topk_weights", {core::DType::kF32, {tokens, k}, std::vector<double>(outputs)}},
+          {"topk_ids", {core::DType::kI32, {tokens, k}, std::vector<double>(outputs)}},
+      },
+      scalars);
 }
 
 }  // namespace

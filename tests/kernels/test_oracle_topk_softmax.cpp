@@ -18,20 +18,15 @@ using oracle_test::Tensors;
 // Runs the oracle on `tokens` rows of `experts` logits, top-`k`.
 Tensors run_topk_softmax(std::int64_t tokens, std::int64_t experts, std::int64_t k,
                          std::vector<double> gating) {
-  const tasks::Task* task = &oracle_test::repository_task("llm/topk_softmax");
-  tasks::Case c = task->cases.front();
-  c.symbols = {{"num_tokens", tokens}, {"num_experts", experts}, {"topk", k}};
   const auto outputs = static_cast<std::size_t>(tokens * k);
-  Tensors tensors{
-      {"gating_output", {core::DType::kF32, {tokens, experts}, std::move(gating)}},
-      {"topk_weights", {core::DType::kF32, {tokens, k}, std::vector<double>(outputs)}},
-      {"topk_indices", {core::DType::kI32, {tokens, k}, std::vector<double>(outputs)}},
-      {"token_expert_indices", {core::DType::kI32, {tokens, k}, std::vector<double>(outputs)}},
-  };
-  const auto* oracle = kernels::find_oracle("llm/topk_softmax");
-  REQUIRE(oracle != nullptr);
-  REQUIRE((*oracle)(kernels::OracleCall{*task, c, tensors}).ok());
-  return tensors;
+  return oracle_test::call_oracle(
+      "llm/topk_softmax", {{"num_tokens", tokens}, {"num_experts", experts}, {"topk", k}},
+      Tensors{
+          {"gating_output", {core::DType::kF32, {tokens, experts}, std::move(gating)}},
+          {"topk_weights", {core::DType::kF32, {tokens, k}, std::vector<double>(outputs)}},
+          {"topk_indices", {core::DType::kI32, {tokens, k}, std::vector<double>(outputs)}},
+          {"token_expert_indices", {core::DType::kI32, {tokens, k}, std::vector<double>(outputs)}},
+      });
 }
 
 }  // namespace

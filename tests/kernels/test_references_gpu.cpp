@@ -90,46 +90,45 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
                                     const LoadedSource& source, const sandbox::PlanContext& context,
                                     std::uint64_t seed) {
   const Driver& d = driver();
-  auto oracle = kernels::run_oracle(task, c, seed);
+  auto inputs = kernels::case_inputs(task, c, seed);
+  REQUIRE_MESSAGE(inputs.ok(), inputs.error().message);
+  auto oracle = kernels::run_oracle(task, c, *inputs);
   REQUIRE_MESSAGE(oracle.ok(), oracle.error().message);
   std::vector<CUdeviceptr> buffers;
-  std::vector<std::uint64_t> addresses;
   std::vector<std::size_t> counts, sizes;
+  // What each tensor holds before the call: the case's inputs, the poison in outputs.
+  std::vector<std::vector<std::byte>> initial;
   for (const auto& spec : task.tensors) {
     const auto count = static_cast<std::size_t>(tasks::element_count(spec, c).value());
     const std::size_t bytes = count * core::dtype_size(spec.dtype);
     std::vector<std::byte> host(bytes);
     if (tasks::is_input(spec.role)) {
-      auto generated = tasks::generate_tensor(c, spec, seed);
-      REQUIRE_MESSAGE(generated.ok(), generated.error().message);
-      host = std::move(generated).value();
+      host = inputs->at(spec.name);
     } else {
       sandbox::fill_poison(spec.dtype, host.data(), count, 0);
     }
     CUdeviceptr pointer = 0;
     CU_REQUIRE(d.alloc(&pointer, std::max<std::size_t>(bytes, 256)));
     if (bytes > 0) CU_REQUIRE(d.to_device(pointer, host.data(), bytes));
+    initial.push_back(std::move(host));
     buffers.push_back(pointer);
-    addresses.push_back(pointer);
     counts.push_back(count);
     sizes.push_back(bytes);
   }
   auto concrete = sandbox::evaluate_plan(source.plan, c.symbols, context);
   REQUIRE_MESSAGE(concrete.ok(), concrete.error().message);
   std::vector<CUdeviceptr> workspaces;
-  std::vector<std::uint64_t> workspace_addresses;
   for (const auto bytes : concrete->workspace_bytes) {
     CUdeviceptr pointer = 0;
     CU_REQUIRE(d.alloc(&pointer, std::max<std::uint64_t>(bytes, 256)));
     CU_REQUIRE(d.memset(pointer, 0xA5, bytes));
     workspaces.push_back(pointer);
-    workspace_addresses.push_back(pointer);
   }
   for (const auto& step : concrete->launches) {
     const sandbox::Launch& launch = source.plan.launches[step.launch];
     const LoadedFunction& function = source.functions.at(launch.name_expression);
-    auto params = sandbox::pack_launch_args(launch, task, c, function.param_bytes, addresses,
-                                            workspace_addresses);
+    auto params =
+        sandbox::pack_launch_args(launch, task, c, function.param_bytes, buffers, workspaces);
     REQUIRE_MESSAGE(params.ok(), params.error().message);
     std::vector<void*> pointers;
     for (auto& param : *params) pointers.push_back(param.data());
@@ -149,19 +148,13 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
     // against the oracle's (encoded in the output dtypes), as the runner would a candidate's.
     const sandbox::TaskChecker* checker = sandbox::find_task_checker(task.checker);
     REQUIRE(checker != nullptr);
-    std::vector<std::vector<std::byte>> before(task.tensors.size()), got, want;
-    std::vector<sandbox::HostTensorView> inputs, candidate, reference;
+    std::vector<std::vector<std::byte>> got, want;
+    std::vector<sandbox::HostTensorView> input_views, candidate, reference;
     std::vector<sandbox::Tolerance> tolerances;
     for (std::size_t t = 0; t < task.tensors.size(); ++t) {
       const auto& spec = task.tensors[t];
-      const auto& shape = oracle->at(spec.name).shape;
-      if (tasks::is_input(spec.role)) {
-        before[t] = tasks::generate_tensor(c, spec, seed).value();
-      } else {
-        before[t].resize(sizes[t]);
-        sandbox::fill_poison(spec.dtype, before[t].data(), counts[t], 0);
-      }
-      inputs.push_back({spec.name, spec.dtype, before[t].data(), counts[t], shape});
+      input_views.push_back(
+          {spec.name, spec.dtype, initial[t].data(), counts[t], oracle->at(spec.name).shape});
     }
     got.reserve(task.tensors.size());
     want.reserve(task.tensors.size());
@@ -178,7 +171,7 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
       tolerances.push_back({tol.atol, tol.rtol});
     }
     sandbox::TaskCheckRequest request;
-    request.inputs = inputs;
+    request.inputs = input_views;
     request.candidate = candidate;
     request.reference = reference;
     request.tolerances = tolerances;
