@@ -33,10 +33,10 @@
 // Design notes (why, for whoever optimises this next):
 // - Prefill (hundreds of tokens and up) is compute bound: 2 * M * N * K flops against
 //   2 * (M * K + N * K + M * N) bytes. The big tile (128 x 128, a 64 x 32 tile per warp: 16
-//   mma.sync per 16-wide K step from 4 A and 2 B ldmatrix.x4) gives 32 flops per byte of shared
-//   memory read, and each block re-reads input and weight from L2 only N / 128 and M / 128
-//   times. Three stages of 36 KiB let two blocks share an SM (two 8-warp blocks hide each
-//   other's barriers), which __launch_bounds__(threads, 2) holds to 128 registers.
+//   mma.sync per 16-wide K step from 4 A and 2 B ldmatrix.x4) does about 21 flops per byte of
+//   shared memory read, and input is read from L2 once per 128-column tile, the weight once
+//   per 128-row tile. Three stages of 36 KiB let two blocks share an SM (two 8-warp blocks hide
+//   each other's barriers), which __launch_bounds__(threads, 2) holds to 128 registers.
 // - Decode (1 to 256 tokens) is memory bound on the weight: 2 * N * K bytes (235 MB for
 //   gate_up) read once, against almost no math. What matters there is enough blocks to cover
 //   132 SMs and enough bytes in flight per SM, hence narrow N tiles (32 columns: 128 blocks at
@@ -58,7 +58,7 @@
 //   write zeros, which add nothing to the dot products. The epilogue writes only rows below
 //   num_tokens; an n8 accumulator tile is wholly in or out because out_features % 8 == 0.
 // - Not done here, and where the rest of cuBLAS's speed is: Hopper's wgmma (asynchronous
-//   warpgroup MMA reading shared memory directly, about twice mma.sync's throughput on H200),
+//   warpgroup MMA reading shared memory directly; mma.sync cannot reach Hopper's peak),
 //   TMA loads with a producer warp, and an epilogue staged through shared memory so that
 //   stores are 16 bytes wide instead of 4.
 
