@@ -10,8 +10,9 @@
 namespace crucible::tasks {
 namespace {
 
+// Left-aligned in a column of `width`; a longer text keeps one space before the next column.
 std::string pad(std::string text, std::size_t width) {
-  if (text.size() < width) text.append(width - text.size(), ' ');
+  text.append(text.size() < width ? width - text.size() : 1, ' ');
   return text;
 }
 
@@ -64,7 +65,12 @@ std::string format_task_details(const Task& task) {
   out << task.id << " — " << task.title << "\n";
   out << "  mirrors:   " << task.module << "\n";
   out << "  category:  " << task.category << "\n";
-  out << "  reference: " << task.reference_path << "\n";
+  if (task.reference_library.empty()) {
+    out << "  reference: " << task.reference_path << "\n";
+  } else {
+    out << "  reference: " << task.reference_library << " (timed); starting point "
+        << task.reference_path << "\n";
+  }
   out << "  judged:    "
       << (task.checker.empty() ? std::string("elementwise against the reference")
                                : "by the '" + task.checker + "' checker (every right answer)")

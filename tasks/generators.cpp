@@ -199,6 +199,8 @@ double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint6
       const double angle = static_cast<double>(position) * inv_freq;
       return (index % dim) < half ? std::cos(angle) : std::sin(angle);
     }
+    case GeneratorKind::kList:
+      return spec.list.empty() ? 0.0 : spec.list[index % spec.list.size()];
     case GeneratorKind::kRouting:
     case GeneratorKind::kCaptured:
       break;

@@ -245,7 +245,7 @@ struct Context {
 
 std::string known_generator_list() {
   std::vector<std::string> names;
-  for (int i = 0; i <= static_cast<int>(GeneratorKind::kRopeCache); ++i) {
+  for (int i = 0; i <= static_cast<int>(GeneratorKind::kList); ++i) {
     names.emplace_back(generator_name(static_cast<GeneratorKind>(i)));
   }
   return join(names);
@@ -348,6 +348,28 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
                          "'rope_cache' needs a floating-point tensor, this one is " + dtype_text);
       }
       break;
+    case GeneratorKind::kList: {
+      ctx.read.check_keys(*table, path, {"generator", "note", "values"});
+      const toml::array* values = ctx.read.array(*table, "values", path, true);
+      if (values == nullptr) break;
+      if (values->empty()) ctx.problems.add(child(path, "values"), "must not be empty");
+      const bool integral = !core::dtype_is_floating(dtype);
+      for (std::size_t i = 0; i < values->size(); ++i) {
+        const toml::node& item = *values->get(i);
+        std::optional<double> number;
+        if (const auto* v = item.as_integer()) number = static_cast<double>(v->get());
+        if (const auto* v = item.as_floating_point()) number = v->get();
+        if (!number || !std::isfinite(*number) || (integral && std::trunc(*number) != *number)) {
+          ctx.problems.add(
+              child(path, "values") + "[" + std::to_string(i) + "]",
+              std::string("must be a finite ") +
+                  (integral ? "integer (the tensor is " + dtype_text + ")" : "number"));
+          continue;
+        }
+        spec.list.push_back(*number);
+      }
+      break;
+    }
     case GeneratorKind::kRouting:
       ctx.problems.add(child(path, "generator"),
                        "'routing' is reserved for MoE expert ids and not implemented yet");
@@ -786,6 +808,27 @@ void parse_roofline(Context& ctx, const toml::table& root, Task& task) {
   }
 }
 
+// A library reference takes the task's tensors as its own arguments: their roles, ranks, dtypes
+// and shared dimensions must be what the library computes.
+void check_library_contract(Context& ctx, const Task& task) {
+  if (task.reference_library != "cublaslt") return;
+  const auto& t = task.tensors;
+  const bool roles =
+      t.size() == 3 && t[0].role == Role::kOut && t[1].role == Role::kIn && t[2].role == Role::kIn;
+  const bool ranks =
+      roles && t[0].shape.size() == 2 && t[1].shape.size() == 2 && t[2].shape.size() == 2;
+  const bool dtypes = ranks && t[0].dtype == t[1].dtype && t[1].dtype == t[2].dtype &&
+                      (t[0].dtype == core::DType::kBF16 || t[0].dtype == core::DType::kF16);
+  const bool dims = dtypes && t[0].shape[0] == t[1].shape[0] && t[0].shape[1] == t[2].shape[0] &&
+                    t[1].shape[1] == t[2].shape[1];
+  if (!dims) {
+    ctx.problems.add("reference.library",
+                     "\"cublaslt\" computes out[M, N] = input[M, K] @ weight[N, K]^T: the task "
+                     "needs exactly the tensors (out, input, weight) in that order, roles out, in, "
+                     "in, all bf16 or all f16, with shapes [M, N], [M, K], [N, K]");
+  }
+}
+
 void parse_reference(Context& ctx, const toml::table& root, Task& task) {
   const toml::table* reference = ctx.read.table(root, "reference", "", true);
   if (reference == nullptr) return;
@@ -793,11 +836,13 @@ void parse_reference(Context& ctx, const toml::table& root, Task& task) {
   const auto source = ctx.read.string(*reference, "source", "reference", false);
   const auto library = ctx.read.string(*reference, "library", "reference", false);
   if (library) {
-    ctx.problems.add("reference.library",
-                     in_quotes(*library) +
-                         " is reserved: library-backed references (cublas, cublaslt, cudnn) "
-                         "are not available yet; give reference.source");
-    return;
+    const auto& known = known_reference_libraries();
+    if (std::find(known.begin(), known.end(), *library) == known.end()) {
+      ctx.problems.add("reference.library",
+                       "unknown library " + in_quotes(*library) + " (known: " + join(known) + ")");
+    } else {
+      task.reference_library = *library;
+    }
   }
   if (!source) {
     ctx.problems.add("reference.source",
@@ -922,6 +967,7 @@ std::optional<Task> load_manifest(const fs::path& manifest, const fs::path& home
     }
   }
   parse_roofline(ctx, root, task);
+  check_library_contract(ctx, task);
 
   if (problems.count() != 0) return std::nullopt;
   return task;

@@ -11,9 +11,9 @@ namespace crucible::tasks {
 namespace {
 
 constexpr std::array<std::string_view, 3> kRoleNames{"in", "out", "inout"};
-constexpr std::array<std::string_view, 10> kGeneratorNames{
-    "randn",     "uniform", "constant", "ones",        "zeros",
-    "positions", "routing", "captured", "permutation", "rope_cache"};
+constexpr std::array<std::string_view, 11> kGeneratorNames{
+    "randn",   "uniform",  "constant",    "ones",       "zeros", "positions",
+    "routing", "captured", "permutation", "rope_cache", "list"};
 
 // Shortest text that reads back as the same double ("1", "0.1", "1e-05").
 std::string number_text(double value) {
@@ -43,6 +43,11 @@ const std::vector<std::string>& known_categories() {
 const std::vector<std::string>& known_checkers() {
   static const std::vector<std::string> kCheckers{"topk"};
   return kCheckers;
+}
+
+const std::vector<std::string>& known_reference_libraries() {
+  static const std::vector<std::string> kLibraries{"cublaslt"};
+  return kLibraries;
 }
 
 std::string_view generator_name(GeneratorKind kind) {
@@ -80,6 +85,14 @@ std::string describe(const GeneratorSpec& spec) {
     case GeneratorKind::kCaptured:
       text += "(" + spec.file + "#" + spec.tensor + ")";
       break;
+    case GeneratorKind::kList: {
+      text += "(";
+      for (std::size_t i = 0; i < spec.list.size(); ++i) {
+        text += (i == 0 ? "" : ", ") + number_text(spec.list[i]);
+      }
+      text += ")";
+      break;
+    }
     case GeneratorKind::kOnes:
     case GeneratorKind::kZeros:
     case GeneratorKind::kRouting:

@@ -33,6 +33,9 @@ const std::vector<std::string>& known_categories();
 // Checkers a manifest may name (`checker = "..."`), implemented in sandbox/task_checker.hpp:
 // "topk" (top-k routing: any order of tied scores is right).
 const std::vector<std::string>& known_checkers();
+// Vendor libraries a task's reference may be computed by (`[reference] library`), instead of its
+// NVRTC source: "cublaslt" (out[M, N] = input[M, K] @ weight[N, K]^T, bf16 or f16).
+const std::vector<std::string>& known_reference_libraries();
 
 // Where a tensor's input values come from. Generated kinds are filled on the host by
 // tasks/generators.hpp from a seed; kCaptured names a tensor recorded from a real model run.
@@ -47,6 +50,7 @@ enum class GeneratorKind {
   kCaptured,     // safetensors file + tensor name
   kPermutation,  // distinct integers in [0, max) in seeded order; a share `pad` set to -1
   kRopeCache,    // rotary cos/sin table: row p = cos(p * f_k) for k < dim/2, then sin(p * f_k)
+  kList,         // element i = values[i mod values.size()]: fixed lengths, fixed sizes
 };
 std::string_view generator_name(GeneratorKind kind);
 std::optional<GeneratorKind> generator_from_name(std::string_view name);
@@ -62,6 +66,7 @@ struct GeneratorSpec {
   double pad = 0.0;                 // permutation: share of elements set to -1 (padding)
   std::int64_t dim = 0;             // rope_cache: row length (rotary dims), even
   double theta = 10000.0;           // rope_cache: base of the inverse frequencies
+  std::vector<double> list;         // list: the values, repeated
   std::string file;                 // captured: path as written (relative to the task folder)
   std::filesystem::path file_path;  // captured: resolved absolute path (checked to exist)
   std::string tensor;               // captured: tensor name inside the file
@@ -137,6 +142,10 @@ struct Task {
   Roofline roofline;
   std::string reference_path;    // as in the manifest, relative to home: "kernels/llm/rms_norm.cu"
   std::string reference_source;  // its text
+  // The library that computes the reference outputs and times (one of
+  // known_reference_libraries()), or empty: the reference source is launched. With a library,
+  // the source is the starting point shown to agents, held to the same oracle.
+  std::string reference_library;
   std::filesystem::path manifest_path;  // absolute path of task.toml
 
   const TensorSpec* find_tensor(std::string_view name) const;

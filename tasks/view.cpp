@@ -75,6 +75,12 @@ core::Value generator_value(const GeneratorSpec& spec) {
       out["dim"] = spec.dim;
       out["theta"] = spec.theta;
       break;
+    case GeneratorKind::kList: {
+      core::Value values = core::Value::array();
+      for (const double v : spec.list) values.push_back(v);
+      out["values"] = std::move(values);
+      break;
+    }
     case GeneratorKind::kOnes:
     case GeneratorKind::kZeros:
     case GeneratorKind::kRouting:
@@ -144,6 +150,11 @@ core::Value common_view(const Task& task) {
   }
   out["roofline"] = {{"bytes", task.roofline.bytes}, {"flops", task.roofline.flops}};
   out["reference"] = {{"path", task.reference_path}, {"source", task.reference_source}};
+  if (!task.reference_library.empty()) {
+    // The timed reference is the library; the source is the starting point, held to the same
+    // oracle.
+    out["reference"]["library"] = task.reference_library;
+  }
   out["launch"] = kLaunchNote;
   // How outputs are judged: elementwise against the reference, or by a named checker that
   // accepts every right answer (top-k under ties).

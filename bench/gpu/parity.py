@@ -13,7 +13,10 @@ Library times are kernel times from torch.profiler (the sum of the GPU kernels o
 host time), median over calls, each call on its own copy of the inputs with a 2 x L2 read
 between calls (the conditions crucible times its kernels under). PyTorch eager and
 torch.compile (inductor, default mode) are both measured; the best of the two is the library
-time. The floor is crucible's roofline floor of the case (bytes / bandwidth, FLOPs / peak).
+time. Paged decode attention is compared with PyTorch's FlashAttention-2 and memory-efficient
+attention kernels over the same contexts gathered into their packed varlen layout (the gather is
+not timed); linear with torch.mm (cuBLAS). The floor is crucible's roofline floor of the case
+(bytes / bandwidth, FLOPs / peak).
 """
 import argparse
 import json
@@ -90,6 +93,9 @@ def fill(torch, values, shape, dtype, device):
         t = torch.randperm(values["max"], device=device)[:numel].reshape(shape)
         if values.get("pad", 0) > 0:
             t[torch.rand(shape, device=device) < values["pad"]] = -1
+    elif kind == "list":
+        values_list = torch.tensor(values["values"], dtype=torch.float64, device=device)
+        t = values_list[torch.arange(numel, device=device) % len(values["values"])].reshape(shape)
     elif kind == "rope_cache":
         dim = values["dim"]
         inv = values.get("theta", 10000.0) ** (-torch.arange(0, dim, 2, device=device) / dim)
@@ -194,6 +200,54 @@ def op_grouped_topk(torch, t, s, sym):
     t[name].copy_(ids.to(t[name].dtype))
 
 
+def op_linear(torch, t, s, sym):
+    # F.linear without a bias is this matrix product; PyTorch hands it to cuBLAS(Lt).
+    torch.mm(t["input"], t["weight"].t(), out=t["out"])
+
+
+def prepare_paged_attention(torch, t, s, sym):
+    """Gathers each sequence's context from the paged cache into the packed layout of
+    FlashAttention's varlen call (untimed: the library gets contiguous keys and values, the
+    reference reads them through the block table)."""
+    block = t["key_cache"].shape[1]
+    lens = t["seq_lens"].long().tolist()
+    keys, values = [], []
+    for s_i, n in enumerate(lens):
+        blocks = t["block_tables"][s_i, : (n + block - 1) // block].long()
+        keys.append(t["key_cache"][blocks].flatten(0, 1)[:n])
+        values.append(t["value_cache"][blocks].flatten(0, 1)[:n])
+    t["_k"] = torch.cat(keys).contiguous()
+    t["_v"] = torch.cat(values).contiguous()
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    t["_cu_k"] = torch.tensor(cu, dtype=torch.int32, device=t["query"].device)
+    t["_cu_q"] = torch.arange(len(lens) + 1, dtype=torch.int32, device=t["query"].device)
+    t["_max_k"] = max(lens)
+    # The memory-efficient kernel has no grouped-query heads: it gets keys and values repeated
+    # per query head (also untimed).
+    group = t["query"].shape[1] // t["_k"].shape[1]
+    t["_ke"] = t["_k"].repeat_interleave(group, dim=1)[None].contiguous()
+    t["_ve"] = t["_v"].repeat_interleave(group, dim=1)[None].contiguous()
+
+
+def op_paged_attention_flash(torch, t, s, sym):
+    # FlashAttention-2 (PyTorch's own build) over the packed varlen layout, one query a sequence.
+    out = torch.ops.aten._flash_attention_forward(
+        t["query"], t["_k"], t["_v"], t["_cu_q"], t["_cu_k"], 1, t["_max_k"], 0.0, False, False,
+        scale=float(s.get("scale", 1.0 / (t["query"].shape[-1] ** 0.5))))[0]
+    t["out"].copy_(out)
+
+
+def op_paged_attention_efficient(torch, t, s, sym):
+    # The memory-efficient (CUTLASS) attention kernel over the same packed layout.
+    q = t["query"][None]
+    out = torch.ops.aten._efficient_attention_forward(
+        q, t["_ke"], t["_ve"], None, t["_cu_q"], t["_cu_k"], 1, t["_max_k"], 0.0, 0, False,
+        scale=float(s.get("scale", 1.0 / (q.shape[-1] ** 0.5))))[0]
+    t["out"].copy_(out[0])
+
+
 OPS = {
     "llm/rms_norm": op_rms_norm,
     "llm/fused_add_rms_norm": op_fused_add_rms_norm,
@@ -203,6 +257,16 @@ OPS = {
     "llm/reshape_and_cache_flash": op_reshape_and_cache_flash,
     "llm/topk_softmax": op_topk_softmax,
     "llm/grouped_topk": op_grouped_topk,
+    "llm/linear": op_linear,
+}
+# Tasks whose library is not a PyTorch composition: named kernels, each timed eagerly (there is
+# nothing for torch.compile to fuse), the best kept. `prepare` runs once per input copy, untimed.
+LIBRARY_KERNELS = {
+    "llm/paged_decode_attention": {
+        "prepare": prepare_paged_attention,
+        "kernels": {"FlashAttention-2 varlen": op_paged_attention_flash,
+                    "memory-efficient attention": op_paged_attention_efficient},
+    },
 }
 
 
@@ -287,6 +351,8 @@ def main():
         view = crucible_json("tasks", "show", task, "--json")
         op = OPS.get(task)
         torch._dynamo.reset()
+        if op is None and task not in LIBRARY_KERNELS:
+            print(f"{task}: no library implementation in this script", file=sys.stderr)
         for case in view["cases"]:
             key = (task, case["name"])
             row = {"task": task, "case": case["name"], "symbols": case["symbols"],
@@ -294,8 +360,8 @@ def main():
             if key in crucible:
                 row["reference_ns"] = crucible[key]["reference"]["median_ns"]
                 row["floor_ns"] = crucible[key]["floor_ns"]
+            scalars = case.get("scalars", {})
             if op is not None:
-                scalars = case.get("scalars", {})
                 copies = [make_inputs(torch, view, case, device) for _ in range(4)]
 
                 def eager(t):
@@ -319,6 +385,27 @@ def main():
                     row["library_ns"] = min(library)
                     row["library"] = ("eager" if row["library_ns"] == row.get("eager_ns")
                                       else "torch.compile")
+            elif task in LIBRARY_KERNELS:
+                entry = LIBRARY_KERNELS[task]
+                copies = [make_inputs(torch, view, case, device) for _ in range(4)]
+                for t in copies:
+                    entry["prepare"](torch, t, scalars, case["symbols"])
+                row["kernels_ns"] = {}
+                for name, kernel in entry["kernels"].items():
+                    def run(t, kernel=kernel):
+                        kernel(torch, t, scalars, case["symbols"])
+                    try:
+                        row["kernels_ns"][name] = kernel_times_ns(torch, run, copies, args.calls,
+                                                                  flush, flush_names)
+                    except Exception as error:  # report, do not hide
+                        row.setdefault("kernel_errors", {})[name] = \
+                            str(error).splitlines()[0][:200]
+                        print(f"{task} {case['name']}: {name} failed: "
+                              f"{row['kernel_errors'][name]}", file=sys.stderr)
+                timed = {k: v for k, v in row["kernels_ns"].items() if v}
+                if timed:
+                    row["library"] = min(timed, key=timed.get)
+                    row["library_ns"] = timed[row["library"]]
             if row.get("reference_ns") and row.get("library_ns"):
                 row["reference_over_library"] = row["reference_ns"] / row["library_ns"]
             if row.get("reference_ns") and row.get("floor_ns"):

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,7 @@
 #include "sandbox/plan_context.hpp"
 #include "sandbox/runner/cuda_check.hpp"
 #include "sandbox/runner/launch_config.hpp"
+#include "sandbox/runner/library_reference.hpp"
 #include "sandbox/task_checker.hpp"
 #include "sandbox/timing_stats.hpp"
 #include "tasks/generators.hpp"
@@ -233,6 +235,7 @@ struct Side {
   const LaunchPlan* plan;
   LoadedModule* module;
   bool candidate;
+  LibraryReference* library = nullptr;  // set: the reference is this library's call
 };
 
 // One case's shapes and concrete plans.
@@ -348,12 +351,60 @@ class JobRunner {
       setup.symbols_value = c.symbols;
       cases_.push_back(std::move(setup));
     }
+    if (!task_.reference_library.empty()) prepare_library();
+  }
+
+  // A library reference replaces the reference source's launches (the source stays the agent's
+  // starting point): the library readies each case (an algorithm search the first time a
+  // runner sees a shape) and says how many kernels one call launches.
+  void prepare_library() {
+    const auto started = Clock::now();
+    LibraryHooks hooks;
+    hooks.stream = device_.stream;
+    std::uint32_t flushes = 0;
+    hooks.flush_l2 = [&] { device_.flush_l2(flushes++); };
+    hooks.count_kernels = [&](const std::function<void()>& enqueue) {
+      const std::uint64_t tag = next_tag_++;
+      timer_.set_tag(tag);
+      enqueue();
+      timer_.set_tag(0);
+      check(cuStreamSynchronize(device_.stream), "library probe");
+      const auto spans = timer_.collect();
+      const auto it = spans.find(tag);
+      return it == spans.end() ? std::uint32_t{0} : it->second.kernels;
+    };
+    try {
+      library_ = make_library_reference(task_.reference_library);
+      for (auto& setup : cases_) {
+        library_->prepare_case(setup.index, setup.shapes, task_.tensors.front().dtype, hooks);
+        setup.reference.workspace_bytes.clear();
+      }
+    } catch (const CudaFailure&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(StepStatus::kInfraError, std::string("reference library: ") + e.what());
+    }
+    record_phase("reference library", started);
+  }
+
+  Side reference_side() {
+    return Side{&reference_plan_, reference_module_.get(), false, library_.get()};
   }
 
   // ---- launching -------------------------------------------------------------------------
 
   void launch(const Side& side, const ConcretePlan& concrete, const CaseSetup& setup,
               const std::vector<CUdeviceptr>& tensors, const std::vector<CUdeviceptr>& workspaces) {
+    if (side.library != nullptr) {
+      try {
+        side.library->launch(setup.index, tensors, device_.stream);
+      } catch (const CudaFailure&) {
+        throw;
+      } catch (const std::exception& e) {
+        fail(StepStatus::kInfraError, std::string("reference library: ") + e.what());
+      }
+      return;
+    }
     for (const auto& step : concrete.launches) {
       const Launch& launch = side.plan->launches[step.launch];
       LoadedKernel& kernel = side.module->kernel(launch.name_expression);
@@ -569,8 +620,7 @@ class JobRunner {
       }
       write_canaries();
       write_inputs_and_poison(draw);
-      launch(Side{&reference_plan_, reference_module_.get(), false}, setup.reference, setup,
-             pointers, workspace_ptrs);
+      launch(reference_side(), setup.reference, setup, pointers, workspace_ptrs);
       sync_or_fail(stream, false, "on case " + c.name, job_.kernel_timeout_ms);
       for (std::size_t t = 0; t < n; ++t) {
         if (!tasks::is_output(task_.tensors[t].role)) continue;
@@ -794,10 +844,12 @@ class JobRunner {
     std::uniform_real_distribution<double> coin(0.0, 1.0);
     bool first_candidate_call = true;
 
-    const Side reference{&reference_plan_, reference_module_.get(), false};
+    const Side reference = reference_side();
     const Side candidate{&candidate_plan_, candidate_module_.get(), true};
     const std::size_t candidate_launches = setup.candidate.launches.size();
-    const std::size_t reference_launches = setup.reference.launches.size();
+    const std::size_t reference_launches = library_ != nullptr
+                                               ? library_->kernels_per_call(setup.index)
+                                               : setup.reference.launches.size();
 
     struct Pending {
       bool is_candidate;
@@ -959,16 +1011,18 @@ class JobRunner {
               std::to_string(setup.cost.flops) +
               " FLOPs): physically impossible, so the timing was not honest";
     }
-    return Value{{"case", c.name},
-                 {"weight", c.weight},
-                 {"symbols", setup.symbols_value},
-                 {"candidate", candidate_summary.to_value()},
-                 {"reference", reference_summary.to_value()},
-                 {"speedup", speedup},
-                 {"floor_ns", floor_ns},
-                 {"checked_calls", checked},
-                 {"incomplete_calls", incomplete},
-                 {"slots", slots_count}};
+    Value timed{{"case", c.name},
+                {"weight", c.weight},
+                {"symbols", setup.symbols_value},
+                {"candidate", candidate_summary.to_value()},
+                {"reference", reference_summary.to_value()},
+                {"speedup", speedup},
+                {"floor_ns", floor_ns},
+                {"checked_calls", checked},
+                {"incomplete_calls", incomplete},
+                {"slots", slots_count}};
+    if (library_ != nullptr) timed["reference_library"] = library_->describe(setup.index);
+    return timed;
   }
 
   Value time_visible_cases() {
@@ -996,6 +1050,7 @@ class JobRunner {
   LaunchPlan candidate_plan_;
   std::unique_ptr<LoadedModule> reference_module_;
   std::unique_ptr<LoadedModule> candidate_module_;
+  std::unique_ptr<LibraryReference> library_;
   std::vector<CaseSetup> cases_;
   std::vector<Value> case_reports_;
   std::string failed_case_;

@@ -49,11 +49,31 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::
   g_dropped += dropped;
 }
 
-void CUPTIAPI on_callback(void* /*userdata*/, CUpti_CallbackDomain domain, CUpti_CallbackId id,
+// Every API call that launches a kernel: the runner launches its own and agents' kernels with
+// cuLaunchKernelEx; a vendor library (the cuBLASLt reference) launches through its runtime.
+// When a runtime launch enters the driver, both calls are tagged; the kernel record names one
+// of them and collect() drops the other.
+constexpr CUpti_CallbackId kDriverLaunches[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+};
+constexpr CUpti_CallbackId kRuntimeLaunches[] = {
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+};
+
+void CUPTIAPI on_callback(void* /*userdata*/, CUpti_CallbackDomain domain, CUpti_CallbackId /*id*/,
                           const void* data) {
-  if (domain != CUPTI_CB_DOMAIN_DRIVER_API || id != CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx) {
-    return;
-  }
+  // Only the launch callbacks above are enabled.
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API && domain != CUPTI_CB_DOMAIN_RUNTIME_API) return;
   const auto* info = static_cast<const CUpti_CallbackData*>(data);
   if (info->callbackSite == CUPTI_API_ENTER && g_timer != nullptr) {
     g_timer->on_launch(info->correlationId);
@@ -75,9 +95,14 @@ std::string KernelTimer::start(KernelTimer** out) {
   if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiActivityRegisterCallbacks");
   rc = cuptiSubscribe(&g_subscriber, on_callback, nullptr);
   if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiSubscribe");
-  rc = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
-                           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx);
-  if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiEnableCallback");
+  for (const auto id : kDriverLaunches) {
+    rc = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+    if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiEnableCallback(driver launch)");
+  }
+  for (const auto id : kRuntimeLaunches) {
+    rc = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+    if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiEnableCallback(runtime launch)");
+  }
   rc = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiActivityEnable(CONCURRENT_KERNEL)");
   g_timer = new KernelTimer();
@@ -113,6 +138,9 @@ std::unordered_map<std::uint64_t, CallSpan> KernelTimer::collect() {
     ++span.kernels;
     correlation_to_tag_.erase(it);
   }
+  // Callers synchronise first, so every tagged launch has its record by now: what is left are
+  // the second halves of runtime launches tagged twice (and launches that failed).
+  correlation_to_tag_.clear();
   return spans;
 }
 

@@ -183,9 +183,11 @@ inline std::size_t compare_with_recording(const tasks::Task& task, const tasks::
 // call of `op`: each tensor has the recorded dtype and element count (and shape, unless the task
 // declares it differently, `same_shapes` false), each scalar named in `scalars` the recorded
 // value, and the values the runner builds are the recorded bytes in both correctness runs. The
-// captured cases cover prefill and decode.
+// captured cases cover `expected_phases` (an op that runs only in decode has no prefill call).
 inline void check_captured_cases(const tasks::Task& task, const std::string& op,
-                                 const std::vector<std::string>& scalars, bool same_shapes) {
+                                 const std::vector<std::string>& scalars, bool same_shapes,
+                                 const std::set<std::string>& expected_phases = {"decode",
+                                                                                 "prefill"}) {
   const auto cases = captured_cases(task);
   CHECK(cases.size() >= 2);
   std::set<std::string> phases;
@@ -221,7 +223,7 @@ inline void check_captured_cases(const tasks::Task& task, const std::string& op,
       }
     }
   }
-  CHECK(phases == std::set<std::string>{"decode", "prefill"});
+  CHECK(phases == expected_phases);
 }
 
 // Calls `compare(call)` for every call recorded in the stories260K groups of `op` (prefill,

@@ -2,8 +2,9 @@
 // the host's compare_outputs on every dtype, over random bit patterns (every NaN, infinity,
 // subnormal and poison included) and values at the tolerance bound. Timed calls are checked
 // on the device and a wrong verdict there would let a kernel misbehave in timed calls, so
-// the two implementations are held to the same element counts. Without a CUDA device the
-// suite reports itself skipped (exit 77).
+// the two implementations are held to the same element counts. test_library_reference.cpp
+// holds the library references (cuBLASLt) to their oracles. Without a CUDA device the suite
+// reports itself skipped (exit 77).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -17,6 +18,7 @@
 #include "sandbox/compare.hpp"
 #include "sandbox/runner/cuda_check.hpp"
 #include "sandbox/runner/device.hpp"
+#include "sandbox/runner/kernel_timer.hpp"
 
 using namespace crucible;
 using core::DType;
@@ -171,6 +173,19 @@ TEST_CASE("device check: clean, poisoned, all-zero and at-the-bound outputs") {
     expect_same_verdict(dtype, got, want, sandbox::Tolerance{error / 2, 0.0});
   }
 }
+
+namespace crucible::runner_test {
+Device& device() { return *g_device; }
+sandbox::runner::KernelTimer& timer() {
+  static sandbox::runner::KernelTimer* timer = [] {
+    sandbox::runner::KernelTimer* started = nullptr;
+    const std::string error = sandbox::runner::KernelTimer::start(&started);
+    REQUIRE_MESSAGE(error.empty(), error);
+    return started;
+  }();
+  return *timer;
+}
+}  // namespace crucible::runner_test
 
 int main(int argc, char** argv) {
   Device device;

@@ -287,6 +287,33 @@ TEST_CASE("generators: a permutation is distinct values below max, a share padde
   CHECK_FALSE(generate(spec, core::DType::kI32, 50001, 1).ok());
 }
 
+TEST_CASE("generators: list repeats its values, from any first index, in any dtype") {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kList;
+  spec.list = {7, 1, 333};
+  const auto bytes = generate(spec, core::DType::kI32, 7, 99);
+  REQUIRE(bytes.ok());
+  std::vector<std::int32_t> values(7);
+  std::memcpy(values.data(), bytes->data(), bytes->size());
+  CHECK(values == std::vector<std::int32_t>{7, 1, 333, 7, 1, 333, 7});
+  // The seed plays no part; a slice starting at index 4 continues the cycle.
+  CHECK(generate(spec, core::DType::kI32, 7, 1).value() == *bytes);
+  std::vector<std::byte> slice(8);
+  REQUIRE(generate_into(spec, core::DType::kI32, 0, slice, 4).ok());
+  std::memcpy(values.data(), slice.data(), slice.size());
+  CHECK(values[0] == 1);
+  CHECK(values[1] == 333);
+  spec.list = {0.5, -2.25};
+  const auto halves = generate(spec, core::DType::kBF16, 3, 0);
+  REQUIRE(halves.ok());
+  std::vector<std::uint16_t> bits(3);
+  std::memcpy(bits.data(), halves->data(), halves->size());
+  CHECK(bf16_to_float(bits[0]) == 0.5f);
+  CHECK(bf16_to_float(bits[1]) == -2.25f);
+  CHECK(bf16_to_float(bits[2]) == 0.5f);
+  CHECK_FALSE(stream_length(spec).has_value());
+}
+
 TEST_CASE("generators: rope_cache rows hold cos then sin of position times inverse frequency") {
   GeneratorSpec spec;
   spec.kind = GeneratorKind::kRopeCache;

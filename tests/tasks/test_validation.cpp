@@ -139,7 +139,7 @@ const BadManifest kBadManifests[] = {
      "tensors[1].role: unknown role 'input' (known: in, out, inout)"},
     {"unknown generator", "generator = \"randn\"", "generator = \"gauss\"",
      "tensors[1].values.generator: unknown generator 'gauss' (known: randn, uniform, constant, "
-     "ones, zeros, positions, routing, captured, permutation, rope_cache)"},
+     "ones, zeros, positions, routing, captured, permutation, rope_cache, list)"},
     {"reserved routing generator", "generator = \"randn\", mean = 0.0, std = 1.0",
      "generator = \"routing\"",
      "tensors[1].values.generator: 'routing' is reserved for MoE expert ids and not implemented "
@@ -178,9 +178,23 @@ const BadManifest kBadManifests[] = {
     {"reference outside kernels/", "kernels/llm/toy.cu", "../secrets.cu",
      "reference.source: must be a relative path under kernels/ (e.g. "
      "\"kernels/llm/rms_norm.cu\"), got '../secrets.cu'"},
-    {"library reference is reserved", "source = \"kernels/llm/toy.cu\"", "library = \"cublaslt\"",
-     "reference.library: 'cublaslt' is reserved: library-backed references (cublas, cublaslt, "
-     "cudnn) are not available yet; give reference.source"},
+    {"unknown reference library", "source = \"kernels/llm/toy.cu\"",
+     "source = \"kernels/llm/toy.cu\"\nlibrary = \"cudnn\"",
+     "reference.library: unknown library 'cudnn' (known: cublaslt)"},
+    {"library whose contract the tensors break", "source = \"kernels/llm/toy.cu\"",
+     "source = \"kernels/llm/toy.cu\"\nlibrary = \"cublaslt\"",
+     "reference.library: \"cublaslt\" computes out[M, N] = input[M, K] @ weight[N, K]^T: the task "
+     "needs exactly the tensors (out, input, weight) in that order, roles out, in, in, all bf16 or "
+     "all f16, with shapes [M, N], [M, K], [N, K]"},
+    {"library without a starting-point source", "source = \"kernels/llm/toy.cu\"",
+     "library = \"cublaslt\"",
+     "reference.source: missing (a path relative to the repository root, e.g. "
+     "\"kernels/llm/rms_norm.cu\")"},
+    {"list generator with a value that is not a number",
+     "generator = \"randn\", mean = 0.0, std = 1.0", "generator = \"list\", values = [1, \"2\"]",
+     "tensors[1].values.values[1]: must be a finite number"},
+    {"empty list generator", "generator = \"randn\", mean = 0.0, std = 1.0",
+     "generator = \"list\", values = []", "tensors[1].values.values: must not be empty"},
     {"roofline formula that does not parse", "bytes = \"n * 4 + n * 8\"", "bytes = \"n * (4\"",
      "roofline.bytes: cannot parse 'n * (4': column ", true},
     {"roofline formula naming an unknown symbol", "flops = \"n\"", "flops = \"n * k\"",

@@ -123,6 +123,30 @@ TEST_CASE("format: the task table lists every task with its case counts and the 
   CHECK(table.find("vllm._C.rms_norm(out, input, weight, epsilon)") != std::string::npos);
   CHECK(table.find("5+10 hidden") != std::string::npos);
   CHECK(table.find(std::to_string(registry().all().size()) + " task") != std::string::npos);
+  // The LLM family: ten production ops, each row naming the module it mirrors.
+  for (const char* id :
+       {"llm/rms_norm", "llm/fused_add_rms_norm", "llm/silu_and_mul", "llm/rotary_embedding",
+        "llm/topk_softmax", "llm/grouped_topk", "llm/reshape_and_cache_flash",
+        "llm/paged_decode_attention", "llm/dynamic_per_token_scaled_fp8_quant", "llm/linear"}) {
+    CAPTURE(id);
+    const tasks::Task* task = registry().find(id);
+    REQUIRE(task != nullptr);
+    const auto row = table.find(std::string(id) + " ");
+    REQUIRE(row != std::string::npos);
+    const auto line = table.substr(row, table.find('\n', row) - row);
+    CHECK(line.find(task->module) != std::string::npos);
+  }
+}
+
+TEST_CASE("format: a library reference shows as timed, with its starting point") {
+  const tasks::Task* linear = registry().find("llm/linear");
+  REQUIRE(linear != nullptr);
+  const std::string details = format_task_details(*linear);
+  CHECK(details.find("reference: cublaslt (timed); starting point kernels/llm/linear.cu") !=
+        std::string::npos);
+  const auto view = agent_view(*linear);
+  CHECK(view["reference"]["library"].get<std::string>() == "cublaslt");
+  CHECK(view["reference"]["path"].get<std::string>() == "kernels/llm/linear.cu");
 }
 
 TEST_CASE("format: task details show tensors, roofline and every case with its floor") {
