@@ -21,6 +21,9 @@ pack() { tar -C "$R" -czf "$OUT/results.tar.gz" .; }
 trap pack EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$R/gpu.txt"
 date -u +%Y-%m-%dT%H:%M:%SZ > "$R/date.txt"
+# cuBLASLt (the llm/linear reference) is loaded with dlopen from the library path above, or
+# from $CRUCIBLE_CUBLASLT: say which copy this machine has.
+ls -l $cuda_lib/libcublasLt.so.13 /usr/local/cuda/lib64/libcublasLt.so.13 2>&1 | tee "$R/cublaslt.txt"
 step() { echo; echo "=== $* ($(date -u +%T))"; }
 
 if want tests; then

@@ -360,6 +360,11 @@ def main():
             if key in crucible:
                 row["reference_ns"] = crucible[key]["reference"]["median_ns"]
                 row["floor_ns"] = crucible[key]["floor_ns"]
+                # The reference source scored as the candidate: the reference against itself,
+                # or, where a library is the reference, the agent's starting point.
+                row["source_ns"] = crucible[key]["candidate"]["median_ns"]
+                if "reference_library" in crucible[key]:
+                    row["reference_library"] = crucible[key]["reference_library"]
             scalars = case.get("scalars", {})
             if op is not None:
                 copies = [make_inputs(torch, view, case, device) for _ in range(4)]

@@ -9,13 +9,18 @@
 // The divisions are IEEE fp32 divisions, as in vLLM (NVRTC compiles without fast math), so
 // the outputs are the correctly rounded quotients rounded once more to e4m3.
 //
-// Launch plan: one block per token, sized so that each thread owns at most four 16-byte
-// vectors (8 bf16 each) of the row: cdiv(hidden_size, 1024) warps, at least 4 and at most 32
-// (128 threads for 4096, 224 for 7168, 448 for 14336, 608 for 18944). Rows wider than 32768
-// elements still work: the part beyond the register cache is re-read.
+// Launch plan: one block per token. Batches of 32 tokens or more: sized so that each thread
+// owns at most four 16-byte vectors (8 bf16 each) of the row: cdiv(hidden_size, 1024) warps,
+// at least 4 and at most 32 (128 threads for 4096, 224 for 7168, 448 for 14336, 608 for
+// 18944), which keeps many blocks resident per SM. Smaller batches occupy a few SMs at most
+// and their time is one row's latency: each thread then owns one vector where the row allows
+// (512 threads for 4096, up to 1024), so the per-thread chain of loads, divisions and stores
+// is a quarter as long. Rows wider than 32768 elements still work: the part beyond the
+// register cache is re-read.
 //
 // clang-format off
-// @launch dynamic_per_token_scaled_fp8_quant_kernel<<<num_tokens, min(1024, max(128, cdiv(hidden_size, 1024) * 32))>>>(out, input, scale, hidden_size)
+// @launch if (num_tokens >= 32) dynamic_per_token_scaled_fp8_quant_kernel<<<num_tokens, min(1024, max(128, cdiv(hidden_size, 1024) * 32))>>>(out, input, scale, hidden_size)
+// @launch if (num_tokens < 32) dynamic_per_token_scaled_fp8_quant_kernel<<<num_tokens, min(1024, max(128, cdiv(hidden_size, 256) * 32))>>>(out, input, scale, hidden_size)
 // clang-format on
 //
 // Design notes:
