@@ -113,8 +113,8 @@ CublasLt& cublaslt() {
 
 // Workspace offered to cuBLASLt (split-K reductions); 32 MiB is what PyTorch offers on Hopper.
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
-// Algorithms the heuristic proposes; each is timed and the fastest kept.
-constexpr int kCandidates = 8;
+// Algorithms the heuristic proposes (at most); each is timed and the fastest kept.
+constexpr int kCandidates = 32;
 constexpr int kTimedCalls = 5;
 
 struct GemmShape {

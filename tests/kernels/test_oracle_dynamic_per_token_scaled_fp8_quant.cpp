@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "kernels/oracles/oracle.hpp"
 #include "tasks/registry.hpp"
@@ -129,4 +131,54 @@ TEST_CASE(
     CHECK(too_far == 0);
     CHECK(rows_without_448 == 0);
   }
+}
+
+TEST_CASE(
+    "dynamic_per_token_scaled_fp8_quant reference arithmetic: the corrected reciprocal product "
+    "is the IEEE quotient wherever e4m3 can tell them apart") {
+  // The reference forms x / scale as q = x * r, r = RN(1 / scale), corrected once by the exact
+  // residual: q + RN(x - q * scale) * r. Every finite bf16 x that a row with this scale can
+  // hold (|x| <= 448 * scale) against 6000 scales (the floor 1 / (448 * 512) and amax / 448 for
+  // random amax over 2^-27 .. 2^32): the result must be the IEEE quotient bit for bit whenever
+  // that quotient is 2^-11 or larger in magnitude. Smaller quotients round to zero in e4m3 (the
+  // midpoint below its least subnormal 2^-9 is 2^-10) whichever way they differ.
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  const float floor_scale = 1.0f / (448.0f * 512.0f);
+  std::uint64_t checked = 0, differ = 0, near_zero = 0;
+  for (int trial = 0; trial < 6000; ++trial) {
+    float scale = floor_scale;
+    if (trial % 50 != 0) {
+      const std::uint32_t bits = static_cast<std::uint32_t>(next() & 0x7fffff) |
+                                 (static_cast<std::uint32_t>(100 + next() % 60) << 23);
+      float amax;
+      std::memcpy(&amax, &bits, sizeof amax);
+      scale = std::fmax(amax / 448.0f, floor_scale);
+    }
+    const float inverse = 1.0f / scale;
+    for (std::uint32_t b = 0; b < 65536; ++b) {
+      const std::uint32_t word = b << 16;
+      float x;
+      std::memcpy(&x, &word, sizeof x);
+      if (!std::isfinite(x) || std::fabs(x) > 448.0f * scale) continue;
+      const float want = x / scale;
+      const float q = x * inverse;
+      const float got = std::fma(std::fma(-q, scale, x), inverse, q);
+      ++checked;
+      if (std::memcmp(&want, &got, sizeof want) == 0) continue;
+      if (std::fabs(want) >= 0x1p-11f) {
+        ++differ;
+      } else {
+        ++near_zero;
+      }
+    }
+  }
+  CHECK(checked > 100000000u);
+  CHECK(differ == 0);
+  MESSAGE(checked << " pairs; " << near_zero << " differ below 2^-11 (both round to e4m3 zero)");
 }
