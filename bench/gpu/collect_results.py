@@ -153,6 +153,23 @@ def replay(folder, facts, eval_rows):
                          "status": r["status"], "speedup": r.get("speedup")} for r in eval_rows]}
 
 
+def variants(path, facts):
+    """Design variants of references scored against the references themselves
+    (bench/gpu/variants.py): per case, the variant's and the reference's CUPTI medians from the
+    same interleaved run."""
+    rows = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        timing = (record.get("result") or {}).get("timing") or {}
+        rows.append({"sample_id": record["sample_id"], "status": record.get("status"),
+                     "cases": [{"case": c["case"], "variant_ns": c["candidate"]["median_ns"],
+                                "reference_ns": c["reference"]["median_ns"],
+                                "speedup": c["speedup"]} for c in timing.get("cases", [])]})
+    return {"benchmark": "reference design variants, each scored against its task's reference",
+            **facts, "command": "bench/gpu/device_run.sh variants "
+                                "(bench/gpu/variants.py, then crucible eval)", "rows": rows}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=pathlib.Path)
@@ -172,6 +189,9 @@ def main():
         outputs["h200_gpu_bench.json"] = bench(folder, facts)
     if (folder / "replay.json").exists():
         outputs["h200_replay.json"] = replay(folder, facts, eval_rows)
+    variants_path = folder / "variants_eval" / "results.jsonl"
+    if variants_path.exists():
+        outputs["h200_reference_variants.json"] = variants(variants_path, facts)
     if (folder / "parity.json").exists():
         parity = {**json.loads((folder / "parity.json").read_text()), **facts}
         # A run over some tasks replaces those tasks' rows and keeps the others'.

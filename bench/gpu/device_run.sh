@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the GPU suites, benchmarks and the logged-run replay on the GPU machine, from the
 # repository root, with the binaries carried in .bundle/ (see bench/README.md).
-#   device_run.sh [tests] [bench] [ncu] [trajectory] [parity]    (default: all five)
+#   device_run.sh [tests] [bench] [ncu] [trajectory] [parity] [variants]    (default: all six)
 # Figures and logs go to $OUT; everything is also packed into $OUT/results.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/crucible-out}
 mkdir -p "$OUT/r"
-parts=${*:-tests bench ncu trajectory parity}
+parts=${*:-tests bench ncu trajectory parity variants}
 want() { [[ " $parts " == *" $1 "* ]]; }
 cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
 # Only crucible's own programs get the carried libraries (python3 and ncu keep the system's).
@@ -76,4 +76,9 @@ if want parity; then
   run timeout 300 $B/crucible eval "$R/refs.jsonl" -o "$R/refs_eval" -j 1 2>&1 | tail -4
   CRUCIBLE_LIBRARY_PATH="$libs" PYTHONUNBUFFERED=1 timeout 400 python3 bench/gpu/parity.py \
     --crucible "$R/refs_eval/results.jsonl" --json "$R/parity.json" $only 2>&1 | tail -60
+fi
+if want variants; then
+  step "reference design variants, each against its reference"
+  python3 bench/gpu/variants.py > "$R/variants.jsonl"
+  run timeout 300 $B/crucible eval "$R/variants.jsonl" -o "$R/variants_eval" -j 1 2>&1 | tail -2
 fi

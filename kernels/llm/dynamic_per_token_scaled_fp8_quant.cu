@@ -31,13 +31,14 @@
 // - 16-byte loads of input, 8-byte stores of out (8 e4m3 per vector), converted two at a time
 //   with the sm_89+ cvt.rn.satfinite.e4m3x2.f32 instruction (__nv_cvt_float2_to_fp8x2).
 // - The quotient x / scale is formed as q = x * r with r = RN(1 / scale) once per row, then
-//   corrected once with the exact residual: q + RN(x - q * scale) * r (two FMAs). An IEEE
-//   division per element (div.rn.f32, a range-checked instruction sequence) made the decode
-//   cases 16-34 % slower on the H200 than a plain reciprocal product (decode_1 2.08 against
-//   1.79 us, decode_32 2.78 against 2.08); the correction adds two FMAs per element. The
-//   corrected product equals the IEEE quotient bit for bit wherever e4m3 can tell them apart
-//   (quotients of magnitude 2^-11 and above; smaller ones round to zero either way): a test in
-//   tests/kernels checks every bf16 x against 6000 scales, 2 x 10^8 pairs.
+//   corrected once with the exact residual: q + RN(x - q * scale) * r (two FMAs). Measured on
+//   the H200 (bench/results/h200_reference_variants.json): an IEEE division per element
+//   (div.rn.f32, a range-checked instruction sequence) takes decode_1 2.05 us against 1.86,
+//   decode_32 2.78 against 2.02 and prefill_8192 29.5 against 24.4; the correction costs 2-5 %
+//   over a plain reciprocal product. The corrected product equals the IEEE quotient bit for bit
+//   wherever e4m3 can tell them apart (quotients of magnitude 2^-11 and above; smaller ones
+//   round to zero either way): a test in tests/kernels checks every bf16 x against 6000 scales,
+//   2 x 10^8 pairs.
 //   A plain reciprocal product would differ on e4m3 midpoints, so it is not vLLM's op.
 // - Rows are aligned for vectors only when hidden_size % 8 == 0 (row t of input starts at
 //   byte 2 * t * hidden_size, of out at byte t * hidden_size). Otherwise an element-wise path

@@ -25,14 +25,15 @@
 // Partitions: the longest possible context C = max_blocks_per_seq * block_size is cut into cdiv(C,
 // P0) partitions, P0 = max(128, cdiv(C * num_seqs * num_kv_heads, B * 64) * 64): a full-length
 // batch gets about B blocks, and no block gets fewer than 128 tokens. B = 792 (two waves of three
-// blocks per SM) for batches; a single sequence, whose length is C, gets B = 396, one wave:
-// measured on the H200 at 32k, one wave of 704-token partitions took 46.4 us against 52.1 us for
-// 1.7 waves of 384 (the second wave pays the prologue's memory round trips again and leaves SMs
-// idle at its end), while batches lost time with fewer, longer partitions (decode_8_qwen 34.0
-// against 26.6 us: most sequences are much shorter than C, so fewer blocks have work). The kernel
-// recomputes P = round_up(cdiv(C, gridDim.x), 8) <= P0 from its grid, so the directives alone
-// define the partitioning; block (0, 0, s) stores cdiv(n, P) in partition_counts[s] for the merge.
-// Sequence lengths are data, so only C is known here:
+// blocks per SM) for batches; a single sequence, whose length is C, gets B = 396, one wave.
+// Measured on the H200 (bench/results/h200_reference_variants.json, bench/gpu/variants.py): at 32k
+// one wave of 704-token partitions takes 48.1 us against 51.0 us for 1.7 waves of 384 (the second
+// wave pays the prologue's memory round trips again and leaves SMs idle at its end), while one wave
+// for batches too is slower (decode_8_qwen 31.5 against 25.7 us, decode_32_llama 45.1 against
+// 41.5): most sequences are much shorter than C, so fewer blocks have work. The kernel recomputes P
+// = round_up(cdiv(C, gridDim.x), 8) <= P0 from its grid, so the directives alone define the
+// partitioning; block (0, 0, s) stores cdiv(n, P) in partition_counts[s] for the merge. Sequence
+// lengths are data, so only C is known here:
 //
 //   case                P    partitions  blocks launched  blocks with work   merge
 //   decode_1_llama_4k   128  32          256              256                32 blocks
