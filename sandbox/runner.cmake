@@ -9,9 +9,10 @@ add_library(crucible_runner_device STATIC
   ${CMAKE_CURRENT_LIST_DIR}/runner/cuda_check.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runner/device.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runner/kernel_timer.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/runner/library_reference.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/runner/library_reference.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/runner/device_values.cpp)
 target_include_directories(crucible_runner_device PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(crucible_runner_device PUBLIC crucible::core crucible::sandbox CUDA::cuda_driver CUDA::cupti CUDA::nvrtc
+target_link_libraries(crucible_runner_device PUBLIC crucible::core crucible::sandbox crucible::tasks CUDA::cuda_driver CUDA::cupti CUDA::nvrtc
                                                     ${CMAKE_DL_LIBS})
 crucible_warnings(crucible_runner_device)
 

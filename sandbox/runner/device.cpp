@@ -11,6 +11,7 @@
 
 #include "sandbox/compare.hpp"
 #include "sandbox/runner/cuda_check.hpp"
+#include "sandbox/runner/device_values.hpp"
 
 namespace crucible::sandbox::runner {
 
@@ -109,7 +110,9 @@ void Device::open(int index) {
   // reads 16-byte vectors across the buffer; the sum is stored only when it equals a value no
   // input produces, so the loads cannot be optimised away. `crucible_check`: the elementwise
   // rule of compare_outputs (sandbox/compare.hpp) on device memory, built without FMA
-  // contraction so its double arithmetic rounds exactly as the host's does.
+  // contraction so its double arithmetic rounds exactly as the host's does. `crucible_generate`
+  // (device_values.cpp): input values, bit for bit the host generators', for the same reason
+  // built without contraction.
   static const char* kSource = R"(
 extern "C" __global__ void crucible_l2_sweep(const uint4* data, unsigned long long count,
                                              unsigned int salt, unsigned int* sink) {
@@ -206,8 +209,9 @@ extern "C" __global__ void crucible_check(const unsigned char* got, const unsign
   if (want_nonzero) atomicOr(&result[2], 1ull);
 }
 )";
+  const std::string source = std::string(kSource) + device_values_source();
   nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, kSource, "crucible_runner.cu", 0, nullptr, nullptr) !=
+  if (nvrtcCreateProgram(&program, source.c_str(), "crucible_runner.cu", 0, nullptr, nullptr) !=
       NVRTC_SUCCESS) {
     throw CudaFailure(CUDA_ERROR_UNKNOWN, "nvrtcCreateProgram (runner kernels)");
   }
@@ -231,6 +235,8 @@ extern "C" __global__ void crucible_check(const unsigned char* got, const unsign
   check(cuModuleLoadData(&runner_module, cubin.data()), "cuModuleLoadData (runner kernels)");
   check(cuModuleGetFunction(&sweep, runner_module, "crucible_l2_sweep"), "cuModuleGetFunction");
   check(cuModuleGetFunction(&check_kernel, runner_module, "crucible_check"), "cuModuleGetFunction");
+  check(cuModuleGetFunction(&generate_kernel, runner_module, "crucible_generate"),
+        "cuModuleGetFunction");
   check(cuStreamSynchronize(stream), "L2 scratch");
 }
 

@@ -84,12 +84,13 @@ struct Device {
   std::size_t l2_bytes = 0;
   std::size_t max_smem_optin = 0;
   std::size_t total_memory = 0;
-  DeviceBuffer l2_scratch;            // 2 x L2, read between timed calls
-  DeviceBuffer l2_sink;               // where the sweep kernel parks its (never used) result
-  CUmodule runner_module = nullptr;   // the runner's own kernels (below)
-  CUfunction sweep = nullptr;         // reads all of l2_scratch
-  CUfunction check_kernel = nullptr;  // elementwise output check (launch_check)
-  double copy_bandwidth_bps = 0.0;    // device-to-device copy, bytes read + written per second
+  DeviceBuffer l2_scratch;               // 2 x L2, read between timed calls
+  DeviceBuffer l2_sink;                  // where the sweep kernel parks its (never used) result
+  CUmodule runner_module = nullptr;      // the runner's own kernels (below)
+  CUfunction sweep = nullptr;            // reads all of l2_scratch
+  CUfunction check_kernel = nullptr;     // elementwise output check (launch_check)
+  CUfunction generate_kernel = nullptr;  // input values (device_values.hpp)
+  double copy_bandwidth_bps = 0.0;       // device-to-device copy, bytes read + written per second
 
   // cuInit, primary context, a stream and the scratch buffer; no kernel runs, so a spare runner
   // starting beside a busy one does not disturb its timing. Throws CudaFailure.

@@ -28,6 +28,7 @@
 #include "sandbox/launch_plan.hpp"
 #include "sandbox/plan_context.hpp"
 #include "sandbox/runner/cuda_check.hpp"
+#include "sandbox/runner/device_values.hpp"
 #include "sandbox/runner/launch_config.hpp"
 #include "sandbox/runner/library_reference.hpp"
 #include "sandbox/task_checker.hpp"
@@ -570,19 +571,34 @@ class JobRunner {
     const auto& c = *setup.c;
     const CUstream stream = device_.stream;
     const std::size_t n = task_.tensors.size();
+    // Inputs: made on the device where the generator allows (device_values.hpp, the same bytes
+    // as the host's) and brought to the host for the read-only check and the checker; else
+    // made on the host and uploaded.
     std::vector<HostValueCache::Bytes> input_values(n);
+    std::vector<const std::byte*> input_bytes(n, nullptr);
     for (std::size_t t = 0; t < n; ++t) {
       const auto& tensor = task_.tensors[t];
       if (!tasks::is_input(tensor.role)) continue;
       const std::uint64_t seed =
           tasks::tensor_seed(setup.seed, tensor.name, static_cast<std::uint64_t>(draw));
-      input_values[t] = HostValueCache::instance().get(
-          c.values.at(tensor.name), tensor.dtype, setup.counts[t], seed,
-          task_.id + "|" + c.name + "|" + tensor.name + "|" + std::to_string(seed) + "|" +
-              std::to_string(setup.counts[t]));
+      const auto& spec = c.values.at(tensor.name);
+      if (generates_on_device(spec, tensor.dtype)) {
+        generate_on_device(device_, spec, tensor.dtype, seed, 0, setup.counts[t],
+                           buffers.pristine[t].data());
+        std::byte* host = device_.staging("input:" + std::to_string(t), setup.bytes[t]);
+        download(host, buffers.pristine[t].data(), setup.bytes[t], stream);
+        input_bytes[t] = host;
+        continue;
+      }
+      input_values[t] = HostValueCache::instance().get(spec, tensor.dtype, setup.counts[t], seed,
+                                                       task_.id + "|" + c.name + "|" + tensor.name +
+                                                           "|" + std::to_string(seed) + "|" +
+                                                           std::to_string(setup.counts[t]));
       upload(buffers.pristine[t].data(), input_values[t]->data(), setup.bytes[t], stream);
+      input_bytes[t] = input_values[t]->data();
     }
-    auto inputs = [&](std::size_t t) -> const std::vector<std::byte>& { return *input_values[t]; };
+    check(cuStreamSynchronize(stream), "inputs");
+    auto inputs = [&](std::size_t t) { return input_bytes[t]; };
     const std::vector<CUdeviceptr>& pointers = buffers.pointers;
     std::vector<std::byte> canary(DeviceBuffer::kCanaryBytes);
     auto write_canaries = [&] {
@@ -675,7 +691,7 @@ class JobRunner {
                            std::to_string(bad) + " after its last element)");
       }
       if (tensor.role == tasks::Role::kIn) {
-        const auto diff = compare_bytes(payload, inputs(t).data(), setup.bytes[t]);
+        const auto diff = compare_bytes(payload, inputs(t), setup.bytes[t]);
         if (!diff.equal) {
           problems.push_back("modified the read-only input '" + tensor.name + "' (" +
                              std::to_string(diff.diff_bytes) + " bytes changed, first at element " +
@@ -689,7 +705,7 @@ class JobRunner {
     for (std::size_t t = 0; t < n; ++t) {
       payloads[t] = whole[t] + DeviceBuffer::kCanaryBytes;
       if (tasks::is_input(task_.tensors[t].role)) {
-        before[t] = inputs(t).data();
+        before[t] = inputs(t);
       } else if (checker_ != nullptr) {  // a checker sees what the call started from
         poisoned[t].resize(setup.bytes[t]);
         fill_poison(task_.tensors[t].dtype, poisoned[t].data(), setup.counts[t], draw);
@@ -797,8 +813,13 @@ class JobRunner {
           pool_extra[t] = std::min<std::size_t>(kPoolExtra, *length > used ? *length - used : 0);
         }
         const std::size_t count = setup.counts[t] + pool_extra[t];
+        if (generates_on_device(spec, tensor.dtype)) {
+          pools[t] = DeviceBuffer(count * core::dtype_size(tensor.dtype), false);
+          generate_on_device(device_, spec, tensor.dtype, seed, 0, count, pools[t].data());
+          continue;
+        }
         const auto values =
-            HostValueCache::instance().get(c.values.at(tensor.name), tensor.dtype, count, seed,
+            HostValueCache::instance().get(spec, tensor.dtype, count, seed,
                                            task_.id + "|" + c.name + "|" + tensor.name + "|" +
                                                std::to_string(seed) + "|" + std::to_string(count));
         pools[t] = DeviceBuffer(values->size(), false);
