@@ -251,6 +251,27 @@ std::string known_generator_list() {
   return join(names);
 }
 
+// Whether the integer `value` is representable in the integer dtype (bool: 0 or 1).
+bool fits_integer_dtype(double value, core::DType dtype) {
+  auto within = [value](double lo, double hi) { return value >= lo && value <= hi; };
+  switch (dtype) {
+    case core::DType::kI8:
+      return within(-128.0, 127.0);
+    case core::DType::kU8:
+      return within(0.0, 255.0);
+    case core::DType::kI16:
+      return within(-32768.0, 32767.0);
+    case core::DType::kI32:
+      return within(-2147483648.0, 2147483647.0);
+    case core::DType::kI64:
+      return within(-9223372036854775808.0, 9223372036854774784.0);
+    case core::DType::kBool:
+      return within(0.0, 1.0);
+    default:
+      return true;
+  }
+}
+
 // One value-generator table, e.g. { generator = "randn", mean = 0.0, std = 1.0 }.
 std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& node,
                                              const std::string& path, core::DType dtype) {
@@ -364,6 +385,11 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
               child(path, "values") + "[" + std::to_string(i) + "]",
               std::string("must be a finite ") +
                   (integral ? "integer (the tensor is " + dtype_text + ")" : "number"));
+          continue;
+        }
+        if (integral && !fits_integer_dtype(*number, dtype)) {
+          ctx.problems.add(child(path, "values") + "[" + std::to_string(i) + "]",
+                           number_text(*number) + " does not fit the tensor's " + dtype_text);
           continue;
         }
         spec.list.push_back(*number);
@@ -808,6 +834,28 @@ void parse_roofline(Context& ctx, const toml::table& root, Task& task) {
   }
 }
 
+// A `list` generator feeding a timed (visible) case must repeat whole: the runner's timing pools
+// read windows of the stream at rotating offsets, and only a tensor whose length is a multiple
+// of the list's holds the same multiset of values (the same work) in every window.
+void check_list_lengths(Context& ctx, const Task& task) {
+  for (const auto& c : task.cases) {
+    if (c.hidden) continue;
+    for (const auto& tensor : task.tensors) {
+      const auto it = c.values.find(tensor.name);
+      if (it == c.values.end() || it->second.kind != GeneratorKind::kList) continue;
+      const auto count = element_count(tensor, c);
+      const auto length = static_cast<std::int64_t>(it->second.list.size());
+      if (count && length > 0 && *count % length != 0) {
+        ctx.problems.add("visible_cases", "case " + in_quotes(c.name) + ": '" + tensor.name +
+                                              "' has " + std::to_string(*count) +
+                                              " elements, not a multiple of its list's " +
+                                              std::to_string(length) +
+                                              " values: timed calls would see different values");
+      }
+    }
+  }
+}
+
 // A library reference takes the task's tensors as its own arguments: their roles, ranks, dtypes
 // and shared dimensions must be what the library computes.
 void check_library_contract(Context& ctx, const Task& task) {
@@ -818,14 +866,14 @@ void check_library_contract(Context& ctx, const Task& task) {
   const bool ranks =
       roles && t[0].shape.size() == 2 && t[1].shape.size() == 2 && t[2].shape.size() == 2;
   const bool dtypes = ranks && t[0].dtype == t[1].dtype && t[1].dtype == t[2].dtype &&
-                      (t[0].dtype == core::DType::kBF16 || t[0].dtype == core::DType::kF16);
+                      t[0].dtype == core::DType::kBF16;
   const bool dims = dtypes && t[0].shape[0] == t[1].shape[0] && t[0].shape[1] == t[2].shape[0] &&
                     t[1].shape[1] == t[2].shape[1];
   if (!dims) {
     ctx.problems.add("reference.library",
                      "\"cublaslt\" computes out[M, N] = input[M, K] @ weight[N, K]^T: the task "
                      "needs exactly the tensors (out, input, weight) in that order, roles out, in, "
-                     "in, all bf16 or all f16, with shapes [M, N], [M, K], [N, K]");
+                     "in, all bf16, with shapes [M, N], [M, K], [N, K]");
   }
 }
 
@@ -960,6 +1008,7 @@ std::optional<Task> load_manifest(const fs::path& manifest, const fs::path& home
   std::map<std::string, std::string> case_keys;
   parse_cases(ctx, root, task, "visible_cases", false, case_keys);
   parse_cases(ctx, root, task, "hidden_cases", true, case_keys);
+  check_list_lengths(ctx, task);
   if (task.visible_cases().empty()) {
     const auto* visible = root.get("visible_cases");
     if (visible == nullptr || (visible->is_array() && visible->as_array()->empty())) {

@@ -34,7 +34,7 @@ const std::vector<std::string>& known_categories();
 // "topk" (top-k routing: any order of tied scores is right).
 const std::vector<std::string>& known_checkers();
 // Vendor libraries a task's reference may be computed by (`[reference] library`), instead of its
-// NVRTC source: "cublaslt" (out[M, N] = input[M, K] @ weight[N, K]^T, bf16 or f16).
+// NVRTC source: "cublaslt" (out[M, N] = input[M, K] @ weight[N, K]^T, bf16).
 const std::vector<std::string>& known_reference_libraries();
 
 // Where a tensor's input values come from. Generated kinds are filled on the host by

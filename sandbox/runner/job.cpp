@@ -239,6 +239,19 @@ struct Side {
   LibraryReference* library = nullptr;  // set: the reference is this library's call
 };
 
+// Launches made while one of these lives belong to call `tag`; the tag is cleared however the
+// scope ends (a launch that throws must not leave later launches tagged).
+class TagScope {
+ public:
+  TagScope(KernelTimer& timer, std::uint64_t tag) : timer_(timer) { timer_.set_tag(tag); }
+  ~TagScope() { timer_.set_tag(0); }
+  TagScope(const TagScope&) = delete;
+  TagScope& operator=(const TagScope&) = delete;
+
+ private:
+  KernelTimer& timer_;
+};
+
 // One case's shapes and concrete plans.
 struct CaseSetup {
   const tasks::Case* c = nullptr;
@@ -306,6 +319,9 @@ class JobRunner {
 
  private:
   void prepare() {
+    // Tags restart at 1 in every job: nothing of an earlier job's calls may still be pending.
+    timer_.set_tag(0);
+    (void)timer_.collect();
     if (!task_.checker.empty()) {
       checker_ = find_task_checker(task_.checker);
       if (checker_ == nullptr) {
@@ -366,18 +382,20 @@ class JobRunner {
     hooks.flush_l2 = [&] { device_.flush_l2(flushes++); };
     hooks.count_kernels = [&](const std::function<void()>& enqueue) {
       const std::uint64_t tag = next_tag_++;
-      timer_.set_tag(tag);
-      enqueue();
-      timer_.set_tag(0);
+      {
+        const TagScope scope(timer_, tag);
+        enqueue();
+      }
       check(cuStreamSynchronize(device_.stream), "library probe");
       const auto spans = timer_.collect();
       const auto it = spans.find(tag);
-      return it == spans.end() ? std::uint32_t{0} : it->second.kernels;
+      return it == spans.end() ? std::uint32_t{0} : it->second.operations();
     };
     try {
       library_ = make_library_reference(task_.reference_library);
       for (auto& setup : cases_) {
-        library_->prepare_case(setup.index, setup.shapes, task_.tensors.front().dtype, hooks);
+        library_->prepare_case(setup.index, setup.shapes, task_.tensors.front().dtype,
+                               !setup.c->hidden, hooks);
         setup.reference.workspace_bytes.clear();
       }
     } catch (const CudaFailure&) {
@@ -402,6 +420,11 @@ class JobRunner {
       } catch (const CudaFailure&) {
         throw;
       } catch (const std::exception& e) {
+        // The library reports a fault left by earlier work on the stream as its own failure: a
+        // candidate's call may precede this one unsynchronised. Waiting on the stream blames
+        // (and, when the context is lost, reports) that fault where it belongs.
+        sync_or_fail(device_.stream, true, "before a reference library call",
+                     job_.kernel_timeout_ms);
         fail(StepStatus::kInfraError, std::string("reference library: ") + e.what());
       }
       return;
@@ -646,6 +669,7 @@ class JobRunner {
       for (auto& buffer : workspace) {
         check(cuMemsetD8Async(buffer.data(), 0, buffer.bytes(), stream), "scrub");
       }
+      if (library_ != nullptr) library_->scrub(stream);
       check(cuStreamSynchronize(stream), "reference outputs");
     }
 
@@ -905,7 +929,7 @@ class JobRunner {
         if (it == pending.end()) continue;
         const std::size_t expected_kernels =
             it->second.is_candidate ? candidate_launches : reference_launches;
-        if (span.kernels != expected_kernels) {
+        if (span.operations() != expected_kernels) {
           ++incomplete;
         } else if (!it->second.warmup) {
           (it->second.is_candidate ? candidate_ns : reference_ns).push_back(span.duration_ns());
@@ -922,11 +946,12 @@ class JobRunner {
       prepare_call(slot, this_call);
       const std::uint64_t tag = next_tag_++;
       pending[tag] = Pending{is_candidate, is_warmup};
-      timer_.set_tag(tag);
-      launch(is_candidate ? candidate : reference, is_candidate ? setup.candidate : setup.reference,
-             setup, slot.tensor_ptrs,
-             is_candidate ? slot.candidate_ws_ptrs : slot.reference_ws_ptrs);
-      timer_.set_tag(0);
+      {
+        const TagScope scope(timer_, tag);
+        launch(is_candidate ? candidate : reference,
+               is_candidate ? setup.candidate : setup.reference, setup, slot.tensor_ptrs,
+               is_candidate ? slot.candidate_ws_ptrs : slot.reference_ws_ptrs);
+      }
       // The first timed call, then a share drawn from the secret: a kernel cannot tell which
       // of its calls are checked, so one that misbehaves on a fraction f of calls escapes
       // n checks with probability (1 - f)^n.

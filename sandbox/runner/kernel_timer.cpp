@@ -16,6 +16,7 @@ struct KernelRecord {
   std::uint32_t correlation_id;
   std::uint64_t start;
   std::uint64_t end;
+  bool memset;  // a memset a library call issued, not a kernel
 };
 
 std::mutex g_mutex;
@@ -38,7 +39,10 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::
     if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
         record->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
       const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      batch.push_back({kernel->correlationId, kernel->start, kernel->end});
+      batch.push_back({kernel->correlationId, kernel->start, kernel->end, false});
+    } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+      const auto* memset = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+      batch.push_back({memset->correlationId, memset->start, memset->end, true});
     }
   }
   std::size_t dropped = 0;
@@ -49,10 +53,11 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::
   g_dropped += dropped;
 }
 
-// Every API call that launches a kernel: the runner launches its own and agents' kernels with
-// cuLaunchKernelEx; a vendor library (the cuBLASLt reference) launches through its runtime.
-// When a runtime launch enters the driver, both calls are tagged; the kernel record names one
-// of them and collect() drops the other.
+// Every API call that launches a kernel or sets memory asynchronously: the runner launches its
+// own and agents' kernels with cuLaunchKernelEx; a vendor library (the cuBLASLt reference)
+// launches, and may clear scratch memory, through its runtime, and that work is part of its
+// call. When a runtime call enters the driver, both calls are tagged; the record names one of
+// them and collect() drops the other. (The runner's own memsets are never tagged.)
 constexpr CUpti_CallbackId kDriverLaunches[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
@@ -60,6 +65,18 @@ constexpr CUpti_CallbackId kDriverLaunches[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async_ptsz,
 };
 constexpr CUpti_CallbackId kRuntimeLaunches[] = {
     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
@@ -68,6 +85,12 @@ constexpr CUpti_CallbackId kRuntimeLaunches[] = {
     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_ptsz_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemset2DAsync_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemset2DAsync_ptsz_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemset3DAsync_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemset3DAsync_ptsz_v7000,
 };
 
 void CUPTIAPI on_callback(void* /*userdata*/, CUpti_CallbackDomain domain, CUpti_CallbackId /*id*/,
@@ -105,6 +128,8 @@ std::string KernelTimer::start(KernelTimer** out) {
   }
   rc = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiActivityEnable(CONCURRENT_KERNEL)");
+  rc = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET);
+  if (rc != CUPTI_SUCCESS) return cupti_text(rc, "cuptiActivityEnable(MEMSET)");
   g_timer = new KernelTimer();
   *out = g_timer;
   return "";
@@ -112,6 +137,7 @@ std::string KernelTimer::start(KernelTimer** out) {
 
 KernelTimer::~KernelTimer() {
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
   if (g_subscriber != nullptr) cuptiUnsubscribe(g_subscriber);
   g_subscriber = nullptr;
   g_timer = nullptr;
@@ -133,9 +159,10 @@ std::unordered_map<std::uint64_t, CallSpan> KernelTimer::collect() {
     const auto it = correlation_to_tag_.find(record.correlation_id);
     if (it == correlation_to_tag_.end()) continue;
     CallSpan& span = spans[it->second];
-    if (span.kernels == 0 || record.start < span.start_ns) span.start_ns = record.start;
-    if (span.kernels == 0 || record.end > span.end_ns) span.end_ns = record.end;
-    ++span.kernels;
+    const bool first = span.kernels + span.memsets == 0;
+    if (first || record.start < span.start_ns) span.start_ns = record.start;
+    if (first || record.end > span.end_ns) span.end_ns = record.end;
+    ++(record.memset ? span.memsets : span.kernels);
     correlation_to_tag_.erase(it);
   }
   // Callers synchronise first, so every tagged launch has its record by now: what is left are

@@ -8,17 +8,23 @@
 
 namespace crucible::sandbox::runner {
 
-// GPU time span of one call (all kernels launched while the call's tag was set).
+// GPU time span of one call (all kernels launched, and memsets issued, while the call's tag was
+// set: a library call's scratch clearing is part of its time).
 struct CallSpan {
-  std::uint64_t start_ns = 0;  // first kernel start
-  std::uint64_t end_ns = 0;    // last kernel end
+  std::uint64_t start_ns = 0;  // first kernel or memset start
+  std::uint64_t end_ns = 0;    // last kernel or memset end
   std::uint32_t kernels = 0;
+  std::uint32_t memsets = 0;
+  std::uint32_t operations() const { return kernels + memsets; }
   double duration_ns() const { return static_cast<double>(end_ns - start_ns); }
 };
 
-// One per process. Enables CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL records and a driver-API
-// callback on cuLaunchKernelEx, which reports each launch's correlation id; the runner tags
-// every launch with the call it belongs to, and collect() joins the kernel records to calls.
+// One per process. Enables CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL and MEMSET records and
+// callbacks on the kernel-launch and asynchronous-memset entry points of the driver and runtime
+// APIs (the runner launches with
+// cuLaunchKernelEx; a vendor library through its runtime), which report each launch's
+// correlation id; the runner tags every launch with the call it belongs to, and collect() joins
+// the records to calls.
 // Kernels launched with tag 0 (input refreshes, L2 flushes) are left out. Not thread-safe:
 // launches and collect() happen on the runner's one thread.
 class KernelTimer {

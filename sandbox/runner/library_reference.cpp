@@ -1,3 +1,5 @@
+// The cuBLASLt reference (llm/linear): dlopen'ed entry points, descriptors of one GEMM, the
+// per-shape algorithm search and the LibraryReference that launches the chosen algorithm.
 #include "sandbox/runner/library_reference.hpp"
 
 #include <cublasLt.h>
@@ -10,6 +12,7 @@
 #include <utility>
 
 #include "sandbox/runner/cuda_check.hpp"
+#include "sandbox/runner/device.hpp"
 
 namespace crucible::sandbox::runner {
 namespace {
@@ -129,26 +132,14 @@ struct GemmShape {
 class GemmDescriptors {
  public:
   explicit GemmDescriptors(const GemmShape& shape) {
-    auto& lt = cublaslt();
-    const cudaDataType_t type = shape.dtype == core::DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
-    check_lt(lt.desc_create(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
-    const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
-    check_lt(lt.desc_set(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose),
-             "TRANSA");
-    check_lt(lt.desc_set(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof none), "TRANSB");
-    const auto m = static_cast<std::uint64_t>(shape.m), n = static_cast<std::uint64_t>(shape.n),
-               k = static_cast<std::uint64_t>(shape.k);
-    check_lt(lt.layout_create(&a_, type, k, n, static_cast<std::int64_t>(k)), "A layout");
-    check_lt(lt.layout_create(&b_, type, k, m, static_cast<std::int64_t>(k)), "B layout");
-    check_lt(lt.layout_create(&d_, type, n, m, static_cast<std::int64_t>(n)), "D layout");
+    try {
+      create(shape);
+    } catch (...) {
+      destroy();
+      throw;
+    }
   }
-  ~GemmDescriptors() {
-    auto& lt = cublaslt();
-    if (a_ != nullptr) lt.layout_destroy(a_);
-    if (b_ != nullptr) lt.layout_destroy(b_);
-    if (d_ != nullptr) lt.layout_destroy(d_);
-    if (desc_ != nullptr) lt.desc_destroy(desc_);
-  }
+  ~GemmDescriptors() { destroy(); }
   GemmDescriptors(const GemmDescriptors&) = delete;
   GemmDescriptors& operator=(const GemmDescriptors&) = delete;
 
@@ -163,18 +154,28 @@ class GemmDescriptors {
              "cublasLtMatmul");
   }
 
+  // Up to `count` algorithms in the heuristic's order of preference. Split-K reductions are
+  // limited to fp32 (none, or in the compute type): a reduction in the output type would sum
+  // partial products in bf16, and the reference is defined as fp32 accumulation rounded once.
   std::vector<cublasLtMatmulHeuristicResult_t> heuristics(int count) const {
     auto& lt = cublaslt();
     cublasLtMatmulPreference_t preference = nullptr;
     check_lt(lt.pref_create(&preference), "preference");
     const std::uint64_t workspace = kWorkspaceBytes;
-    check_lt(lt.pref_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                         sizeof workspace),
-             "workspace preference");
+    const std::uint32_t reductions =
+        CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasStatus_t status = lt.pref_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                        &workspace, sizeof workspace);
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = lt.pref_set(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+                           sizeof reductions);
+    }
     std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(count));
     int returned = 0;
-    const cublasStatus_t status = lt.heuristic(lt.handle, desc_, a_, b_, d_, d_, preference, count,
-                                               results.data(), &returned);
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = lt.heuristic(lt.handle, desc_, a_, b_, d_, d_, preference, count, results.data(),
+                            &returned);
+    }
     lt.pref_destroy(preference);
     check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
     results.resize(static_cast<std::size_t>(std::max(returned, 0)));
@@ -184,6 +185,31 @@ class GemmDescriptors {
   }
 
  private:
+  void create(const GemmShape& shape) {
+    auto& lt = cublaslt();
+    const cudaDataType_t type = CUDA_R_16BF;
+    (void)shape.dtype;  // bf16 only (checked by prepare_case)
+    check_lt(lt.desc_create(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+    const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
+    check_lt(lt.desc_set(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose),
+             "TRANSA");
+    check_lt(lt.desc_set(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof none), "TRANSB");
+    const auto m = static_cast<std::uint64_t>(shape.m), n = static_cast<std::uint64_t>(shape.n),
+               k = static_cast<std::uint64_t>(shape.k);
+    check_lt(lt.layout_create(&a_, type, k, n, static_cast<std::int64_t>(k)), "A layout");
+    check_lt(lt.layout_create(&b_, type, k, m, static_cast<std::int64_t>(k)), "B layout");
+    check_lt(lt.layout_create(&d_, type, n, m, static_cast<std::int64_t>(n)), "D layout");
+  }
+  void destroy() {
+    auto& lt = cublaslt();
+    if (a_ != nullptr) lt.layout_destroy(a_);
+    if (b_ != nullptr) lt.layout_destroy(b_);
+    if (d_ != nullptr) lt.layout_destroy(d_);
+    if (desc_ != nullptr) lt.desc_destroy(desc_);
+    a_ = b_ = d_ = nullptr;
+    desc_ = nullptr;
+  }
+
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
 };
@@ -195,7 +221,7 @@ struct Choice {
   std::string text;
 };
 
-std::string algo_text(const cublasLtMatmulAlgo_t& algo, double median_us, int candidates) {
+std::string algo_text(const cublasLtMatmulAlgo_t& algo) {
   auto& lt = cublaslt();
   auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute) {
     std::uint32_t value = 0;
@@ -205,142 +231,168 @@ std::string algo_text(const cublasLtMatmulAlgo_t& algo, double median_us, int ca
     }
     return std::to_string(value);
   };
-  std::string text = "cuBLASLt " + std::to_string(lt.version()) + " algo " +
-                     get(CUBLASLT_ALGO_CONFIG_ID) + " tile " + get(CUBLASLT_ALGO_CONFIG_TILE_ID) +
-                     " stages " + get(CUBLASLT_ALGO_CONFIG_STAGES_ID) + " split-k " +
-                     get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
-  text += ", fastest of " + std::to_string(candidates) + " heuristic candidates";
-  if (median_us > 0.0) text += " (" + std::to_string(median_us) + " us in the search)";
-  return text;
+  return "cuBLASLt " + std::to_string(lt.version()) + " algo " + get(CUBLASLT_ALGO_CONFIG_ID) +
+         " tile " + get(CUBLASLT_ALGO_CONFIG_TILE_ID) + " stages " +
+         get(CUBLASLT_ALGO_CONFIG_STAGES_ID) + " split-k " + get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
 }
 
-// Scratch device memory freed on scope exit.
-struct Scratch {
-  CUdeviceptr ptr = 0;
-  explicit Scratch(std::size_t bytes) {
-    if (bytes > 0) check(cuMemAlloc(&ptr, bytes), "library scratch");
+// Two CUDA events, destroyed on scope exit.
+struct EventPair {
+  CUevent start = nullptr, end = nullptr;
+  EventPair() {
+    check(cuEventCreate(&start, CU_EVENT_DEFAULT), "event");
+    check(cuEventCreate(&end, CU_EVENT_DEFAULT), "event");
   }
-  ~Scratch() {
-    if (ptr != 0) cuMemFree(ptr);
+  ~EventPair() {
+    if (context_abandoned()) return;
+    if (start != nullptr) cuEventDestroy(start);
+    if (end != nullptr) cuEventDestroy(end);
   }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
 };
 
+// A candidate within this share of the fastest median counts as tied with it; ties go to the
+// heuristic's order. Medians of 5 calls of near-equal algorithms swap from process to process,
+// and the reference time is the denominator of every reward: a runner that restarts, or a spare
+// that takes over, should pick what the last one picked.
+constexpr double kTieShare = 0.03;
+
 // Times each candidate algorithm on constant inputs (each call after an L2 flush, CUDA events
-// around the GEMM alone) and returns the fastest by median.
-Choice search(const GemmShape& shape, const GemmDescriptors& gemm, const LibraryHooks& hooks) {
+// around the GEMM alone, 5 calls after a warm-up) and keeps the first in the heuristic's order
+// within kTieShare of the fastest median. `search` false: the heuristic's first choice, untimed
+// (hidden cases are only checked, never timed). Then counts the kernels of one call.
+Choice choose(const GemmShape& shape, const GemmDescriptors& gemm, const LibraryHooks& hooks,
+              bool search) {
+  const auto candidates = gemm.heuristics(search ? kCandidates : 1);
   const CUstream stream = hooks.stream;
-  const auto candidates = gemm.heuristics(kCandidates);
   const std::size_t esize = core::dtype_size(shape.dtype);
   const auto elements = [](std::int64_t a, std::int64_t b) {
     return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
   };
-  Scratch input(elements(shape.m, shape.k) * esize), weight(elements(shape.n, shape.k) * esize),
-      out(elements(shape.m, shape.n) * esize), workspace(kWorkspaceBytes);
-  // 0x3C00: 1.0 in f16, 0.0078 in bf16; sums stay finite for any K.
-  check(cuMemsetD16Async(input.ptr, 0x3C00, elements(shape.m, shape.k), stream), "search input");
-  check(cuMemsetD16Async(weight.ptr, 0x3C00, elements(shape.n, shape.k), stream), "search weight");
-  CUevent start = nullptr, end = nullptr;
-  check(cuEventCreate(&start, CU_EVENT_DEFAULT), "event");
-  check(cuEventCreate(&end, CU_EVENT_DEFAULT), "event");
-  Choice best;
-  double best_us = -1.0;
-  for (const auto& candidate : candidates) {
-    std::vector<double> us;
-    bool usable = true;
-    for (int call = 0; call <= kTimedCalls && usable; ++call) {
-      hooks.flush_l2();
-      check(cuEventRecord(start, stream), "event record");
+  DeviceBuffer input(elements(shape.m, shape.k) * esize, false);
+  DeviceBuffer weight(elements(shape.n, shape.k) * esize, false);
+  DeviceBuffer out(elements(shape.m, shape.n) * esize, false);
+  DeviceBuffer workspace(kWorkspaceBytes, false);
+  // 0x3C00: 0.0078 in bf16; sums stay finite for any K.
+  check(cuMemsetD16Async(input.data(), 0x3C00, elements(shape.m, shape.k), stream), "input");
+  check(cuMemsetD16Async(weight.data(), 0x3C00, elements(shape.n, shape.k), stream), "weight");
+  std::vector<double> medians(candidates.size(), -1.0);
+  if (search) {
+    EventPair events;
+    for (std::size_t c = 0; c < candidates.size(); ++c) {
+      std::vector<double> us;
       try {
-        gemm.run(candidate.algo, out.ptr, input.ptr, weight.ptr, workspace.ptr,
-                 candidate.workspaceSize, stream);
+        for (int call = 0; call <= kTimedCalls; ++call) {
+          hooks.flush_l2();
+          check(cuEventRecord(events.start, stream), "event record");
+          gemm.run(candidates[c].algo, out.data(), input.data(), weight.data(), workspace.data(),
+                   candidates[c].workspaceSize, stream);
+          check(cuEventRecord(events.end, stream), "event record");
+          check(cuEventSynchronize(events.end), "search call");
+          float ms = 0.0f;
+          check(cuEventElapsedTime(&ms, events.start, events.end), "event time");
+          if (call > 0) us.push_back(1000.0 * ms);  // the first call warms up
+        }
+      } catch (const CudaFailure&) {
+        throw;
       } catch (const std::runtime_error&) {
-        usable = false;  // an algorithm the heuristic offered but cannot run: skip it
-        break;
+        continue;  // an algorithm the heuristic offered that does not run: not a candidate
       }
-      check(cuEventRecord(end, stream), "event record");
-      check(cuEventSynchronize(end), "search call");
-      float ms = 0.0f;
-      check(cuEventElapsedTime(&ms, start, end), "event time");
-      if (call > 0) us.push_back(1000.0 * ms);  // the first call warms up
+      std::nth_element(us.begin(), us.begin() + static_cast<long>(us.size() / 2), us.end());
+      medians[c] = us[us.size() / 2];
     }
-    if (!usable || us.empty()) continue;
-    std::nth_element(us.begin(), us.begin() + static_cast<long>(us.size() / 2), us.end());
-    const double median = us[us.size() / 2];
-    if (best_us < 0.0 || median < best_us) {
-      best_us = median;
-      best.algo = candidate.algo;
-      best.workspace_bytes = candidate.workspaceSize;
-    }
+  } else {
+    medians[0] = 0.0;
   }
-  cuEventDestroy(start);
-  cuEventDestroy(end);
-  if (best_us < 0.0) throw std::runtime_error("no cuBLASLt algorithm ran for this GEMM");
-  best.kernels = hooks.count_kernels([&] {
-    gemm.run(best.algo, out.ptr, input.ptr, weight.ptr, workspace.ptr, best.workspace_bytes,
-             stream);
+  double fastest = -1.0;
+  for (const double m : medians) {
+    if (m >= 0.0 && (fastest < 0.0 || m < fastest)) fastest = m;
+  }
+  if (fastest < 0.0) throw std::runtime_error("no cuBLASLt algorithm ran for this GEMM");
+  std::size_t chosen = 0;
+  while (!(medians[chosen] >= 0.0 && medians[chosen] <= fastest * (1.0 + kTieShare))) ++chosen;
+  Choice choice;
+  choice.algo = candidates[chosen].algo;
+  choice.workspace_bytes = candidates[chosen].workspaceSize;
+  choice.kernels = hooks.count_kernels([&] {
+    gemm.run(choice.algo, out.data(), input.data(), weight.data(), workspace.data(),
+             choice.workspace_bytes, stream);
   });
-  if (best.kernels == 0) throw std::runtime_error("cuBLASLt's GEMM launched no kernel CUPTI saw");
-  best.text = algo_text(best.algo, best_us, static_cast<int>(candidates.size()));
-  return best;
+  if (choice.kernels == 0) {
+    throw std::runtime_error("cuBLASLt's GEMM launched nothing CUPTI saw");
+  }
+  choice.text = algo_text(choice.algo);
+  if (search) {
+    std::size_t ran = 0;
+    for (const double m : medians) ran += m >= 0.0 ? 1 : 0;
+    choice.text += ", heuristic candidate " + std::to_string(chosen + 1) + " of " +
+                   std::to_string(ran) + " timed (" + std::to_string(medians[chosen]) +
+                   " us in the search, fastest " + std::to_string(fastest) + " us)";
+  } else {
+    choice.text += ", the heuristic's first choice (untimed case)";
+  }
+  return choice;
 }
 
 class CublasLtLinear final : public LibraryReference {
  public:
   CublasLtLinear() { (void)cublaslt(); }
-  ~CublasLtLinear() override {
-    if (workspace_ != 0) cuMemFree(workspace_);
-  }
 
   void prepare_case(std::size_t index, const std::vector<std::vector<std::int64_t>>& shapes,
-                    core::DType dtype, const LibraryHooks& hooks) override {
+                    core::DType dtype, bool timed, const LibraryHooks& hooks) override {
     if (shapes.size() != 3 || shapes[0].size() != 2 || shapes[1].size() != 2 ||
         shapes[2].size() != 2) {
       throw std::runtime_error("cublaslt needs tensors out[M, N], input[M, K], weight[N, K]");
     }
-    if (dtype != core::DType::kBF16 && dtype != core::DType::kF16) {
-      throw std::runtime_error("cublaslt: bf16 or f16 tensors only");
-    }
+    if (dtype != core::DType::kBF16) throw std::runtime_error("cublaslt: bf16 tensors only");
     GemmShape shape{shapes[1][0], shapes[2][0], shapes[1][1], dtype};
     if (shapes[0][0] != shape.m || shapes[0][1] != shape.n || shapes[2][1] != shape.k) {
       throw std::runtime_error("cublaslt: shapes of out, input and weight disagree");
     }
-    if (workspace_ == 0) check(cuMemAlloc(&workspace_, kWorkspaceBytes), "cuBLASLt workspace");
+    if (workspace_.bytes() == 0) workspace_ = DeviceBuffer(kWorkspaceBytes, false);
     // The search runs once per shape per process: the choice of a runner is the choice of every
     // job it serves, and later jobs skip the search.
     static std::mutex mutex;
-    static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, Choice> chosen;
-    auto gemm = std::make_shared<GemmDescriptors>(shape);
+    static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int, bool>, Choice> chosen;
+    auto gemm = std::make_unique<GemmDescriptors>(shape);
     Choice choice;
     {
       std::lock_guard lock(mutex);
-      auto it = chosen.find(shape.key());
-      if (it == chosen.end()) it = chosen.emplace(shape.key(), search(shape, *gemm, hooks)).first;
+      const auto key = std::tuple_cat(shape.key(), std::make_tuple(timed));
+      auto it = chosen.find(key);
+      if (it == chosen.end()) it = chosen.emplace(key, choose(shape, *gemm, hooks, timed)).first;
       choice = it->second;
     }
     cases_[index] = Prepared{std::move(gemm), choice};
+  }
+
+  std::uint32_t kernels_per_call(std::size_t index) const override {
+    return cases_.at(index).choice.kernels;
   }
 
   void launch(std::size_t index, const std::vector<CUdeviceptr>& tensors,
               CUstream stream) override {
     const auto& prepared = cases_.at(index);
     prepared.gemm->run(prepared.choice.algo, tensors.at(0), tensors.at(1), tensors.at(2),
-                       workspace_, prepared.choice.workspace_bytes, stream);
+                       workspace_.data(), prepared.choice.workspace_bytes, stream);
   }
 
-  std::uint32_t kernels_per_call(std::size_t index) const override {
-    return cases_.at(index).choice.kernels;
+  void scrub(CUstream stream) override {
+    if (workspace_.bytes() > 0) {
+      check(cuMemsetD8Async(workspace_.data(), 0, workspace_.bytes(), stream), "scrub");
+    }
   }
+
   std::string describe(std::size_t index) const override { return cases_.at(index).choice.text; }
 
  private:
   struct Prepared {
-    std::shared_ptr<GemmDescriptors> gemm;
+    std::unique_ptr<GemmDescriptors> gemm;
     Choice choice;
   };
   std::map<std::size_t, Prepared> cases_;
-  CUdeviceptr workspace_ = 0;
+  DeviceBuffer workspace_;  // frees itself, unless the context was abandoned
 };
 
 }  // namespace

@@ -50,6 +50,26 @@ TEST_CASE("linear oracle: an identity weight returns the input, a zero row gives
   CHECK(out == want);
 }
 
+TEST_CASE("linear oracle: the threaded path (large products) agrees with a direct sum") {
+  // 64 x 64 x 4096 = 2^24 multiply-adds: rows are shared out among threads.
+  const std::int64_t tokens = 64, k = 4096, n = 64;
+  std::vector<double> input(static_cast<std::size_t>(tokens * k)),
+      weight(static_cast<std::size_t>(n * k));
+  for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<double>(i % 7) - 3.0;
+  for (std::size_t i = 0; i < weight.size(); ++i) weight[i] = static_cast<double>(i % 5) * 0.25;
+  const auto out = product(tokens, k, n, input, weight);
+  for (const std::int64_t t : {std::int64_t{0}, std::int64_t{17}, tokens - 1}) {
+    for (const std::int64_t j : {std::int64_t{0}, std::int64_t{31}, n - 1}) {
+      double sum = 0.0;
+      for (std::int64_t i = 0; i < k; ++i) {
+        sum += input[static_cast<std::size_t>(t * k + i)] *
+               weight[static_cast<std::size_t>(j * k + i)];
+      }
+      CHECK(out[static_cast<std::size_t>(t * n + j)] == sum);
+    }
+  }
+}
+
 TEST_CASE("linear: the task is computed by cuBLASLt and states its contract's shapes") {
   const tasks::Task& task = oracle_test::repository_task(kTask);
   CHECK(task.reference_library == "cublaslt");

@@ -105,6 +105,37 @@ TEST_CASE("paged_decode_attention oracle: lengths past the block table are refus
   CHECK_FALSE((*oracle)(kernels::OracleCall{task, c, tensors}).ok());
 }
 
+TEST_CASE("paged_decode_attention oracle: a block id past the cache is refused, not read") {
+  const tasks::Task& task = attention_task();
+  tasks::Case c = task.cases.front();
+  c.symbols = {{"num_seqs", 1},           {"num_heads", 1},     {"num_kv_heads", 1},
+               {"head_size", 8},          {"num_blocks", 2},    {"block_size", 2},
+               {"max_blocks_per_seq", 2}, {"context_tokens", 1}};
+  std::map<std::string, kernels::OracleTensor> tensors{
+      {"out", {core::DType::kBF16, {1, 1, 8}, std::vector<double>(8, 0.0)}},
+      {"query", {core::DType::kBF16, {1, 1, 8}, std::vector<double>(8, 1.0)}},
+      {"key_cache", {core::DType::kBF16, {2, 2, 1, 8}, std::vector<double>(32, 1.0)}},
+      {"value_cache", {core::DType::kBF16, {2, 2, 1, 8}, std::vector<double>(32, 1.0)}},
+      {"block_tables", {core::DType::kI32, {1, 2}, {0, 2}}},
+      {"seq_lens", {core::DType::kI32, {1}, {3}}},
+  };
+  const auto* oracle = kernels::find_oracle(kTask);
+  REQUIRE(oracle != nullptr);
+  CHECK_FALSE((*oracle)(kernels::OracleCall{task, c, tensors}).ok());
+  // The same table is fine for a context that ends in block 0: entry 1 is never read.
+  tensors["seq_lens"].values = {2};
+  CHECK((*oracle)(kernels::OracleCall{task, c, tensors}).ok());
+}
+
+TEST_CASE("paged_decode_attention oracle: scores far beyond exp's range stay finite") {
+  // Scores of 1000 and 999 (scale 1): exp overflows unless the maximum is subtracted first.
+  Context x{1, 1, 1, 2, 1, 2, 1, {1000, 0}, {1, 0, 0.999, 0}, {1, 0, 0, 1}, {0}, {2}};
+  const auto out = attend(x, 1.0);
+  const double p0 = 1.0 / (1.0 + std::exp(-1.0));
+  CHECK(out[0] == doctest::Approx(p0).epsilon(1e-12));
+  CHECK(out[1] == doctest::Approx(1.0 - p0).epsilon(1e-12));
+}
+
 TEST_CASE("paged_decode_attention oracle: reproduces every recorded stories260K decode call") {
   const tasks::Task& task = attention_task();
   std::size_t calls = 0;

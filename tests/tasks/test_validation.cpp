@@ -184,8 +184,8 @@ const BadManifest kBadManifests[] = {
     {"library whose contract the tensors break", "source = \"kernels/llm/toy.cu\"",
      "source = \"kernels/llm/toy.cu\"\nlibrary = \"cublaslt\"",
      "reference.library: \"cublaslt\" computes out[M, N] = input[M, K] @ weight[N, K]^T: the task "
-     "needs exactly the tensors (out, input, weight) in that order, roles out, in, in, all bf16 or "
-     "all f16, with shapes [M, N], [M, K], [N, K]"},
+     "needs exactly the tensors (out, input, weight) in that order, roles out, in, in, all bf16, "
+     "with shapes [M, N], [M, K], [N, K]"},
     {"library without a starting-point source", "source = \"kernels/llm/toy.cu\"",
      "library = \"cublaslt\"",
      "reference.source: missing (a path relative to the repository root, e.g. "
@@ -193,6 +193,10 @@ const BadManifest kBadManifests[] = {
     {"list generator with a value that is not a number",
      "generator = \"randn\", mean = 0.0, std = 1.0", "generator = \"list\", values = [1, \"2\"]",
      "tensors[1].values.values[1]: must be a finite number"},
+    {"list generator that does not repeat whole in a visible case",
+     "generator = \"randn\", mean = 0.0, std = 1.0", "generator = \"list\", values = [1, 2, 3]",
+     "visible_cases: case 'small': 'x' has 64 elements, not a multiple of its list's 3 values: "
+     "timed calls would see different values"},
     {"empty list generator", "generator = \"randn\", mean = 0.0, std = 1.0",
      "generator = \"list\", values = []", "tensors[1].values.values: must not be empty"},
     {"roofline formula that does not parse", "bytes = \"n * 4 + n * 8\"", "bytes = \"n * (4\"",
