@@ -299,6 +299,19 @@ RunEnd Slot::run_on_worker(const CompileJob& job, CompileOutput* out, std::strin
   return RunEnd::kAnswered;
 }
 
+namespace {
+
+// Whether a compiler log reports memory exhaustion (NVRTC under the worker's address-space cap).
+bool ran_out_of_memory(const std::string& log) {
+  for (const char* sign :
+       {"unable to obtain mapped memory", "out of memory", "std::bad_alloc", "memory exhausted"}) {
+    if (log.find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 CompileOutput Slot::process(const QueuedJob& item, bool* cacheable) {
   *cacheable = false;
   const auto& options = state_.options;
@@ -317,7 +330,13 @@ CompileOutput Slot::process(const QueuedJob& item, bool* cacheable) {
         ++state_.recycles;
         drop_worker();
       }
-      *cacheable = out.status == StepStatus::kOk || out.status == StepStatus::kCompileError;
+      // A compile that ran out of the worker's memory cap failed for a resource, as a deadline
+      // miss does: not cached (it depends on the worker's state and the machine), and the worker,
+      // whose heap the compiler exhausted, is replaced.
+      const bool exhausted = out.status == StepStatus::kCompileError && ran_out_of_memory(out.log);
+      if (exhausted) drop_worker();
+      *cacheable =
+          out.status == StepStatus::kOk || (out.status == StepStatus::kCompileError && !exhausted);
       return out;
     }
     // Every other ending leaves the worker in an unknown state: kill its whole group.

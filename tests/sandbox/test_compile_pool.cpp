@@ -200,7 +200,8 @@ TEST_CASE("compile pool: a template bomb is stopped at the deadline, and the nex
   CHECK(out.status == StepStatus::kCompileError);
   CHECK((stat(pool, "timeouts") > timeouts || out.log.find("memory") != std::string::npos));
   CHECK(stat(pool, "worker_restarts") > restarts);
-  // A deadline miss is not cached: it depends on load.
+  // A deadline miss is not cached: it depends on load; nor is running out of the memory cap,
+  // which of the two comes first depends on the machine.
   auto again = compile(pool, job_of(corpus("template_bomb.cu")));
   CHECK_FALSE(again.cache_hit);
   auto next = compile(pool, job_of(unique_kernel(2)));
