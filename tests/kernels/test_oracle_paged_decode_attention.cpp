@@ -55,6 +55,34 @@ std::vector<double> attend(const Context& x, double scale) {
       .values;
 }
 
+// Whether the oracle computes one sequence of `length` tokens (one head of 8, blocks of 2, a
+// cache of `blocks` blocks) with block table `table` of `width` entries, or refuses it.
+bool oracle_accepts(std::int64_t blocks, std::int64_t width, std::vector<double> table,
+                    double length) {
+  const tasks::Task& task = attention_task();
+  tasks::Case c = task.cases.front();
+  c.symbols = {{"num_seqs", 1},
+               {"num_heads", 1},
+               {"num_kv_heads", 1},
+               {"head_size", 8},
+               {"num_blocks", blocks},
+               {"block_size", 2},
+               {"max_blocks_per_seq", width},
+               {"context_tokens", 1}};
+  const auto cache = static_cast<std::size_t>(blocks * 2 * 8);
+  std::map<std::string, kernels::OracleTensor> tensors{
+      {"out", {core::DType::kBF16, {1, 1, 8}, std::vector<double>(8, 0.0)}},
+      {"query", {core::DType::kBF16, {1, 1, 8}, std::vector<double>(8, 1.0)}},
+      {"key_cache", {core::DType::kBF16, {blocks, 2, 1, 8}, std::vector<double>(cache, 1.0)}},
+      {"value_cache", {core::DType::kBF16, {blocks, 2, 1, 8}, std::vector<double>(cache, 1.0)}},
+      {"block_tables", {core::DType::kI32, {1, width}, std::move(table)}},
+      {"seq_lens", {core::DType::kI32, {1}, {length}}},
+  };
+  const auto* oracle = kernels::find_oracle(kTask);
+  REQUIRE(oracle != nullptr);
+  return (*oracle)(kernels::OracleCall{task, c, tensors}).ok();
+}
+
 }  // namespace
 
 TEST_CASE("paged_decode_attention oracle: a hand-computed context across two blocks") {
@@ -87,44 +115,14 @@ TEST_CASE("paged_decode_attention oracle: a context of one token returns its val
 }
 
 TEST_CASE("paged_decode_attention oracle: lengths past the block table are refused") {
-  const tasks::Task& task = attention_task();
-  tasks::Case c = task.cases.front();
-  c.symbols = {{"num_seqs", 1},           {"num_heads", 1},     {"num_kv_heads", 1},
-               {"head_size", 8},          {"num_blocks", 1},    {"block_size", 2},
-               {"max_blocks_per_seq", 1}, {"context_tokens", 1}};
-  std::map<std::string, kernels::OracleTensor> tensors{
-      {"out", {core::DType::kBF16, {1, 1, 8}, std::vector<double>(8, 0.0)}},
-      {"query", {core::DType::kBF16, {1, 1, 8}, std::vector<double>(8, 1.0)}},
-      {"key_cache", {core::DType::kBF16, {1, 2, 1, 8}, std::vector<double>(16, 1.0)}},
-      {"value_cache", {core::DType::kBF16, {1, 2, 1, 8}, std::vector<double>(16, 1.0)}},
-      {"block_tables", {core::DType::kI32, {1, 1}, {0}}},
-      {"seq_lens", {core::DType::kI32, {1}, {3}}},
-  };
-  const auto* oracle = kernels::find_oracle(kTask);
-  REQUIRE(oracle != nullptr);
-  CHECK_FALSE((*oracle)(kernels::OracleCall{task, c, tensors}).ok());
+  CHECK_FALSE(oracle_accepts(1, 1, {0}, 3));
+  CHECK(oracle_accepts(1, 1, {0}, 2));
 }
 
 TEST_CASE("paged_decode_attention oracle: a block id past the cache is refused, not read") {
-  const tasks::Task& task = attention_task();
-  tasks::Case c = task.cases.front();
-  c.symbols = {{"num_seqs", 1},           {"num_heads", 1},     {"num_kv_heads", 1},
-               {"head_size", 8},          {"num_blocks", 2},    {"block_size", 2},
-               {"max_blocks_per_seq", 2}, {"context_tokens", 1}};
-  std::map<std::string, kernels::OracleTensor> tensors{
-      {"out", {core::DType::kBF16, {1, 1, 8}, std::vector<double>(8, 0.0)}},
-      {"query", {core::DType::kBF16, {1, 1, 8}, std::vector<double>(8, 1.0)}},
-      {"key_cache", {core::DType::kBF16, {2, 2, 1, 8}, std::vector<double>(32, 1.0)}},
-      {"value_cache", {core::DType::kBF16, {2, 2, 1, 8}, std::vector<double>(32, 1.0)}},
-      {"block_tables", {core::DType::kI32, {1, 2}, {0, 2}}},
-      {"seq_lens", {core::DType::kI32, {1}, {3}}},
-  };
-  const auto* oracle = kernels::find_oracle(kTask);
-  REQUIRE(oracle != nullptr);
-  CHECK_FALSE((*oracle)(kernels::OracleCall{task, c, tensors}).ok());
+  CHECK_FALSE(oracle_accepts(2, 2, {0, 2}, 3));
   // The same table is fine for a context that ends in block 0: entry 1 is never read.
-  tensors["seq_lens"].values = {2};
-  CHECK((*oracle)(kernels::OracleCall{task, c, tensors}).ok());
+  CHECK(oracle_accepts(2, 2, {0, 2}, 2));
 }
 
 TEST_CASE("paged_decode_attention oracle: scores far beyond exp's range stay finite") {
