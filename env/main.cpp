@@ -160,8 +160,7 @@ core::Result<core::Value> read_reward_json(const std::string& text) {
   std::string json = text;
   std::error_code error;
   if (text.front() != '{' && std::filesystem::is_regular_file(text, error)) {
-    std::ifstream file(text);
-    json.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+    if (auto contents = core::read_text_file(text)) json = std::move(contents).value();
   }
   core::Value value = core::Value::parse(json, nullptr, false);
   if (value.is_discarded()) {

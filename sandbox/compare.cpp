@@ -298,11 +298,15 @@ Tally tally_elements(DType dtype, const void* candidate_data, const void* refere
   return tally;
 }
 
+}  // namespace
+
 std::string format_number(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%.6g", value);
   return text;
 }
+
+namespace {
 
 std::string format_coords(const std::vector<std::int64_t>& coords, std::size_t flat) {
   if (coords.empty()) return "flat index " + std::to_string(flat);

@@ -14,6 +14,9 @@
 
 namespace crucible::sandbox {
 
+// A number as reports print it (%.6g).
+std::string format_number(double value);
+
 // An element passes when |candidate - reference| <= atol + rtol * |reference| (evaluated in
 // double after exact decoding of both values).
 struct Tolerance {

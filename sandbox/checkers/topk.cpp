@@ -46,28 +46,8 @@ namespace {
 
 using core::DType;
 
-bool is_floating(DType dtype) {
-  switch (dtype) {
-    case DType::kBF16:
-    case DType::kF16:
-    case DType::kF32:
-    case DType::kF64:
-    case DType::kFP8E4M3:
-    case DType::kFP8E5M2:
-      return true;
-    default:
-      return false;
-  }
-}
-
-std::string number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6g", value);
-  return text;
-}
-
 std::string tolerance_text(const Tolerance& tol) {
-  return "atol " + number(tol.atol) + " + rtol " + number(tol.rtol) + " * |value|";
+  return "atol " + format_number(tol.atol) + " + rtol " + format_number(tol.rtol) + " * |value|";
 }
 
 // Finds a tensor by name; nullptr when absent.
@@ -459,8 +439,9 @@ std::string id_reason(const SlotVerdict& v, std::int64_t row, std::int64_t slot,
              std::to_string(v.other_expert) +
              (v.must_keep ? " (group " + std::to_string(v.other_group) + ", which must be kept)"
                           : std::string()) +
-             " has a higher " + score_name + " (" + number(scores.rank_score(v.other_expert)) +
-             " > " + number(scores.rank_score(id)) + ")";
+             " has a higher " + score_name + " (" +
+             format_number(scores.rank_score(v.other_expert)) + " > " +
+             format_number(scores.rank_score(id)) + ")";
     case IdFault::kTooManyGroups:
       return reveal ? at + "expert " + std::to_string(id) + " lies in group " +
                           std::to_string(v.group) + ", but the chosen experts span " +
@@ -472,8 +453,8 @@ std::string id_reason(const SlotVerdict& v, std::int64_t row, std::int64_t slot,
                           std::to_string(v.group) + ", which is not among the top " +
                           std::to_string(p.kept_groups) + " groups: group " +
                           std::to_string(v.other_group) + " scores higher (" +
-                          number(scores.group_score(v.other_group)) + " > " +
-                          number(scores.group_score(v.group)) + ")"
+                          format_number(scores.group_score(v.other_group)) + " > " +
+                          format_number(scores.group_score(v.group)) + ")"
                     : at + "the chosen expert's group is not among the top groups (group rule)";
     case IdFault::kNone:
       break;
@@ -504,7 +485,7 @@ class TopKChecker final : public TaskChecker {
     }
     const HostTensorView* gating = find_view(request.inputs, "gating_output");
     const HostTensorView* bias = find_view(request.inputs, "e_score_correction_bias");
-    if (gating == nullptr || gating->shape.empty() || !is_floating(gating->dtype)) {
+    if (gating == nullptr || gating->shape.empty() || !core::dtype_is_floating(gating->dtype)) {
       throw core::InternalError("topk checker: needs a floating input gating_output");
     }
 
@@ -514,8 +495,9 @@ class TopKChecker final : public TaskChecker {
     p.grouped = bias != nullptr;
     p.experts = gating->shape.back();
     p.k = weights.shape.empty() ? 0 : weights.shape.back();
-    if (p.experts <= 0 || p.k <= 0 || p.k > p.experts || !is_floating(weights.dtype) ||
-        is_floating(ids.dtype) || gating->count % static_cast<std::size_t>(p.experts) != 0) {
+    if (p.experts <= 0 || p.k <= 0 || p.k > p.experts || !core::dtype_is_floating(weights.dtype) ||
+        core::dtype_is_floating(ids.dtype) ||
+        gating->count % static_cast<std::size_t>(p.experts) != 0) {
       throw core::InternalError("topk checker: inconsistent shapes or dtypes");
     }
     p.tokens = static_cast<std::int64_t>(gating->count) / p.experts;
@@ -629,8 +611,9 @@ class TopKChecker final : public TaskChecker {
           if (!(std::fabs(got - expected) <=
                 weight_tol.atol + weight_tol.rtol * std::fabs(expected))) {
             weight_tally.fail(index, got, expected, false, false, [&] {
-              return reveal ? slot_text(t, j) + "weight " + number(got) + " but expert " +
-                                  std::to_string(row_ids[j]) + "'s weight is " + number(expected)
+              return reveal ? slot_text(t, j) + "weight " + format_number(got) + " but expert " +
+                                  std::to_string(row_ids[j]) + "'s weight is " +
+                                  format_number(expected)
                             : slot_text(t, j) +
                                   "the weight is not the float64 weight of the expert in the "
                                   "slot within tolerance";
@@ -642,8 +625,8 @@ class TopKChecker final : public TaskChecker {
         // topk_softmax lists the experts largest first; a tie may come in either order.
         if (!p.grouped && j > 0 && std::isfinite(previous) && tie.clearly_above(got, previous)) {
           weight_tally.fail(index, got, expected, false, false, [&] {
-            return reveal ? slot_text(t, j) + "weight " + number(got) +
-                                " is larger than the one before it (" + number(previous) +
+            return reveal ? slot_text(t, j) + "weight " + format_number(got) +
+                                " is larger than the one before it (" + format_number(previous) +
                                 "); weights must be in non-increasing order"
                           : slot_text(t, j) +
                                 "the weight is larger than the one before it; weights must be "
@@ -667,8 +650,8 @@ class TopKChecker final : public TaskChecker {
           const double got = element(view, index);
           if (got != expected) {
             token_expert_tally->fail(index, got, expected, false, false, [&] {
-              return reveal ? slot_text(t, j) + "got " + number(got) + ", expected slot * " +
-                                  "num_tokens + token = " + number(expected)
+              return reveal ? slot_text(t, j) + "got " + format_number(got) + ", expected slot * " +
+                                  "num_tokens + token = " + format_number(expected)
                             : slot_text(t, j) + "not slot * num_tokens + token";
             });
           }
