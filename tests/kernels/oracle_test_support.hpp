@@ -1,17 +1,20 @@
-// Shared by the oracle test files: the repository's tasks and cases by name, and the folder of
-// the committed stories260K captures.
+// Shared by the oracle test files: the repository's tasks and cases by name, the oracle run on
+// explicit tensors or on a case, and the committed stories260K captures compared with it.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/result.hpp"
 #include "kernels/oracles/oracle.hpp"
 #include "tasks/captured.hpp"
 #include "tasks/generators.hpp"
@@ -27,11 +30,16 @@ inline const std::filesystem::path& captures_dir() {
   return path;
 }
 
-// The task `id` of the repository (the registry is loaded once per test binary).
-inline const tasks::Task& repository_task(const std::string& id) {
+// The repository's tasks, loaded once per test binary.
+inline const tasks::Registry& repository() {
   static const auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
   REQUIRE_MESSAGE(registry.ok(), registry.error().message);
-  const tasks::Task* task = registry->find(id);
+  return *registry;
+}
+
+// The task `id` of the repository.
+inline const tasks::Task& repository_task(const std::string& id) {
+  const tasks::Task* task = repository().find(id);
   REQUIRE_MESSAGE(task != nullptr, "no task " << id);
   return *task;
 }
@@ -43,18 +51,40 @@ inline const tasks::Case& case_named(const tasks::Task& task, const std::string&
 }
 
 // Runs the oracle of `task_id` on explicit tensors, with `symbols` and `scalars` over those of
-// the task's first case; returns the tensors with the outputs filled in.
-inline Tensors call_oracle(const std::string& task_id,
-                           const std::map<std::string, std::int64_t>& symbols, Tensors tensors,
-                           const std::map<std::string, double>& scalars = {}) {
+// the task's first case, filling in the outputs; returns what the oracle returned (an oracle
+// refuses a case it cannot compute).
+inline core::Status oracle_status(const std::string& task_id,
+                                  const std::map<std::string, std::int64_t>& symbols,
+                                  Tensors& tensors,
+                                  const std::map<std::string, double>& scalars = {}) {
   const tasks::Task& task = repository_task(task_id);
   tasks::Case c = task.cases.front();
   c.symbols = symbols;
   for (const auto& [name, value] : scalars) c.scalars[name] = value;
   const auto* oracle = kernels::find_oracle(task_id);
   REQUIRE(oracle != nullptr);
-  REQUIRE((*oracle)(kernels::OracleCall{task, c, tensors}).ok());
+  return (*oracle)(kernels::OracleCall{task, c, tensors});
+}
+
+// oracle_status, which must succeed; returns the tensors with the outputs filled in.
+inline Tensors call_oracle(const std::string& task_id,
+                           const std::map<std::string, std::int64_t>& symbols, Tensors tensors,
+                           const std::map<std::string, double>& scalars = {}) {
+  const core::Status status = oracle_status(task_id, symbols, tensors, scalars);
+  REQUIRE_MESSAGE(status.ok(), status.error().message);
   return tensors;
+}
+
+// Runs the oracle on case `c` as the runner builds it (case seed 1, draw 0), which must succeed;
+// returns every tensor, the outputs filled in.
+inline Tensors run_case(const tasks::Task& task, const tasks::Case& c) {
+  auto tensors = kernels::run_oracle(task, c, tasks::case_seed(c, 1));
+  REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+  return std::move(tensors).value();
+}
+
+inline bool within(double got, double want, const tasks::Tolerance& tolerance) {
+  return std::abs(got - want) <= tolerance.atol + tolerance.rtol * std::abs(want);
 }
 
 // ---- captured cases -----------------------------------------------------------------------
@@ -144,8 +174,10 @@ inline tasks::Case norm_case_reading(const tasks::Task& task, const RecordedCall
                       {{"epsilon", call.record().scalars.at("epsilon").get<double>()}});
 }
 
-inline bool within(double got, double want, const tasks::Tolerance& tolerance) {
-  return std::abs(got - want) <= tolerance.atol + tolerance.rtol * std::abs(want);
+// A recorded tensor, decoded.
+inline kernels::OracleTensor decoded(const tasks::CapturedTensor& t) {
+  return {t.dtype, t.shape,
+          kernels::decode_values(t.dtype, t.bytes.data(), static_cast<std::size_t>(t.numel()))};
 }
 
 // Runs the oracle on `c` and compares every out/inout tensor with its recorded value (an inout
@@ -154,8 +186,7 @@ inline bool within(double got, double want, const tasks::Tolerance& tolerance) {
 inline std::size_t compare_with_recording(const tasks::Task& task, const tasks::Case& c,
                                           const RecordedCall& call,
                                           const std::set<std::string>& exact = {}) {
-  auto tensors = kernels::run_oracle(task, c, tasks::case_seed(c, 1));
-  REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+  const Tensors tensors = run_case(task, c);
   std::size_t compared = 0;
   for (const auto& spec : task.tensors) {
     if (spec.role == tasks::Role::kIn) continue;
@@ -163,9 +194,8 @@ inline std::size_t compare_with_recording(const tasks::Task& task, const tasks::
     const bool after = spec.role == tasks::Role::kInOut;
     const tasks::CapturedTensor* recorded = call.group.tensor(call.name, spec.name, after);
     REQUIRE(recorded != nullptr);
-    const auto want = kernels::decode_values(recorded->dtype, recorded->bytes.data(),
-                                             static_cast<std::size_t>(recorded->numel()));
-    const auto& got = tensors->at(spec.name).values;
+    const auto want = decoded(*recorded).values;
+    const auto& got = tensors.at(spec.name).values;
     REQUIRE(got.size() == want.size());
     REQUIRE(spec.tolerance.has_value());
     std::size_t bad = 0;
@@ -175,6 +205,18 @@ inline std::size_t compare_with_recording(const tasks::Task& task, const tasks::
     CHECK(bad == 0);
     if (exact.count(spec.name) > 0) CHECK(got == want);
     compared += want.size();
+  }
+  return compared;
+}
+
+// compare_with_recording on every captured case of `task`, each against the call it reads;
+// returns the number of elements compared.
+inline std::size_t compare_captured_cases(const tasks::Task& task,
+                                          const std::set<std::string>& exact = {}) {
+  std::size_t compared = 0;
+  for (const tasks::Case* c : captured_cases(task)) {
+    CAPTURE(c->name);
+    compared += compare_with_recording(task, *c, recorded_call(task, *c), exact);
   }
   return compared;
 }
@@ -226,12 +268,15 @@ inline void check_captured_cases(const tasks::Task& task, const std::string& op,
   CHECK(phases == expected_phases);
 }
 
-// Calls `compare(call)` for every call recorded in the stories260K groups of `op` (prefill,
-// decode steps 0 and 3); returns how many calls there were.
+// Calls `compare(call)` for every call recorded in the stories260K groups of `op` in `phases`
+// (by default prefill and decode steps 0 and 3; an op that runs only in decode has no prefill
+// group); returns how many calls there were.
 template <class Compare>
-std::size_t for_each_recorded_call(const std::string& op, Compare compare) {
+std::size_t for_each_recorded_call(const std::string& op, Compare compare,
+                                   const std::vector<std::string>& phases = {
+                                       "prefill", "decode_step0", "decode_step3"}) {
   std::size_t calls = 0;
-  for (const std::string phase : {"prefill", "decode_step0", "decode_step3"}) {
+  for (const std::string& phase : phases) {
     const std::string file = phase + "." + op + ".safetensors";
     CAPTURE(file);
     auto group = tasks::load_captured(captures_dir() / file);

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "kernels/oracles/oracle.hpp"
-#include "tasks/registry.hpp"
+#include "tests/kernels/oracle_test_support.hpp"
 
 using namespace crucible;
 
@@ -21,27 +23,16 @@ struct Quantized {
   std::vector<double> scale;
 };
 
-const tasks::Task& task() {
-  static const auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE_MESSAGE(registry.ok(), registry.error().message);
-  const tasks::Task* found = registry->find(kTaskId);
-  REQUIRE(found != nullptr);
-  return *found;
-}
-
 // Runs the oracle on `rows` rows of `input` (row-major, rows * hidden values).
 Quantized quantize(std::int64_t rows, std::vector<double> input) {
   const auto hidden = static_cast<std::int64_t>(input.size()) / rows;
-  tasks::Case c = task().cases.front();
-  c.symbols = {{"num_tokens", rows}, {"hidden_size", hidden}};
-  std::map<std::string, kernels::OracleTensor> tensors{
-      {"input", {core::DType::kBF16, {rows, hidden}, std::move(input)}},
-      {"out", {core::DType::kFP8E4M3, {rows, hidden}, std::vector<double>(rows * hidden, 0.0)}},
-      {"scale", {core::DType::kF32, {rows, 1}, std::vector<double>(rows, 0.0)}},
-  };
-  const auto* oracle = kernels::find_oracle(kTaskId);
-  REQUIRE(oracle != nullptr);
-  REQUIRE((*oracle)(kernels::OracleCall{task(), c, tensors}).ok());
+  auto tensors = oracle_test::call_oracle(
+      kTaskId, {{"num_tokens", rows}, {"hidden_size", hidden}},
+      oracle_test::Tensors{
+          {"input", {core::DType::kBF16, {rows, hidden}, std::move(input)}},
+          {"out", {core::DType::kFP8E4M3, {rows, hidden}, std::vector<double>(rows * hidden, 0.0)}},
+          {"scale", {core::DType::kF32, {rows, 1}, std::vector<double>(rows, 0.0)}},
+      });
   return {tensors["out"].values, tensors["scale"].values};
 }
 
@@ -92,19 +83,16 @@ TEST_CASE("fp8 quant oracle: tiny rows take vLLM's scale floor and zero rows qua
 TEST_CASE(
     "fp8 quant oracle: on generated cases every output is an e4m3 value that reconstructs "
     "the input within half an e4m3 step, and every row reaches 448") {
+  const tasks::Task& task = oracle_test::repository_task(kTaskId);
   for (const char* name : {"h_tokens_7", "h_width_1001", "h_large_values"}) {
     CAPTURE(name);
-    const auto& cases = task().cases;
-    const auto it = std::find_if(cases.begin(), cases.end(),
-                                 [&](const tasks::Case& c) { return c.name == name; });
-    REQUIRE(it != cases.end());
-    auto tensors = kernels::run_oracle(task(), *it, tasks::case_seed(*it, 1));
-    REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
-    const auto& x = tensors->at("input").values;
-    const auto& out = tensors->at("out").values;
-    const auto& scale = tensors->at("scale").values;
-    const std::int64_t rows = it->symbols.at("num_tokens");
-    const std::int64_t hidden = it->symbols.at("hidden_size");
+    const tasks::Case& c = oracle_test::case_named(task, name);
+    const oracle_test::Tensors tensors = oracle_test::run_case(task, c);
+    const auto& x = tensors.at("input").values;
+    const auto& out = tensors.at("out").values;
+    const auto& scale = tensors.at("scale").values;
+    const std::int64_t rows = c.symbols.at("num_tokens");
+    const std::int64_t hidden = c.symbols.at("hidden_size");
     std::size_t not_e4m3 = 0;
     std::size_t too_far = 0;
     std::size_t rows_without_448 = 0;

@@ -3,15 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <filesystem>
-#include <optional>
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "kernels/oracles/oracle.hpp"
-#include "tasks/captured.hpp"
-#include "tasks/generators.hpp"
 #include "tasks/registry.hpp"
 #include "tests/kernels/oracle_test_support.hpp"
 
@@ -19,45 +16,29 @@ using namespace crucible;
 
 namespace {
 
-using Tensors = std::map<std::string, kernels::OracleTensor>;
+using oracle_test::norm_case_reading;
+using oracle_test::Tensors;
 
 // Runs the oracle on one row of `hidden` channels with the given values and epsilon.
 Tensors run_row(std::vector<double> input, std::vector<double> residual, std::vector<double> weight,
                 double epsilon) {
-  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE_MESSAGE(registry.ok(), registry.error().message);
-  const tasks::Task* task = registry->find("llm/fused_add_rms_norm");
-  REQUIRE(task != nullptr);
   const auto hidden = static_cast<std::int64_t>(weight.size());
-  tasks::Case c = task->cases.front();
-  c.symbols = {{"num_tokens", 1}, {"hidden_size", hidden}};
-  c.scalars["epsilon"] = epsilon;
-  Tensors tensors{
-      {"input", {core::DType::kBF16, {1, hidden}, std::move(input)}},
-      {"residual", {core::DType::kBF16, {1, hidden}, std::move(residual)}},
-      {"weight", {core::DType::kBF16, {hidden}, std::move(weight)}},
-  };
-  const auto* oracle = kernels::find_oracle("llm/fused_add_rms_norm");
-  REQUIRE(oracle != nullptr);
-  REQUIRE((*oracle)(kernels::OracleCall{*task, c, tensors}).ok());
-  return tensors;
+  return oracle_test::call_oracle(
+      "llm/fused_add_rms_norm", {{"num_tokens", 1}, {"hidden_size", hidden}},
+      Tensors{
+          {"input", {core::DType::kBF16, {1, hidden}, std::move(input)}},
+          {"residual", {core::DType::kBF16, {1, hidden}, std::move(residual)}},
+          {"weight", {core::DType::kBF16, {hidden}, std::move(weight)}},
+      },
+      {{"epsilon", epsilon}});
 }
 
 const tasks::Task& fused_task() { return oracle_test::repository_task("llm/fused_add_rms_norm"); }
 
-using oracle_test::captured_cases;
-using oracle_test::recorded_call;
-using oracle_test::RecordedCall;
-
-// Both updated tensors against their recorded values after the call, within the task's
-// tolerance; the stored sums must also be the recorded bf16 values exactly (both round the
-// exact sum to nearest even).
-std::size_t compare_sums_exactly(const tasks::Task& task, const tasks::Case& c,
-                                 const RecordedCall& call) {
-  return oracle_test::compare_with_recording(task, c, call, {"residual"});
-}
-
-using oracle_test::norm_case_reading;
+// Both updated tensors are compared with their recorded values after the call, within the
+// task's tolerance; the stored sums must also be the recorded bf16 values exactly (both round
+// the exact sum to nearest even).
+const std::set<std::string> kExactSums{"residual"};
 
 }  // namespace
 
@@ -93,20 +74,12 @@ TEST_CASE("fused_add_rms_norm oracle: the norm is taken over the rounded sums") 
 TEST_CASE(
     "fused_add_rms_norm oracle: on a generated case every stored sum is a bf16 value and "
     "every row of input / weight has unit mean square") {
-  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE(registry.ok());
-  const tasks::Task* task = registry->find("llm/fused_add_rms_norm");
-  REQUIRE(task != nullptr);
-  const tasks::Case* chosen = nullptr;
-  for (const auto& c : task->cases) {
-    if (c.name == "h_tokens_7") chosen = &c;
-  }
-  REQUIRE(chosen != nullptr);
-  auto tensors = kernels::run_oracle(*task, *chosen, tasks::case_seed(*chosen, 1));
-  REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
-  const auto& residual = tensors->at("residual");
-  const auto& input = tensors->at("input");
-  const auto& weight = tensors->at("weight");
+  const tasks::Task& task = fused_task();
+  const tasks::Case* chosen = &oracle_test::case_named(task, "h_tokens_7");
+  const Tensors tensors = oracle_test::run_case(task, *chosen);
+  const auto& residual = tensors.at("residual");
+  const auto& input = tensors.at("input");
+  const auto& weight = tensors.at("weight");
   const std::int64_t hidden = chosen->symbols.at("hidden_size");
   const double epsilon = chosen->scalars.at("epsilon");
   std::size_t unrounded = 0;
@@ -146,12 +119,7 @@ TEST_CASE(
 TEST_CASE(
     "fused_add_rms_norm oracle: on every captured case, matches the recorded input and residual "
     "within tolerance") {
-  const tasks::Task& task = fused_task();
-  std::size_t compared = 0;
-  for (const tasks::Case* c : captured_cases(task)) {
-    CAPTURE(c->name);
-    compared += compare_sums_exactly(task, *c, recorded_call(task, *c));
-  }
+  const std::size_t compared = oracle_test::compare_captured_cases(fused_task(), kExactSums);
   CHECK(compared >= 2 * (27 + 4) * 64);
 }
 
@@ -163,7 +131,8 @@ TEST_CASE(
   std::size_t compared = 0;
   const std::size_t calls =
       oracle_test::for_each_recorded_call("fused_add_rms_norm", [&](const auto& call) {
-        compared += compare_sums_exactly(task, norm_case_reading(task, call), call);
+        compared += oracle_test::compare_with_recording(task, norm_case_reading(task, call), call,
+                                                        kExactSums);
       });
   CHECK(calls == 30);
   CHECK(compared == 2 * (27 + 4 + 4) * 10 * 64);

@@ -79,16 +79,15 @@ TEST_CASE("grouped_topk oracle: on generated DeepSeek-V3 rows weights sum to the
   for (const char* name : {"h_tokens_333", "h_glm45_160_experts", "decode_32"}) {
     CAPTURE(name);
     const tasks::Case* chosen = &case_named(*task, name);
-    auto tensors = kernels::run_oracle(*task, *chosen, tasks::case_seed(*chosen, 1));
-    REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+    const Tensors tensors = oracle_test::run_case(*task, *chosen);
     const std::int64_t tokens = chosen->symbols.at("num_tokens");
     const std::int64_t experts = chosen->symbols.at("num_experts");
     const std::int64_t k = chosen->symbols.at("topk");
     const auto groups = static_cast<std::int64_t>(chosen->scalars.at("num_expert_group"));
     const auto kept = static_cast<std::int64_t>(chosen->scalars.at("topk_group"));
     const double scaling = chosen->scalars.at("routed_scaling_factor");
-    const auto& w = tensors->at("topk_weights").values;
-    const auto& ids = tensors->at("topk_ids").values;
+    const auto& w = tensors.at("topk_weights").values;
+    const auto& ids = tensors.at("topk_ids").values;
     std::size_t bad = 0;
     for (std::int64_t t = 0; t < tokens; ++t) {
       std::set<double> seen;

@@ -59,18 +59,8 @@ std::vector<double> attend(const Context& x, double scale) {
 // cache of `blocks` blocks) with block table `table` of `width` entries, or refuses it.
 bool oracle_accepts(std::int64_t blocks, std::int64_t width, std::vector<double> table,
                     double length) {
-  const tasks::Task& task = attention_task();
-  tasks::Case c = task.cases.front();
-  c.symbols = {{"num_seqs", 1},
-               {"num_heads", 1},
-               {"num_kv_heads", 1},
-               {"head_size", 8},
-               {"num_blocks", blocks},
-               {"block_size", 2},
-               {"max_blocks_per_seq", width},
-               {"context_tokens", 1}};
   const auto cache = static_cast<std::size_t>(blocks * 2 * 8);
-  std::map<std::string, kernels::OracleTensor> tensors{
+  oracle_test::Tensors tensors{
       {"out", {core::DType::kBF16, {1, 1, 8}, std::vector<double>(8, 0.0)}},
       {"query", {core::DType::kBF16, {1, 1, 8}, std::vector<double>(8, 1.0)}},
       {"key_cache", {core::DType::kBF16, {blocks, 2, 1, 8}, std::vector<double>(cache, 1.0)}},
@@ -78,9 +68,17 @@ bool oracle_accepts(std::int64_t blocks, std::int64_t width, std::vector<double>
       {"block_tables", {core::DType::kI32, {1, width}, std::move(table)}},
       {"seq_lens", {core::DType::kI32, {1}, {length}}},
   };
-  const auto* oracle = kernels::find_oracle(kTask);
-  REQUIRE(oracle != nullptr);
-  return (*oracle)(kernels::OracleCall{task, c, tensors}).ok();
+  return oracle_test::oracle_status(kTask,
+                                    {{"num_seqs", 1},
+                                     {"num_heads", 1},
+                                     {"num_kv_heads", 1},
+                                     {"head_size", 8},
+                                     {"num_blocks", blocks},
+                                     {"block_size", 2},
+                                     {"max_blocks_per_seq", width},
+                                     {"context_tokens", 1}},
+                                    tensors)
+      .ok();
 }
 
 }  // namespace
@@ -136,44 +134,36 @@ TEST_CASE("paged_decode_attention oracle: scores far beyond exp's range stay fin
 
 TEST_CASE("paged_decode_attention oracle: reproduces every recorded stories260K decode call") {
   const tasks::Task& task = attention_task();
-  std::size_t calls = 0;
-  for (const std::string phase : {"decode_step0", "decode_step3"}) {
-    auto group = tasks::load_captured(oracle_test::captures_dir() /
-                                      (phase + ".paged_decode_attention.safetensors"));
-    REQUIRE_MESSAGE(group.ok(), group.error().message);
-    for (const auto& rec : group->cases) {
-      CAPTURE(rec.name);
-      const oracle_test::RecordedCall call{*group, rec.name};
-      const auto* query = group->tensor(rec.name, "query");
-      const auto* cache = group->tensor(rec.name, "key_cache");
-      const auto* tables = group->tensor(rec.name, "block_tables");
-      REQUIRE(query != nullptr);
-      REQUIRE(cache != nullptr);
-      REQUIRE(tables != nullptr);
-      tasks::Case c = oracle_test::case_reading(task, call,
-                                                {{"num_seqs", query->shape[0]},
-                                                 {"num_heads", query->shape[1]},
-                                                 {"num_kv_heads", cache->shape[2]},
-                                                 {"head_size", query->shape[2]},
-                                                 {"num_blocks", cache->shape[0]},
-                                                 {"block_size", cache->shape[1]},
-                                                 {"max_blocks_per_seq", tables->shape[1]},
-                                                 {"context_tokens", query->shape[0]}},
-                                                {{"scale", rec.scalars.at("scale").get<double>()}});
-      CHECK(oracle_test::compare_with_recording(task, c, call) == 4 * 8 * 8);
-      ++calls;
-    }
-  }
+  const std::size_t calls = oracle_test::for_each_recorded_call(
+      "paged_decode_attention",
+      [&](const oracle_test::RecordedCall& call) {
+        const auto* query = call.group.tensor(call.name, "query");
+        const auto* cache = call.group.tensor(call.name, "key_cache");
+        const auto* tables = call.group.tensor(call.name, "block_tables");
+        REQUIRE(query != nullptr);
+        REQUIRE(cache != nullptr);
+        REQUIRE(tables != nullptr);
+        tasks::Case c =
+            oracle_test::case_reading(task, call,
+                                      {{"num_seqs", query->shape[0]},
+                                       {"num_heads", query->shape[1]},
+                                       {"num_kv_heads", cache->shape[2]},
+                                       {"head_size", query->shape[2]},
+                                       {"num_blocks", cache->shape[0]},
+                                       {"block_size", cache->shape[1]},
+                                       {"max_blocks_per_seq", tables->shape[1]},
+                                       {"context_tokens", query->shape[0]}},
+                                      {{"scale", call.record().scalars.at("scale").get<double>()}});
+        CHECK(oracle_test::compare_with_recording(task, c, call) == 4 * 8 * 8);
+      },
+      {"decode_step0", "decode_step3"});
   CHECK(calls == 4);
 }
 
 TEST_CASE("paged_decode_attention: captured cases read recorded calls and match their outputs") {
   const tasks::Task& task = attention_task();
   oracle_test::check_captured_cases(task, "paged_decode_attention", {"scale"}, true, {"decode"});
-  for (const tasks::Case* c : oracle_test::captured_cases(task)) {
-    CAPTURE(c->name);
-    oracle_test::compare_with_recording(task, *c, oracle_test::recorded_call(task, *c));
-  }
+  oracle_test::compare_captured_cases(task);
 }
 
 TEST_CASE(

@@ -2,8 +2,9 @@
 // cases, and against the stories260K cache writes recorded by tasks/capture.
 #include <doctest/doctest.h>
 
-#include <filesystem>
-#include <set>
+#include <cstdint>
+#include <map>
+#include <string>
 
 #include "kernels/oracles/oracle.hpp"
 #include "tasks/captured.hpp"
@@ -18,25 +19,20 @@ namespace {
 using oracle_test::case_named;
 using oracle_test::Tensors;
 
-const std::filesystem::path& kCaptures = oracle_test::captures_dir();
+const std::string kTask = "llm/reshape_and_cache_flash";
 
-const tasks::Task& cache_task() {
-  return oracle_test::repository_task("llm/reshape_and_cache_flash");
-}
+const tasks::Task& cache_task() { return oracle_test::repository_task(kTask); }
 
 // Runs the oracle on explicit tensors; the cache shape gives the symbols.
 void run(Tensors& tensors) {
-  const tasks::Task& task = cache_task();
-  tasks::Case c = task.cases.front();
   const auto& cache = tensors.at("key_cache").shape;
-  c.symbols = {{"num_tokens", tensors.at("key").shape[0]},
-               {"num_kv_heads", cache[2]},
-               {"head_size", cache[3]},
-               {"num_blocks", cache[0]},
-               {"block_size", cache[1]}};
-  const auto* oracle = kernels::find_oracle("llm/reshape_and_cache_flash");
-  REQUIRE(oracle != nullptr);
-  const auto status = (*oracle)(kernels::OracleCall{task, c, tensors});
+  const auto status = oracle_test::oracle_status(kTask,
+                                                 {{"num_tokens", tensors.at("key").shape[0]},
+                                                  {"num_kv_heads", cache[2]},
+                                                  {"head_size", cache[3]},
+                                                  {"num_blocks", cache[0]},
+                                                  {"block_size", cache[1]}},
+                                                 tensors);
   REQUIRE_MESSAGE(status.ok(), status.error().message);
 }
 
@@ -55,11 +51,6 @@ Tensors two_tokens(double slot0, double slot1) {
       {"value_cache", {core::DType::kBF16, {3, 4, 1, 2}, value_cache}},
       {"slot_mapping", {core::DType::kI64, {2}, {slot0, slot1}}},
   };
-}
-
-kernels::OracleTensor decoded(const tasks::CapturedTensor& t) {
-  return {t.dtype, t.shape,
-          kernels::decode_values(t.dtype, t.bytes.data(), static_cast<std::size_t>(t.numel()))};
 }
 
 }  // namespace
@@ -107,16 +98,14 @@ TEST_CASE("reshape_and_cache_flash oracle: padding tokens (slot < 0) write nothi
 
 TEST_CASE("reshape_and_cache_flash oracle: a slot past the cache is refused, not written") {
   Tensors t = two_tokens(12.0, 0.0);  // 3 blocks of 4: slots 0..11
-  const tasks::Task& task = cache_task();
-  tasks::Case c = task.cases.front();
-  c.symbols = {{"num_tokens", 2},
-               {"num_kv_heads", 1},
-               {"head_size", 2},
-               {"num_blocks", 3},
-               {"block_size", 4}};
-  const auto* oracle = kernels::find_oracle("llm/reshape_and_cache_flash");
-  REQUIRE(oracle != nullptr);
-  CHECK_FALSE((*oracle)(kernels::OracleCall{task, c, t}).ok());
+  CHECK_FALSE(oracle_test::oracle_status(kTask,
+                                         {{"num_tokens", 2},
+                                          {"num_kv_heads", 1},
+                                          {"head_size", 2},
+                                          {"num_blocks", 3},
+                                          {"block_size", 4}},
+                                         t)
+                  .ok());
 }
 
 TEST_CASE(
@@ -127,11 +116,10 @@ TEST_CASE(
     CAPTURE(name);
     const tasks::Case& c = case_named(task, name);
     const std::uint64_t seed = tasks::case_seed(c, 1);
-    auto tensors = kernels::run_oracle(task, c, seed);
-    REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+    const Tensors tensors = oracle_test::run_case(task, c);
     const std::int64_t row = c.symbols.at("num_kv_heads") * c.symbols.at("head_size");
     const std::int64_t slots = c.symbols.at("num_blocks") * c.symbols.at("block_size");
-    const auto& slot_mapping = tensors->at("slot_mapping").values;
+    const auto& slot_mapping = tensors.at("slot_mapping").values;
     std::map<std::int64_t, std::int64_t> token_of_slot;
     std::size_t padding = 0;
     for (std::size_t t = 0; t < slot_mapping.size(); ++t) {
@@ -150,17 +138,14 @@ TEST_CASE(
     }
     for (const char* pair : {"key", "value"}) {
       const std::string cache_name = std::string(pair) + "_cache";
-      const tasks::TensorSpec* cache_spec = nullptr;
-      for (const auto& spec : task.tensors) {
-        if (spec.name == cache_name) cache_spec = &spec;
-      }
+      const tasks::TensorSpec* cache_spec = task.find_tensor(cache_name);
       REQUIRE(cache_spec != nullptr);
       auto start_bytes = tasks::generate_tensor(c, *cache_spec, seed, 0);
       REQUIRE(start_bytes.ok());
       const auto start = kernels::decode_values(cache_spec->dtype, start_bytes->data(),
                                                 static_cast<std::size_t>(slots * row));
-      const auto& source = tensors->at(pair).values;
-      const auto& cache = tensors->at(cache_name).values;
+      const auto& source = tensors.at(pair).values;
+      const auto& cache = tensors.at(cache_name).values;
       std::size_t wrong = 0;
       for (std::int64_t s = 0; s < slots; ++s) {
         const auto it = token_of_slot.find(s);
@@ -179,35 +164,28 @@ TEST_CASE(
 TEST_CASE("reshape_and_cache_flash oracle: reproduces every recorded stories260K write exactly") {
   std::size_t compared = 0;
   std::size_t padded_calls = 0;
-  for (const char* file : {"prefill.reshape_and_cache_flash.safetensors",
-                           "decode_step0.reshape_and_cache_flash.safetensors",
-                           "decode_step3.reshape_and_cache_flash.safetensors"}) {
-    auto group = tasks::load_captured(kCaptures / file);
-    REQUIRE_MESSAGE(group.ok(), group.error().message);
-    for (const auto& rec : group->cases) {
-      CAPTURE(file);
-      CAPTURE(rec.name);
-      Tensors t;
-      for (const char* arg : {"key", "value", "key_cache", "value_cache", "slot_mapping"}) {
-        const tasks::CapturedTensor* recorded = group->tensor(rec.name, arg);
-        REQUIRE(recorded != nullptr);
-        t[arg] = decoded(*recorded);
-      }
-      for (const double slot : t["slot_mapping"].values) {
-        if (slot < 0) {
-          ++padded_calls;
-          break;
+  oracle_test::for_each_recorded_call(
+      "reshape_and_cache_flash", [&](const oracle_test::RecordedCall& call) {
+        Tensors t;
+        for (const char* arg : {"key", "value", "key_cache", "value_cache", "slot_mapping"}) {
+          const tasks::CapturedTensor* recorded = call.group.tensor(call.name, arg);
+          REQUIRE(recorded != nullptr);
+          t[arg] = oracle_test::decoded(*recorded);
         }
-      }
-      run(t);
-      for (const char* arg : {"key_cache", "value_cache"}) {
-        const tasks::CapturedTensor* after = group->tensor(rec.name, arg, true);
-        REQUIRE(after != nullptr);
-        CHECK(t[arg].values == decoded(*after).values);
-        compared += t[arg].values.size();
-      }
-    }
-  }
+        for (const double slot : t["slot_mapping"].values) {
+          if (slot < 0) {
+            ++padded_calls;
+            break;
+          }
+        }
+        run(t);
+        for (const char* arg : {"key_cache", "value_cache"}) {
+          const tasks::CapturedTensor* after = call.group.tensor(call.name, arg, true);
+          REQUIRE(after != nullptr);
+          CHECK(t[arg].values == oracle_test::decoded(*after).values);
+          compared += t[arg].values.size();
+        }
+      });
   CHECK(compared > 10000);
   CHECK(padded_calls > 0);  // the decode recordings hold padding rows (slot -1)
 }
@@ -220,11 +198,7 @@ TEST_CASE(
   // must be the recorded ones, bit for bit.
   const tasks::Task& task = cache_task();
   oracle_test::check_captured_cases(task, "reshape_and_cache_flash", {}, false);
-  for (const tasks::Case* c : oracle_test::captured_cases(task)) {
-    CAPTURE(c->name);
-    oracle_test::compare_with_recording(task, *c, oracle_test::recorded_call(task, *c),
-                                        {"key_cache", "value_cache"});
-  }
+  oracle_test::compare_captured_cases(task, {"key_cache", "value_cache"});
 }
 
 TEST_CASE("reshape_and_cache_flash: every generated slot mapping spans exactly its cache") {

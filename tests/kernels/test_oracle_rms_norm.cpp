@@ -2,17 +2,8 @@
 // captured hidden cases and every recorded call.
 #include <doctest/doctest.h>
 
-#include <cmath>
-#include <filesystem>
-#include <optional>
-#include <set>
-#include <string>
-#include <vector>
+#include <cstddef>
 
-#include "kernels/oracles/oracle.hpp"
-#include "tasks/captured.hpp"
-#include "tasks/generators.hpp"
-#include "tasks/registry.hpp"
 #include "tests/kernels/oracle_test_support.hpp"
 
 using namespace crucible;
@@ -21,11 +12,7 @@ namespace {
 
 const tasks::Task& rms_norm_task() { return oracle_test::repository_task("llm/rms_norm"); }
 
-using oracle_test::captured_cases;
 using oracle_test::compare_with_recording;
-using oracle_test::recorded_call;
-using oracle_test::RecordedCall;
-
 using oracle_test::norm_case_reading;
 
 }  // namespace
@@ -38,12 +25,7 @@ TEST_CASE("rms_norm: each captured case reads one recorded stories260K call, pre
 }
 
 TEST_CASE("rms_norm oracle: on every captured case, matches the recorded out within tolerance") {
-  const tasks::Task& task = rms_norm_task();
-  std::size_t compared = 0;
-  for (const tasks::Case* c : captured_cases(task)) {
-    CAPTURE(c->name);
-    compared += compare_with_recording(task, *c, recorded_call(task, *c));
-  }
+  const std::size_t compared = oracle_test::compare_captured_cases(rms_norm_task());
   CHECK(compared >= (27 + 4) * 64);
 }
 

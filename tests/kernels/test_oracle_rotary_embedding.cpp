@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <filesystem>
+#include <cstdint>
 
 #include "kernels/oracles/oracle.hpp"
 #include "tasks/captured.hpp"
@@ -18,24 +18,19 @@ namespace {
 using oracle_test::case_named;
 using oracle_test::Tensors;
 
-const std::filesystem::path& kCaptures = oracle_test::captures_dir();
-
 const tasks::Task& rotary_task() { return oracle_test::repository_task("llm/rotary_embedding"); }
 
 // Runs the oracle on explicit tensors; shapes give the symbols.
 void run(Tensors& tensors, bool is_neox) {
-  const tasks::Task& task = rotary_task();
-  tasks::Case c = task.cases.front();
   const auto& query = tensors.at("query").shape;
-  c.symbols = {{"num_tokens", query[0]},
-               {"num_heads", query[1]},
-               {"num_kv_heads", tensors.at("key").shape[1]},
-               {"head_size", query[2]},
-               {"max_position", tensors.at("cos_sin_cache").shape[0]}};
-  c.scalars["is_neox"] = is_neox ? 1.0 : 0.0;
-  const auto* oracle = kernels::find_oracle("llm/rotary_embedding");
-  REQUIRE(oracle != nullptr);
-  const auto status = (*oracle)(kernels::OracleCall{task, c, tensors});
+  const auto status =
+      oracle_test::oracle_status("llm/rotary_embedding",
+                                 {{"num_tokens", query[0]},
+                                  {"num_heads", query[1]},
+                                  {"num_kv_heads", tensors.at("key").shape[1]},
+                                  {"head_size", query[2]},
+                                  {"max_position", tensors.at("cos_sin_cache").shape[0]}},
+                                 tensors, {{"is_neox", is_neox ? 1.0 : 0.0}});
   REQUIRE_MESSAGE(status.ok(), status.error().message);
 }
 
@@ -49,27 +44,6 @@ Tensors quarter_and_half_turn() {
       {"cos_sin_cache",
        {core::DType::kBF16, {2, 4}, {1.0, 1.0, 0.0, 0.0, /* row 1 */ 0.0, -1.0, 1.0, 0.0}}},
   };
-}
-
-kernels::OracleTensor decoded(const tasks::CapturedTensor& t) {
-  return {t.dtype, t.shape,
-          kernels::decode_values(t.dtype, t.bytes.data(), static_cast<std::size_t>(t.numel()))};
-}
-
-bool within(double got, double want, const tasks::Tolerance& tolerance) {
-  return std::abs(got - want) <= tolerance.atol + tolerance.rtol * std::abs(want);
-}
-
-const tasks::Tolerance& tolerance_of(const std::string& name) {
-  for (const auto& spec : rotary_task().tensors) {
-    if (spec.name == name) {
-      REQUIRE(spec.tolerance.has_value());
-      return *spec.tolerance;
-    }
-  }
-  FAIL("no tensor " << name);
-  static const tasks::Tolerance none;
-  return none;
 }
 
 }  // namespace
@@ -113,13 +87,12 @@ TEST_CASE("rotary_embedding oracle: position 0 of the generated cache is the ide
     zeros.kind = tasks::GeneratorKind::kZeros;
     c.values["positions"] = zeros;
     const std::uint64_t seed = tasks::case_seed(c, 1);
-    auto tensors = kernels::run_oracle(task, c, seed);
-    REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+    const Tensors tensors = oracle_test::run_case(task, c);
     for (const auto& spec : task.tensors) {
       if (spec.name != "query" && spec.name != "key") continue;
       auto before = tasks::generate_tensor(c, spec, seed, 0);
       REQUIRE(before.ok());
-      const auto& after = tensors->at(spec.name).values;
+      const auto& after = tensors.at(spec.name).values;
       CHECK(kernels::decode_values(spec.dtype, before->data(), after.size()) == after);
     }
   }
@@ -133,21 +106,20 @@ TEST_CASE("rotary_embedding oracle: every pair keeps its length, scaled by cos^2
     CAPTURE(name);
     const tasks::Case& c = case_named(task, name);
     const std::uint64_t seed = tasks::case_seed(c, 1);
-    auto tensors = kernels::run_oracle(task, c, seed);
-    REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+    const Tensors tensors = oracle_test::run_case(task, c);
     const std::int64_t head_size = c.symbols.at("head_size");
     const std::int64_t half = head_size / 2;
     const bool is_neox = c.scalars.at("is_neox") != 0.0;
-    const auto& positions = tensors->at("positions").values;
-    const auto& cache = tensors->at("cos_sin_cache").values;
+    const auto& positions = tensors.at("positions").values;
+    const auto& cache = tensors.at("cos_sin_cache").values;
     std::size_t checked = 0;
     for (const auto& spec : task.tensors) {
       if (spec.name != "query" && spec.name != "key") continue;
       auto before_bytes = tasks::generate_tensor(c, spec, seed, 0);
       REQUIRE(before_bytes.ok());
-      const auto& after = tensors->at(spec.name).values;
+      const auto& after = tensors.at(spec.name).values;
       const auto before = kernels::decode_values(spec.dtype, before_bytes->data(), after.size());
-      const std::int64_t heads = tensors->at(spec.name).shape[1];
+      const std::int64_t heads = tensors.at(spec.name).shape[1];
       for (std::int64_t t = 0; t < c.symbols.at("num_tokens"); ++t) {
         const double* row = cache.data() + static_cast<std::int64_t>(positions[t]) * head_size;
         for (std::int64_t h = 0; h < heads; ++h) {
@@ -171,43 +143,40 @@ TEST_CASE("rotary_embedding oracle: every pair keeps its length, scaled by cos^2
 TEST_CASE("rotary_embedding oracle: reproduces every recorded stories260K call within tolerance") {
   // tasks/capture recorded query and key before and after each call; the oracle, run on the
   // recorded inputs, must land within the task tolerance of the recorded outputs.
-  const tasks::Tolerance& tolerance = tolerance_of("query");
+  const tasks::TensorSpec* query = rotary_task().find_tensor("query");
+  REQUIRE(query != nullptr);
+  REQUIRE(query->tolerance.has_value());
+  const tasks::Tolerance& tolerance = *query->tolerance;
   std::size_t compared = 0;
-  for (const char* file :
-       {"prefill.rotary_embedding.safetensors", "decode_step0.rotary_embedding.safetensors",
-        "decode_step3.rotary_embedding.safetensors"}) {
-    auto group = tasks::load_captured(kCaptures / file);
-    REQUIRE_MESSAGE(group.ok(), group.error().message);
-    for (const auto& rec : group->cases) {
-      CAPTURE(file);
-      CAPTURE(rec.name);
-      const auto head_size = rec.scalars.at("head_size").get<std::int64_t>();
-      Tensors t;
-      for (const char* arg : {"positions", "query", "key", "cos_sin_cache"}) {
-        const tasks::CapturedTensor* recorded = group->tensor(rec.name, arg);
-        REQUIRE(recorded != nullptr);
-        t[arg] = decoded(*recorded);
-      }
-      // Recorded 2-D [tokens, heads * head_size]; the task declares [tokens, heads, head_size].
-      for (const char* arg : {"query", "key"}) {
-        auto& shape = t[arg].shape;
-        shape = {shape[0], shape[1] / head_size, head_size};
-      }
-      run(t, rec.scalars.at("is_neox").get<bool>());
-      for (const char* arg : {"query", "key"}) {
-        const tasks::CapturedTensor* after = group->tensor(rec.name, arg, true);
-        REQUIRE(after != nullptr);
-        const auto want = decoded(*after).values;
-        REQUIRE(want.size() == t[arg].values.size());
-        std::size_t bad = 0;
-        for (std::size_t i = 0; i < want.size(); ++i) {
-          bad += within(want[i], t[arg].values[i], tolerance) ? 0 : 1;
+  oracle_test::for_each_recorded_call(
+      "rotary_embedding", [&](const oracle_test::RecordedCall& call) {
+        const tasks::CapturedCase& rec = call.record();
+        const auto head_size = rec.scalars.at("head_size").get<std::int64_t>();
+        Tensors t;
+        for (const char* arg : {"positions", "query", "key", "cos_sin_cache"}) {
+          const tasks::CapturedTensor* recorded = call.group.tensor(call.name, arg);
+          REQUIRE(recorded != nullptr);
+          t[arg] = oracle_test::decoded(*recorded);
         }
-        CHECK(bad == 0);
-        compared += want.size();
-      }
-    }
-  }
+        // Recorded 2-D [tokens, heads * head_size]; the task declares [tokens, heads, head_size].
+        for (const char* arg : {"query", "key"}) {
+          auto& shape = t[arg].shape;
+          shape = {shape[0], shape[1] / head_size, head_size};
+        }
+        run(t, rec.scalars.at("is_neox").get<bool>());
+        for (const char* arg : {"query", "key"}) {
+          const tasks::CapturedTensor* after = call.group.tensor(call.name, arg, true);
+          REQUIRE(after != nullptr);
+          const auto want = oracle_test::decoded(*after).values;
+          REQUIRE(want.size() == t[arg].values.size());
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < want.size(); ++i) {
+            bad += oracle_test::within(want[i], t[arg].values[i], tolerance) ? 0 : 1;
+          }
+          CHECK(bad == 0);
+          compared += want.size();
+        }
+      });
   CHECK(compared > 5000);
 }
 
@@ -218,10 +187,7 @@ TEST_CASE(
   // must match the recorded outputs.
   const tasks::Task& task = rotary_task();
   oracle_test::check_captured_cases(task, "rotary_embedding", {}, false);
-  for (const tasks::Case* c : oracle_test::captured_cases(task)) {
-    CAPTURE(c->name);
-    oracle_test::compare_with_recording(task, *c, oracle_test::recorded_call(task, *c));
-  }
+  oracle_test::compare_captured_cases(task);
 }
 
 TEST_CASE("rotary_embedding: every generated case's cache fits its head and its positions") {

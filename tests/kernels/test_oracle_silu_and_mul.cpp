@@ -3,15 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <filesystem>
-#include <optional>
-#include <set>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "kernels/oracles/oracle.hpp"
 #include "tasks/captured.hpp"
-#include "tasks/generators.hpp"
 #include "tasks/registry.hpp"
 #include "tests/kernels/oracle_test_support.hpp"
 
@@ -19,33 +16,22 @@ using namespace crucible;
 
 namespace {
 
+using oracle_test::RecordedCall;
+using oracle_test::Tensors;
+
 // Runs the oracle on `rows` rows of width d; `input` holds [gate | up] per row.
 std::vector<double> run_oracle(std::int64_t rows, std::int64_t d, std::vector<double> input) {
-  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE_MESSAGE(registry.ok(), registry.error().message);
-  const tasks::Task* task = registry->find("llm/silu_and_mul");
-  REQUIRE(task != nullptr);
-  tasks::Case c = task->cases.front();
-  c.symbols = {{"num_tokens", rows}, {"d", d}};
-  std::map<std::string, kernels::OracleTensor> tensors{
-      {"input", {core::DType::kBF16, {rows, 2, d}, std::move(input)}},
-      {"out", {core::DType::kBF16, {rows, d}, std::vector<double>(rows * d, 0.0)}},
-  };
-  const auto* oracle = kernels::find_oracle("llm/silu_and_mul");
-  REQUIRE(oracle != nullptr);
-  REQUIRE((*oracle)(kernels::OracleCall{*task, c, tensors}).ok());
-  return tensors["out"].values;
+  return oracle_test::call_oracle(
+             "llm/silu_and_mul", {{"num_tokens", rows}, {"d", d}},
+             Tensors{
+                 {"input", {core::DType::kBF16, {rows, 2, d}, std::move(input)}},
+                 {"out", {core::DType::kBF16, {rows, d}, std::vector<double>(rows * d, 0.0)}},
+             })
+      .at("out")
+      .values;
 }
 
 const tasks::Task& silu_task() { return oracle_test::repository_task("llm/silu_and_mul"); }
-
-using oracle_test::captured_cases;
-using oracle_test::compare_with_recording;
-using oracle_test::RecordedCall;
-
-RecordedCall recorded_call(const tasks::Case& c) {
-  return oracle_test::recorded_call(silu_task(), c);
-}
 
 // A case that reads the input of `call` from its recording, symbols from its shape: recorded
 // [T, 2 * d], declared [num_tokens, 2, d].
@@ -86,19 +72,11 @@ TEST_CASE("silu_and_mul oracle: silu saturates to the gate above and to zero far
 TEST_CASE(
     "silu_and_mul oracle: on a generated case every output is silu(g) * u, and silu never "
     "falls below its minimum -0.27846 (at g = -1.27846)") {
-  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE(registry.ok());
-  const tasks::Task* task = registry->find("llm/silu_and_mul");
-  REQUIRE(task != nullptr);
-  const tasks::Case* chosen = nullptr;
-  for (const auto& c : task->cases) {
-    if (c.name == "h_width_1001") chosen = &c;
-  }
-  REQUIRE(chosen != nullptr);
-  auto tensors = kernels::run_oracle(*task, *chosen, tasks::case_seed(*chosen, 1));
-  REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
-  const auto& input = tensors->at("input").values;
-  const auto& out = tensors->at("out").values;
+  const tasks::Task& task = silu_task();
+  const tasks::Case* chosen = &oracle_test::case_named(task, "h_width_1001");
+  const Tensors tensors = oracle_test::run_case(task, *chosen);
+  const auto& input = tensors.at("input").values;
+  const auto& out = tensors.at("out").values;
   const std::int64_t rows = chosen->symbols.at("num_tokens");
   const std::int64_t d = chosen->symbols.at("d");
   REQUIRE(out.size() == static_cast<std::size_t>(rows * d));
@@ -129,12 +107,7 @@ TEST_CASE(
 
 TEST_CASE(
     "silu_and_mul oracle: on every captured case, matches the recorded out within tolerance") {
-  const tasks::Task& task = silu_task();
-  std::size_t compared = 0;
-  for (const tasks::Case* c : captured_cases(task)) {
-    CAPTURE(c->name);
-    compared += compare_with_recording(task, *c, recorded_call(*c));
-  }
+  const std::size_t compared = oracle_test::compare_captured_cases(silu_task());
   CHECK(compared >= (27 + 4) * 172);
 }
 
@@ -144,7 +117,7 @@ TEST_CASE("silu_and_mul oracle: reproduces every recorded stories260K call withi
   std::size_t compared = 0;
   const std::size_t calls =
       oracle_test::for_each_recorded_call("silu_and_mul", [&](const auto& call) {
-        compared += compare_with_recording(task, case_reading(task, call), call);
+        compared += oracle_test::compare_with_recording(task, case_reading(task, call), call);
       });
   CHECK(calls == 15);
   CHECK(compared == (27 + 4 + 4) * 5 * 172);

@@ -72,14 +72,13 @@ TEST_CASE("topk_softmax oracle: on generated cases ids are distinct, weights des
   for (const char* name : {"h_qwen3_tokens_333", "h_qwen15_moe_60_experts", "mixtral_decode_32"}) {
     CAPTURE(name);
     const tasks::Case* chosen = &case_named(*task, name);
-    auto tensors = kernels::run_oracle(*task, *chosen, tasks::case_seed(*chosen, 1));
-    REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+    const Tensors tensors = oracle_test::run_case(*task, *chosen);
     const std::int64_t tokens = chosen->symbols.at("num_tokens");
     const std::int64_t experts = chosen->symbols.at("num_experts");
     const std::int64_t k = chosen->symbols.at("topk");
-    const auto& gating = tensors->at("gating_output").values;
-    const auto& w = tensors->at("topk_weights").values;
-    const auto& ids = tensors->at("topk_indices").values;
+    const auto& gating = tensors.at("gating_output").values;
+    const auto& w = tensors.at("topk_weights").values;
+    const auto& ids = tensors.at("topk_indices").values;
     std::size_t bad = 0;
     for (std::int64_t t = 0; t < tokens; ++t) {
       std::set<double> seen;

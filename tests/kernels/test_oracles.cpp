@@ -6,22 +6,19 @@
 
 #include "kernels/oracles/oracle.hpp"
 #include "tasks/registry.hpp"
+#include "tests/kernels/oracle_test_support.hpp"
 
 using namespace crucible;
 
 TEST_CASE("oracles: every task in the repository has an oracle") {
-  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE_MESSAGE(registry.ok(), registry.error().message);
-  for (const auto& task : registry->all()) {
+  for (const auto& task : oracle_test::repository().all()) {
     CAPTURE(task.id);
     CHECK(kernels::find_oracle(task.id) != nullptr);
   }
 }
 
 TEST_CASE("oracles: each oracle fills every output with finite values on its small cases") {
-  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE(registry.ok());
-  for (const auto& task : registry->all()) {
+  for (const auto& task : oracle_test::repository().all()) {
     for (const auto& c : task.cases) {
       std::size_t elements = 0;
       for (const auto& tensor : task.tensors) {
@@ -32,11 +29,10 @@ TEST_CASE("oracles: each oracle fills every output with finite values on its sma
       if (elements > (std::size_t{1} << 22)) continue;  // large cases run on the GPU suite
       CAPTURE(task.id);
       CAPTURE(c.name);
-      auto tensors = kernels::run_oracle(task, c, tasks::case_seed(c, 1));
-      REQUIRE_MESSAGE(tensors.ok(), tensors.error().message);
+      const oracle_test::Tensors tensors = oracle_test::run_case(task, c);
       for (const auto& spec : task.tensors) {
         if (!tasks::is_output(spec.role)) continue;
-        const auto& values = tensors->at(spec.name).values;
+        const auto& values = tensors.at(spec.name).values;
         std::size_t bad = 0;
         for (const double v : values) bad += std::isfinite(v) ? 0 : 1;
         CAPTURE(spec.name);
@@ -48,21 +44,13 @@ TEST_CASE("oracles: each oracle fills every output with finite values on its sma
 
 TEST_CASE("oracles: rms_norm on a hand-computed row") {
   // input row (3, 4) with weight (1, 2): rms = sqrt((9 + 16) / 2) = sqrt(12.5).
-  auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE(registry.ok());
-  const tasks::Task* task = registry->find("llm/rms_norm");
-  REQUIRE(task != nullptr);
-  tasks::Case c = task->cases.front();
-  c.symbols = {{"num_tokens", 1}, {"hidden_size", 2}};
-  c.scalars["epsilon"] = 0.0;
-  std::map<std::string, kernels::OracleTensor> tensors{
-      {"input", {core::DType::kBF16, {1, 2}, {3.0, 4.0}}},
-      {"weight", {core::DType::kBF16, {2}, {1.0, 2.0}}},
-      {"out", {core::DType::kBF16, {1, 2}, {0.0, 0.0}}},
-  };
-  const auto* oracle = kernels::find_oracle("llm/rms_norm");
-  REQUIRE(oracle != nullptr);
-  REQUIRE((*oracle)(kernels::OracleCall{*task, c, tensors}).ok());
+  auto tensors = oracle_test::call_oracle("llm/rms_norm", {{"num_tokens", 1}, {"hidden_size", 2}},
+                                          oracle_test::Tensors{
+                                              {"input", {core::DType::kBF16, {1, 2}, {3.0, 4.0}}},
+                                              {"weight", {core::DType::kBF16, {2}, {1.0, 2.0}}},
+                                              {"out", {core::DType::kBF16, {1, 2}, {0.0, 0.0}}},
+                                          },
+                                          {{"epsilon", 0.0}});
   CHECK(tensors["out"].values[0] == doctest::Approx(3.0 / std::sqrt(12.5)).epsilon(1e-15));
   CHECK(tensors["out"].values[1] == doctest::Approx(8.0 / std::sqrt(12.5)).epsilon(1e-15));
 }
