@@ -9,7 +9,6 @@ safetensors file plus a provenance JSON beside it (docs/capture.md).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -18,11 +17,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .model import Batch, Model, Recorder
+from .model import Batch, Model, Recorder, case_name
 from .safetensors_io import (
     SAFETENSORS_TO_CRUCIBLE,
     TORCH_TO_SAFETENSORS,
-    tensor_bytes,
     write_safetensors,
 )
 
@@ -74,7 +72,7 @@ class CaptureRecorder(Recorder):
         self.label: Optional[str] = None
         self.groups: Dict[Tuple[str, str], List[CaseRecord]] = {}
 
-    def record(self, op, case, layer, point, tensors, scalars):
+    def record(self, op, layer, point, tensors, scalars):
         s = self.settings
         if self.label is None or op not in s.ops:
             return
@@ -83,7 +81,7 @@ class CaptureRecorder(Recorder):
             return
         copies = [(arg, role, t.detach().to("cpu").clone()) for arg, role, t in tensors]
         self.groups.setdefault((self.label, op), []).append(
-            CaseRecord(op, case, layer, point, copies, dict(scalars))
+            CaseRecord(op, case_name(layer, point), layer, point, copies, dict(scalars))
         )
 
 
@@ -263,15 +261,12 @@ def write_run(
                 if name in tensors:
                     raise RuntimeError(f"{stem}: tensor {name} recorded twice")
                 tensors[name] = t
-                raw = tensor_bytes(t)
                 docs.append({
                     "name": name,
                     "arg": arg,
                     "role": role,
                     "dtype": SAFETENSORS_TO_CRUCIBLE[TORCH_TO_SAFETENSORS[t.dtype]],
                     "shape": list(t.shape),
-                    "bytes": len(raw),
-                    "sha256": hashlib.sha256(raw).hexdigest(),
                 })
             case_docs.append({
                 "name": case.name,
@@ -280,6 +275,12 @@ def write_run(
                 "scalars": case.scalars,
                 "tensors": docs,
             })
+        path = os.path.join(out_dir, stem + ".safetensors")
+        # The writer serialises each tensor once and reports its stored bytes' count and hash.
+        digests = write_safetensors(path, tensors, {"format": "pt", "crucible": FORMAT})
+        for case_doc in case_docs:
+            for doc in case_doc["tensors"]:
+                doc["bytes"], doc["sha256"] = digests[doc["name"]]
         phase, step = ("prefill", None) if label == "prefill" else ("decode", int(label[11:]))
         provenance = {
             "format": FORMAT,
@@ -295,8 +296,6 @@ def write_run(
             "file": stem + ".safetensors",
             "cases": case_docs,
         }
-        path = os.path.join(out_dir, stem + ".safetensors")
-        write_safetensors(path, tensors, {"format": "pt", "crucible": FORMAT})
         with open(os.path.join(out_dir, stem + ".json"), "w") as f:
             json.dump(provenance, f, indent=1, sort_keys=False)
             f.write("\n")

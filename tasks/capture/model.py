@@ -103,20 +103,27 @@ class Batch:
     kv_pad_rows: int = 0
 
 
+def case_name(layer: Optional[int], point: str) -> str:
+    """The name of an op call's case: "layer3.ffn_norm", or the bare point ("final_norm") for a
+    call outside the layers."""
+    return point if layer is None else f"layer{layer}.{point}"
+
+
 class Recorder:
     """Receives every op call. The base class records nothing; capture.CaptureRecorder saves."""
 
     def record(
         self,
         op: str,
-        case: str,
         layer: Optional[int],
         point: str,
         tensors: Sequence[tuple],
         scalars: Dict[str, Any],
     ) -> None:
-        """tensors: (arg name, role, tensor) with role "in", "out", "inout" (the value before the
-        call) or "after" (an inout argument's value after the call)."""
+        """One call of `op` at `point` of `layer` (None outside the layers); its case is named
+        case_name(layer, point). tensors: (arg name, role, tensor) with role "in", "out",
+        "inout" (the value before the call) or "after" (an inout argument's value after the
+        call)."""
 
 
 class Model:
@@ -172,12 +179,10 @@ class Model:
     ):
         eps = self.config.norm_eps
         weight = self.w(weight_name)
-        case = point if layer is None else f"layer{layer}.{point}"
         if residual is None:
             out = ops.rms_norm(x, weight, eps)
             rec.record(
                 "rms_norm",
-                case,
                 layer,
                 point,
                 [("out", "out", out), ("input", "in", x), ("weight", "in", weight)],
@@ -187,7 +192,6 @@ class Model:
         out, new_residual = ops.fused_add_rms_norm(x, residual, weight, eps)
         rec.record(
             "fused_add_rms_norm",
-            case,
             layer,
             point,
             [
@@ -202,7 +206,6 @@ class Model:
         # The plain rms_norm the same norm would be with the residual already added.
         rec.record(
             "rms_norm",
-            case,
             layer,
             point,
             [("out", "out", out), ("input", "in", new_residual), ("weight", "in", weight)],
@@ -238,7 +241,6 @@ class Model:
             )
             rec.record(
                 "rotary_embedding",
-                f"layer{i}.rope",
                 i,
                 "rope",
                 [
@@ -268,7 +270,6 @@ class Model:
             )
             rec.record(
                 "reshape_and_cache_flash",
-                f"layer{i}.kv_cache",
                 i,
                 "kv_cache",
                 [
@@ -292,7 +293,6 @@ class Model:
                 )
                 rec.record(
                     "paged_decode_attention",
-                    f"layer{i}.attention",
                     i,
                     "attention",
                     [
@@ -331,7 +331,6 @@ class Model:
         act = ops.silu_and_mul(gate_up)
         rec.record(
             "silu_and_mul",
-            f"layer{i}.mlp",
             i,
             "mlp",
             [("out", "out", act), ("input", "in", gate_up)],
@@ -367,7 +366,6 @@ class Model:
         act = ops.silu_and_mul(gate_up)
         rec.record(
             "silu_and_mul",
-            f"layer{i}.moe",
             i,
             "moe",
             [("out", "out", act), ("input", "in", gate_up)],

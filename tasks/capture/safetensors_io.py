@@ -10,6 +10,7 @@ Layout written here (the public format, https://github.com/huggingface/safetenso
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -61,10 +62,13 @@ def tensor_bytes(tensor: torch.Tensor) -> bytes:
 
 def write_safetensors(
     path: str, tensors: Mapping[str, torch.Tensor], metadata: Optional[Mapping[str, str]] = None
-) -> None:
-    """Writes `tensors` (in the mapping's order) to `path`."""
+) -> Dict[str, Tuple[int, str]]:
+    """Writes `tensors` (in the mapping's order) to `path`. Returns, per tensor name, the byte
+    count and sha256 (hex) of its stored bytes, so a caller describing the file need not
+    serialise the tensors a second time."""
     header: Dict[str, object] = {}
     blobs: List[bytes] = []
+    digests: Dict[str, Tuple[int, str]] = {}
     offset = 0
     for name, tensor in tensors.items():
         if tensor.dtype not in TORCH_TO_SAFETENSORS:
@@ -76,6 +80,7 @@ def write_safetensors(
             "data_offsets": [offset, offset + len(blob)],
         }
         blobs.append(blob)
+        digests[name] = (len(blob), hashlib.sha256(blob).hexdigest())
         offset += len(blob)
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
@@ -86,6 +91,7 @@ def write_safetensors(
         f.write(text)
         for blob in blobs:
             f.write(blob)
+    return digests
 
 
 def read_safetensors(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, str]]:

@@ -1,5 +1,5 @@
 """pytest setup for tasks/capture: the repository root on sys.path (the tool is the package
-`tasks.capture`), and shared fixtures."""
+`tasks.capture`), and shared fixtures and forward helpers."""
 
 import os
 import sys
@@ -24,6 +24,25 @@ def stories():
     from tasks.capture.loaders import load_llama2c
 
     return load_llama2c(STORIES)
+
+
+def next_token_logits(model, tokens):
+    """float64 logits [vocab] after the last of `tokens`, from one prefill of them all."""
+    import random
+
+    from tasks.capture.capture import Engine, Sequence_
+
+    blocks = (len(tokens) + 15) // 16
+    engine = Engine(model, blocks, 16, random.Random(0))
+    return engine.step([Sequence_(list(tokens))], "prefill")[0].double()
+
+
+def prefill_logits(model, tokens):
+    """float64 logits [len(tokens), vocab] of every position, one prefill per prefix (the engine
+    returns only each sequence's last position)."""
+    import torch
+
+    return torch.stack([next_token_logits(model, tokens[:n]) for n in range(1, len(tokens) + 1)])
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -4,33 +4,18 @@ the neox rotary) must give the llama2.c path's logits; random Llama, Qwen2 and M
 checkpoints must agree with an independent float64 forward."""
 
 import json
-import random
 
 import pytest
 
-from conftest import TORCH_REASON
+from conftest import TORCH_REASON, prefill_logits
 
 torch = pytest.importorskip("torch", reason=TORCH_REASON)
 
 from reference import hf_logits  # noqa: E402
-from tasks.capture.capture import (  # noqa: E402
-    CaptureSettings,
-    Engine,
-    Sequence_,
-    run_capture,
-    write_run,
-)
+from tasks.capture.capture import CaptureSettings, run_capture, write_run  # noqa: E402
 from tasks.capture.loaders import file_sha256, load_hf  # noqa: E402
 from tasks.capture.safetensors_io import write_safetensors  # noqa: E402
 from oracle import check_group, group_paths  # noqa: E402
-
-
-def last_logits(model, tokens):
-    rows = []
-    for n in range(1, len(tokens) + 1):
-        engine = Engine(model, 4, 16, random.Random(0))
-        rows.append(engine.step([Sequence_(list(tokens[:n]))], "prefill")[0])
-    return torch.stack(rows).double()
 
 
 def to_hf_layout(w, n_heads, rows):
@@ -60,7 +45,7 @@ def test_stories260k_in_hf_layout_gives_the_same_logits(stories, tmp_path):
     assert hf.config.is_neox and hf.config.tie_embeddings
     assert hf.sources[0]["sha256"] == file_sha256(str(tmp_path / "model.safetensors"))
     tokens = [1, 306, 463, 283, 316, 285, 377, 130, 160, 465, 441]
-    got, ref = last_logits(hf, tokens), last_logits(stories, tokens)
+    got, ref = prefill_logits(hf, tokens), prefill_logits(stories, tokens)
     assert float((got - ref).abs().max()) < 0.05
 
 
@@ -126,13 +111,13 @@ def test_hf_forward_agrees_with_an_independent_float64_forward(tmp_path, arch, s
     model = load_hf(str(tmp_path))
     assert model.config.architecture == arch and len(model.sources) == shards
     tokens = [1, 5, 17, 42, 9, 33, 60, 2, 11]
-    got = last_logits(model, tokens)
+    got = prefill_logits(model, tokens)
     ref = hf_logits(cfg, w, tokens)
     scale = float(ref.abs().max())
     assert float((got - ref).abs().max()) < 0.03 * scale, f"{arch} disagrees"
     # float32 activations on the same (bf16) weights: the architecture matches closely.
     f32 = type(model)(model.config, {k: v.float() for k, v in model.weights.items()}, [])
-    assert float((last_logits(f32, tokens) - ref).abs().max()) < 1e-4 * scale
+    assert float((prefill_logits(f32, tokens) - ref).abs().max()) < 1e-4 * scale
 
 
 def test_capture_from_an_hf_mixtral_checkpoint_is_self_consistent(tmp_path):

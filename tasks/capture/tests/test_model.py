@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from conftest import STORIES, TORCH_REASON
+from conftest import STORIES, TORCH_REASON, next_token_logits, prefill_logits
 
 torch = pytest.importorskip("torch", reason=TORCH_REASON)
 
@@ -33,15 +33,6 @@ def load_llama2c_f32():
         return load_llama2c(STORIES).weights
     finally:
         loaders.BF16 = bf16
-
-
-def prefill_logits(model, tokens):
-    """Logits of every position, from one prefill per prefix (the engine returns the last)."""
-    rows = []
-    for n in range(1, len(tokens) + 1):
-        engine = Engine(model, 8, 16, random.Random(0))
-        rows.append(engine.step([Sequence_(list(tokens[:n]))], "prefill")[0])
-    return torch.stack(rows).double()
 
 
 def nll(logits, tokens):
@@ -104,6 +95,6 @@ def test_paged_decode_agrees_with_prefill(stories, stream):
         seqs[0].tokens.append(tokens[n])
         seqs[1].tokens.append(tokens[n - 7])
         decoded = engine.step(seqs, "decode").double()
-        full = prefill_logits(stories, tokens[: n + 1])[-1]
+        full = next_token_logits(stories, tokens[: n + 1])
         assert float((decoded[0] - full).abs().max()) < 0.05
     assert math.isfinite(float(decoded.sum()))
