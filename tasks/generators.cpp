@@ -214,21 +214,9 @@ namespace {
 // larger than the recording sees it rotated. The dtype must match the task tensor's.
 core::Status captured_into(const GeneratorSpec& spec, core::DType dtype, std::span<std::byte> out,
                            std::uint64_t first_index) {
-  const auto path = spec.file_path.empty() ? std::filesystem::path(spec.file) : spec.file_path;
-  auto file = cached_safetensors(path);
-  if (!file) return file.error();
-  const CapturedTensor* tensor = (*file)->find(spec.tensor);
-  if (tensor == nullptr) {
-    return core::Error{
-        core::ErrorCode::kInvalidArgument,
-        "captured file " + path.filename().string() + " has no tensor '" + spec.tensor + "'"};
-  }
-  if (tensor->dtype != dtype) {
-    return core::Error{core::ErrorCode::kInvalidArgument,
-                       "captured tensor '" + spec.tensor + "' is " +
-                           std::string(core::dtype_name(tensor->dtype)) + ", the task tensor " +
-                           std::string(core::dtype_name(dtype))};
-  }
+  auto values = captured_values(spec, dtype);
+  if (!values) return values.error();
+  const CapturedTensor* tensor = values->tensor;
   const std::size_t size = core::dtype_size(dtype);
   const std::size_t numel = tensor->bytes.size() / size;
   if (numel == 0) {
@@ -246,6 +234,55 @@ core::Status captured_into(const GeneratorSpec& spec, core::DType dtype, std::sp
 }
 
 }  // namespace
+
+core::Result<CapturedValues> captured_values(const GeneratorSpec& spec, core::DType dtype) {
+  const auto path = spec.file_path.empty() ? std::filesystem::path(spec.file) : spec.file_path;
+  auto file = cached_safetensors(path);
+  if (!file) return file.error();
+  const CapturedTensor* tensor = (*file)->find(spec.tensor);
+  const std::string shown = spec.file.empty() ? path.filename().string() : spec.file;
+  if (tensor == nullptr) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "captured file " + shown + " has no tensor '" + spec.tensor + "'"};
+  }
+  if (tensor->dtype != dtype) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "captured tensor '" + spec.tensor + "' is " +
+                           std::string(core::dtype_name(tensor->dtype)) + ", the tensor is " +
+                           std::string(core::dtype_name(dtype))};
+  }
+  return CapturedValues{std::move(file).value(), tensor};
+}
+
+core::Status check_stream_range(const GeneratorSpec& spec, std::uint64_t first_index,
+                                std::uint64_t count) {
+  if (const auto length = stream_length(spec); length && first_index + count > *length) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "a permutation of " + std::to_string(spec.max) +
+                           " values cannot fill elements up to index " +
+                           std::to_string(first_index + count - 1) + " with distinct values"};
+  }
+  return {};
+}
+
+bool uses_seed(const GeneratorSpec& spec) {
+  switch (spec.kind) {
+    case GeneratorKind::kRandn:
+    case GeneratorKind::kUniform:
+    case GeneratorKind::kPositions:
+    case GeneratorKind::kPermutation:
+      return true;
+    case GeneratorKind::kConstant:
+    case GeneratorKind::kOnes:
+    case GeneratorKind::kZeros:
+    case GeneratorKind::kRouting:
+    case GeneratorKind::kCaptured:
+    case GeneratorKind::kRopeCache:
+    case GeneratorKind::kList:
+      return false;
+  }
+  return true;
+}
 
 std::optional<std::uint64_t> stream_length(const GeneratorSpec& spec) {
   if (spec.kind == GeneratorKind::kPermutation) return static_cast<std::uint64_t>(spec.max);
@@ -268,12 +305,7 @@ core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::ui
   const std::size_t count = out.size() / size;
   const std::uint64_t key = splitmix64(seed);
   if (spec.kind == GeneratorKind::kCaptured) return captured_into(spec, dtype, out, first_index);
-  if (const auto length = stream_length(spec); length && first_index + count > *length) {
-    return core::Error{core::ErrorCode::kInvalidArgument,
-                       "a permutation of " + std::to_string(spec.max) +
-                           " values cannot fill elements up to index " +
-                           std::to_string(first_index + count - 1) + " with distinct values"};
-  }
+  if (auto status = check_stream_range(spec, first_index, count); !status) return status;
   if (spec.kind == GeneratorKind::kRopeCache && spec.dim < 2) {
     return core::Error{core::ErrorCode::kInvalidArgument, "rope_cache needs an even dim >= 2"};
   }

@@ -10,6 +10,7 @@
 
 #include "core/dtype.hpp"
 #include "core/result.hpp"
+#include "tasks/captured.hpp"
 #include "tasks/task.hpp"
 
 namespace crucible::tasks {
@@ -30,6 +31,24 @@ double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint6
 // no more; every other stream is unbounded (nullopt). Captured recordings repeat, so they count
 // as unbounded.
 std::optional<std::uint64_t> stream_length(const GeneratorSpec& spec);
+
+// The recorded tensor a captured spec names, checked to hold `dtype` values: the parsed file
+// (cached per process, kept alive here) and the tensor in it. Errors: kIo when the file cannot be
+// read, kInvalidArgument for a tensor it does not hold or of another dtype.
+struct CapturedValues {
+  std::shared_ptr<const SafetensorsFile> file;
+  const CapturedTensor* tensor = nullptr;
+};
+core::Result<CapturedValues> captured_values(const GeneratorSpec& spec, core::DType dtype);
+
+// Whether elements first_index .. first_index + count - 1 exist in the stream of `spec`: a
+// permutation has only `max` distinct values. Errors: kInvalidArgument, saying so.
+core::Status check_stream_range(const GeneratorSpec& spec, std::uint64_t first_index,
+                                std::uint64_t count);
+
+// Whether the values of `spec` depend on the seed (randn, uniform, positions, permutation);
+// constant, ones, zeros, list, rope_cache and captured values are the same for every seed.
+bool uses_seed(const GeneratorSpec& spec);
 
 // Fills `out` with elements first_index, first_index + 1, ... of the stream; `out.size()` must be
 // a multiple of dtype_size(dtype). A captured spec reads its recorded tensor (element i is element

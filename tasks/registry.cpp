@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "tasks/captured.hpp"
+#include "tasks/generators.hpp"
 #include "tasks/manifest.hpp"
 
 namespace crucible::tasks {
@@ -24,21 +25,12 @@ void check_captured_values(const Task& task, const std::string& shown,
       const auto spec = c.values.find(tensor.name);
       if (spec == c.values.end() || spec->second.kind != GeneratorKind::kCaptured) continue;
       const std::string where = shown + ": case " + c.name + ": values." + tensor.name + ": ";
-      auto file = cached_safetensors(spec->second.file_path);
-      if (!file) {
-        errors.push_back(where + file.error().message);
-        continue;
-      }
-      const CapturedTensor* captured = (*file)->find(spec->second.tensor);
+      const auto values = captured_values(spec->second, tensor.dtype);
       const auto count = element_count(tensor, c);
-      if (captured == nullptr) {
-        errors.push_back(where + "captured file " + spec->second.file + " has no tensor '" +
-                         spec->second.tensor + "'");
-      } else if (captured->dtype != tensor.dtype) {
-        errors.push_back(where + "captured tensor '" + spec->second.tensor + "' is " +
-                         std::string(core::dtype_name(captured->dtype)) + ", the tensor is " +
-                         std::string(core::dtype_name(tensor.dtype)));
-      } else if (count && captured->numel() != *count) {
+      if (!values) {
+        errors.push_back(where + values.error().message);
+      } else if (const CapturedTensor* captured = values->tensor;
+                 count && captured->numel() != *count) {
         errors.push_back(where + "captured tensor '" + spec->second.tensor + "' has " +
                          std::to_string(captured->numel()) + " elements, the case's shape " +
                          std::to_string(*count));

@@ -167,8 +167,9 @@ core::Result<std::map<std::string, OracleTensor>> run_oracle(const tasks::Task& 
   for (const auto& spec : task.tensors) {
     auto shape = tasks::resolve_shape(spec, c);
     if (!shape) return shape.error();
-    std::size_t count = 1;
-    for (const auto extent : *shape) count *= static_cast<std::size_t>(extent);
+    const auto elements = tasks::element_count(spec, c);
+    if (!elements) return elements.error();
+    const auto count = static_cast<std::size_t>(*elements);
     OracleTensor tensor{spec.dtype, *shape, {}};
     if (tasks::is_input(spec.role)) {
       const auto it = inputs.find(spec.name);

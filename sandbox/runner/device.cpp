@@ -60,15 +60,19 @@ PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& other) noexcept
 
 PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr && !context_abandoned()) cuMemFreeHost(data_);
+    release();
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
   }
   return *this;
 }
 
-PinnedHostBuffer::~PinnedHostBuffer() {
+PinnedHostBuffer::~PinnedHostBuffer() { release(); }
+
+void PinnedHostBuffer::release() {
   if (data_ != nullptr && !context_abandoned()) cuMemFreeHost(data_);
+  data_ = nullptr;
+  bytes_ = 0;
 }
 
 std::byte* Device::staging(const std::string& key, std::size_t bytes) {

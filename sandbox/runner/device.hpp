@@ -69,6 +69,8 @@ class PinnedHostBuffer {
   std::size_t bytes() const { return bytes_; }
 
  private:
+  void release();
+
   std::byte* data_ = nullptr;
   std::size_t bytes_ = 0;
 };

@@ -271,11 +271,8 @@ void generate_on_device(Device& device, const tasks::GeneratorSpec& spec, core::
                         std::uint64_t seed, std::uint64_t first_index, std::uint64_t count,
                         CUdeviceptr out) {
   if (count == 0) return;
-  if (const auto length = tasks::stream_length(spec); length && first_index + count > *length) {
-    throw CudaFailure(CUDA_ERROR_INVALID_VALUE, "a permutation of " + std::to_string(spec.max) +
-                                                    " values cannot fill elements up to index " +
-                                                    std::to_string(first_index + count - 1) +
-                                                    " with distinct values");
+  if (auto status = tasks::check_stream_range(spec, first_index, count); !status) {
+    throw CudaFailure(CUDA_ERROR_INVALID_VALUE, status.error().message);
   }
   int kind = kind_code(spec);
   int type = type_code(dtype);

@@ -239,19 +239,6 @@ struct Side {
   LibraryReference* library = nullptr;  // set: the reference is this library's call
 };
 
-// Launches made while one of these lives belong to call `tag`; the tag is cleared however the
-// scope ends (a launch that throws must not leave later launches tagged).
-class TagScope {
- public:
-  TagScope(KernelTimer& timer, std::uint64_t tag) : timer_(timer) { timer_.set_tag(tag); }
-  ~TagScope() { timer_.set_tag(0); }
-  TagScope(const TagScope&) = delete;
-  TagScope& operator=(const TagScope&) = delete;
-
- private:
-  KernelTimer& timer_;
-};
-
 // One case's shapes and concrete plans.
 struct CaseSetup {
   const tasks::Case* c = nullptr;
@@ -381,15 +368,7 @@ class JobRunner {
     std::uint32_t flushes = 0;
     hooks.flush_l2 = [&] { device_.flush_l2(flushes++); };
     hooks.count_kernels = [&](const std::function<void()>& enqueue) {
-      const std::uint64_t tag = next_tag_++;
-      {
-        const TagScope scope(timer_, tag);
-        enqueue();
-      }
-      check(cuStreamSynchronize(device_.stream), "library probe");
-      const auto spans = timer_.collect();
-      const auto it = spans.find(tag);
-      return it == spans.end() ? std::uint32_t{0} : it->second.operations();
+      return timer_.count_operations(device_.stream, next_tag_++, enqueue);
     };
     try {
       library_ = make_library_reference(task_.reference_library);
@@ -589,6 +568,27 @@ class JobRunner {
     std::vector<CUdeviceptr> pointers;
   };
 
+  // Fills `out` (device memory of `count` elements) with the values of input `tensor` of case
+  // `c` drawn with `seed`: on the device where the generator allows (device_values.hpp, the host
+  // generators' bytes), else from the host cache, uploaded. Returns the host copy when one was
+  // made, else nullptr.
+  HostValueCache::Bytes fill_input(const tasks::Case& c, const tasks::TensorSpec& tensor,
+                                   std::uint64_t seed, std::size_t count, CUdeviceptr out) {
+    const auto& spec = c.values.at(tensor.name);
+    if (generates_on_device(spec, tensor.dtype)) {
+      generate_on_device(device_, spec, tensor.dtype, seed, 0, count, out);
+      return nullptr;
+    }
+    // Seedless values (captured, rope_cache, long lists) are the same for every draw and
+    // episode: one cache entry serves them all.
+    const std::string key = task_.id + "|" + c.name + "|" + tensor.name + "|" +
+                            (tasks::uses_seed(spec) ? std::to_string(seed) : "-") + "|" +
+                            std::to_string(count);
+    auto values = HostValueCache::instance().get(spec, tensor.dtype, count, seed, key);
+    upload(out, values->data(), values->size(), device_.stream);
+    return values;
+  }
+
   // Runs reference then candidate on one draw of a case; records the verdict in case_reports_.
   Value check_case(const CaseSetup& setup, int draw, CaseBuffers& buffers) {
     const auto& c = *setup.c;
@@ -604,21 +604,14 @@ class JobRunner {
       if (!tasks::is_input(tensor.role)) continue;
       const std::uint64_t seed =
           tasks::tensor_seed(setup.seed, tensor.name, static_cast<std::uint64_t>(draw));
-      const auto& spec = c.values.at(tensor.name);
-      if (generates_on_device(spec, tensor.dtype)) {
-        generate_on_device(device_, spec, tensor.dtype, seed, 0, setup.counts[t],
-                           buffers.pristine[t].data());
-        std::byte* host = device_.staging("input:" + std::to_string(t), setup.bytes[t]);
-        download(host, buffers.pristine[t].data(), setup.bytes[t], stream);
-        input_bytes[t] = host;
+      input_values[t] = fill_input(c, tensor, seed, setup.counts[t], buffers.pristine[t].data());
+      if (input_values[t] != nullptr) {
+        input_bytes[t] = input_values[t]->data();
         continue;
       }
-      input_values[t] = HostValueCache::instance().get(spec, tensor.dtype, setup.counts[t], seed,
-                                                       task_.id + "|" + c.name + "|" + tensor.name +
-                                                           "|" + std::to_string(seed) + "|" +
-                                                           std::to_string(setup.counts[t]));
-      upload(buffers.pristine[t].data(), input_values[t]->data(), setup.bytes[t], stream);
-      input_bytes[t] = input_values[t]->data();
+      std::byte* host = device_.staging("input:" + std::to_string(t), setup.bytes[t]);
+      download(host, buffers.pristine[t].data(), setup.bytes[t], stream);
+      input_bytes[t] = host;
     }
     check(cuStreamSynchronize(stream), "inputs");
     auto inputs = [&](std::size_t t) { return input_bytes[t]; };
@@ -826,6 +819,7 @@ class JobRunner {
     std::vector<DeviceBuffer> pools(n);
     std::vector<DeviceBuffer> poison(n);
     std::vector<std::size_t> pool_extra(n, 0);
+    std::vector<HostValueCache::Bytes> uploaded(n);  // host copies alive until the uploads end
     for (std::size_t t = 0; t < n; ++t) {
       const auto& tensor = task_.tensors[t];
       if (tasks::is_input(tensor.role)) {
@@ -837,23 +831,14 @@ class JobRunner {
           pool_extra[t] = std::min<std::size_t>(kPoolExtra, *length > used ? *length - used : 0);
         }
         const std::size_t count = setup.counts[t] + pool_extra[t];
-        if (generates_on_device(spec, tensor.dtype)) {
-          pools[t] = DeviceBuffer(count * core::dtype_size(tensor.dtype), false);
-          generate_on_device(device_, spec, tensor.dtype, seed, 0, count, pools[t].data());
-          continue;
-        }
-        const auto values =
-            HostValueCache::instance().get(spec, tensor.dtype, count, seed,
-                                           task_.id + "|" + c.name + "|" + tensor.name + "|" +
-                                               std::to_string(seed) + "|" + std::to_string(count));
-        pools[t] = DeviceBuffer(values->size(), false);
-        upload(pools[t].data(), values->data(), values->size(), stream);
-        check(cuStreamSynchronize(stream), "pool upload");
+        pools[t] = DeviceBuffer(count * core::dtype_size(tensor.dtype), false);
+        uploaded[t] = fill_input(c, tensor, seed, count, pools[t].data());
       } else {
         poison[t] = DeviceBuffer(setup.bytes[t], false);
         poison_device(poison[t].data(), tensor.dtype, setup.counts[t], 0);
       }
     }
+    check(cuStreamSynchronize(stream), "pool upload");
     std::vector<Slot> slots(slots_count);
     for (auto& slot : slots) {
       for (std::size_t t = 0; t < n; ++t) {

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "sandbox/runner/cuda_check.hpp"
+
 namespace crucible::sandbox::runner {
 namespace {
 
@@ -169,6 +171,18 @@ std::unordered_map<std::uint64_t, CallSpan> KernelTimer::collect() {
   // the second halves of runtime launches tagged twice (and launches that failed).
   correlation_to_tag_.clear();
   return spans;
+}
+
+std::uint32_t KernelTimer::count_operations(CUstream stream, std::uint64_t tag,
+                                            const std::function<void()>& enqueue) {
+  {
+    const TagScope scope(*this, tag);
+    enqueue();
+  }
+  check(cuStreamSynchronize(stream), "counted call");
+  const auto spans = collect();
+  const auto it = spans.find(tag);
+  return it == spans.end() ? 0 : it->second.operations();
 }
 
 std::uint64_t KernelTimer::dropped_records() const {

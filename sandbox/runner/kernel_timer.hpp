@@ -1,7 +1,10 @@
 // CUPTI activity tracing of the runner's own kernel launches: exact GPU start/end per call.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +41,10 @@ class KernelTimer {
   // Flushes CUPTI's buffers (call after a stream synchronize) and returns the spans of every
   // tagged call whose kernels have all been recorded since the last collect().
   std::unordered_map<std::uint64_t, CallSpan> collect();
+  // Runs `enqueue` (which issues work on `stream`) as call `tag`, waits for the stream and
+  // returns how many kernels and memsets it issued. Throws CudaFailure.
+  std::uint32_t count_operations(CUstream stream, std::uint64_t tag,
+                                 const std::function<void()>& enqueue);
   // Records CUPTI reported lost since start (buffer overflow): any > 0 voids the timing.
   std::uint64_t dropped_records() const;
 
@@ -48,6 +55,19 @@ class KernelTimer {
   KernelTimer() = default;
   std::uint64_t tag_ = 0;
   std::unordered_map<std::uint32_t, std::uint64_t> correlation_to_tag_;
+};
+
+// Launches made while one of these lives belong to call `tag`; the tag is cleared however the
+// scope ends (a launch that throws must not leave later launches tagged).
+class TagScope {
+ public:
+  TagScope(KernelTimer& timer, std::uint64_t tag) : timer_(timer) { timer_.set_tag(tag); }
+  ~TagScope() { timer_.set_tag(0); }
+  TagScope(const TagScope&) = delete;
+  TagScope& operator=(const TagScope&) = delete;
+
+ private:
+  KernelTimer& timer_;
 };
 
 }  // namespace crucible::sandbox::runner
