@@ -12,6 +12,8 @@
 #include <cstring>
 #include <map>
 
+#include "sandbox/launch_plan.hpp"
+#include "sandbox/plan_context.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/registry.hpp"
 #include "tasks/roofline.hpp"
@@ -28,9 +30,19 @@ namespace fs = std::filesystem;
 struct Kernel {
   CUmodule module = nullptr;
   CUfunction function = nullptr;
+  sandbox::LaunchPlan plan;
+  sandbox::PlanContext context;
 };
 
-Kernel load_kernel(const fs::path& path) {
+// The grid and block of `kernel`'s launch on case `c`, as its directives say.
+std::pair<unsigned, unsigned> launch_shape(const Kernel& kernel, const tasks::Case& c) {
+  const auto concrete = sandbox::evaluate_plan(kernel.plan, c.symbols, kernel.context);
+  REQUIRE_MESSAGE(concrete.ok(), concrete.error().message);
+  REQUIRE(concrete->launches.size() == 1);
+  return {concrete->launches[0].grid[0], concrete->launches[0].block[0]};
+}
+
+Kernel load_kernel(const fs::path& path, const tasks::Task& task) {
   const std::string source = read_text(path);
   // One kernel, possibly launched by several directives (the reference picks the block size
   // by batch size).
@@ -41,6 +53,10 @@ Kernel load_kernel(const fs::path& path) {
   INFO(compiled.log);
   REQUIRE(compiled.ok);
   Kernel kernel;
+  kernel.context = sandbox::make_plan_context(task);
+  auto plan = sandbox::parse_launch_plan(source, kernel.context);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().message);
+  kernel.plan = std::move(plan).value();
   CU_REQUIRE(driver().module_load(&kernel.module, compiled.cubin.data()));
   CU_REQUIRE(driver().get_function(&kernel.function, kernel.module, compiled.lowered[0].c_str()));
   return kernel;
@@ -51,8 +67,8 @@ struct Outcome {
   double max_abs_error = 0.0;
 };
 
-// Runs `kernel` as the rms_norm directive says (grid num_tokens, block 256) on inputs from the
-// task's generators and compares with a double-precision CPU result under the task tolerance.
+// Runs `kernel` as its directives say (one block per token) on inputs from the task's generators
+// and compares with a double-precision CPU result under the task tolerance.
 Outcome run_rms_norm(const tasks::Task& task, const tasks::Case& c, const Kernel& kernel) {
   const auto& out_spec = task.tensors[0];
   const auto seed = tasks::case_seed(c, 20240611);
@@ -71,8 +87,8 @@ Outcome run_rms_norm(const tasks::Task& task, const tasks::Case& c, const Kernel
   CU_REQUIRE(d.to_device(d_in, input.data(), input.size()));
   CU_REQUIRE(d.to_device(d_w, weight.data(), weight.size()));
   void* args[] = {&d_out, &d_in, &d_w, &epsilon, &hidden};
-  CU_REQUIRE(d.launch(kernel.function, static_cast<unsigned>(tokens), 1, 1, 256, 1, 1, 0, nullptr,
-                      args, nullptr));
+  const auto [grid, block] = launch_shape(kernel, c);
+  CU_REQUIRE(d.launch(kernel.function, grid, 1, 1, block, 1, 1, 0, nullptr, args, nullptr));
   CU_REQUIRE(d.synchronize());
   std::vector<std::uint16_t> out(input.size() / 2);
   CU_REQUIRE(d.to_host(out.data(), d_out, input.size()));
@@ -131,9 +147,9 @@ TEST_CASE(
   REQUIRE(task != nullptr);
   const fs::path root(CRUCIBLE_SOURCE_DIR);
   driver();
-  const Kernel reference = load_kernel(root / task->reference_path);
-  const Kernel simple = load_kernel(root / "examples/solutions/llm/rms_norm.cu");
-  const Kernel wrong = load_kernel(root / "examples/solutions/llm/rms_norm_wrong.cu");
+  const Kernel reference = load_kernel(root / task->reference_path, *task);
+  const Kernel simple = load_kernel(root / "examples/solutions/llm/rms_norm.cu", *task);
+  const Kernel wrong = load_kernel(root / "examples/solutions/llm/rms_norm_wrong.cu", *task);
   for (const auto& c : cases_to_run(*task)) {
     CAPTURE(c.name);
     const Outcome ref = run_rms_norm(*task, c, reference);
@@ -154,9 +170,9 @@ TEST_CASE("gpu: the rms_norm reference runs near the HBM roofline on prefill") {
   const tasks::Task* task = registry->find("llm/rms_norm");
   REQUIRE(task != nullptr);
   const Driver& d = driver();
-  const Kernel reference = load_kernel(fs::path(CRUCIBLE_SOURCE_DIR) / task->reference_path);
+  const Kernel reference = load_kernel(fs::path(CRUCIBLE_SOURCE_DIR) / task->reference_path, *task);
   const Kernel simple =
-      load_kernel(fs::path(CRUCIBLE_SOURCE_DIR) / "examples/solutions/llm/rms_norm.cu");
+      load_kernel(fs::path(CRUCIBLE_SOURCE_DIR) / "examples/solutions/llm/rms_norm.cu", *task);
   for (const char* name : {"decode_32", "prefill_4096"}) {
     const tasks::Case* c = task->find_case(name);
     REQUIRE(c != nullptr);
@@ -175,16 +191,14 @@ TEST_CASE("gpu: the rms_norm reference runs near the HBM roofline on prefill") {
     CU_REQUIRE(d.event_create(&start, 0));
     CU_REQUIRE(d.event_create(&stop, 0));
     const auto time_us = [&](const Kernel& kernel) {
-      constexpr unsigned block = 256;  // as in the directives
+      const auto [grid, block] = launch_shape(kernel, *c);  // as in the directives
       constexpr int kCalls = 200;
       for (int i = 0; i < 10; ++i) {
-        d.launch(kernel.function, static_cast<unsigned>(tokens), 1, 1, block, 1, 1, 0, nullptr,
-                 args, nullptr);
+        d.launch(kernel.function, grid, 1, 1, block, 1, 1, 0, nullptr, args, nullptr);
       }
       d.event_record(start, nullptr);
       for (int i = 0; i < kCalls; ++i) {
-        d.launch(kernel.function, static_cast<unsigned>(tokens), 1, 1, block, 1, 1, 0, nullptr,
-                 args, nullptr);
+        d.launch(kernel.function, grid, 1, 1, block, 1, 1, 0, nullptr, args, nullptr);
       }
       d.event_record(stop, nullptr);
       d.synchronize();

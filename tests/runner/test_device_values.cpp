@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/compare.hpp"
 #include "sandbox/runner/cuda_check.hpp"
 #include "sandbox/runner/device.hpp"
 #include "sandbox/runner/device_values.hpp"
@@ -38,14 +39,8 @@ long long first_difference(const tasks::GeneratorSpec& spec, core::DType dtype, 
   sandbox::runner::generate_on_device(device, spec, dtype, seed, first, count, out.data());
   check(cuMemcpyDtoHAsync(device_bytes.data(), out.data(), bytes, device.stream), "download");
   check(cuStreamSynchronize(device.stream), "generate");
-  if (host == device_bytes) return -1;
-  const std::size_t esize = core::dtype_size(dtype);
-  for (std::size_t i = 0; i < count; ++i) {
-    if (std::memcmp(host.data() + i * esize, device_bytes.data() + i * esize, esize) != 0) {
-      return static_cast<long long>(i);
-    }
-  }
-  return -1;
+  const auto diff = sandbox::compare_bytes(host.data(), device_bytes.data(), bytes);
+  return diff.equal ? -1 : static_cast<long long>(diff.first_diff / core::dtype_size(dtype));
 }
 
 }  // namespace

@@ -54,14 +54,7 @@ TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on 
   hooks.flush_l2 = [&] { device.flush_l2(flushes++); };
   std::uint64_t tag = 1u << 30;
   hooks.count_kernels = [&](const std::function<void()>& enqueue) {
-    const std::uint64_t mine = ++tag;
-    timer.set_tag(mine);
-    enqueue();
-    timer.set_tag(0);
-    check(cuStreamSynchronize(stream), "probe");
-    const auto spans = timer.collect();
-    const auto it = spans.find(mine);
-    return it == spans.end() ? std::uint32_t{0} : it->second.operations();
+    return timer.count_operations(stream, ++tag, enqueue);
   };
   auto library = sandbox::runner::make_library_reference(task->reference_library);
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "core/numeric.hpp"
+#include "kernels/oracles/oracle.hpp"
 #include "sandbox/compare.hpp"
 #include "sandbox/runner/cuda_check.hpp"
 #include "sandbox/runner/device.hpp"
@@ -110,54 +110,13 @@ TEST_CASE("device check: clean, poisoned, all-zero and at-the-bound outputs") {
     const std::size_t esize = core::dtype_size(dtype);
     std::vector<unsigned char> want(kCount * esize), got(kCount * esize), zeros(kCount * esize);
     // Small exact values 1..7 (bool: 0/1) in every dtype.
+    std::vector<double> values(kCount);
     for (std::size_t i = 0; i < kCount; ++i) {
-      const double value = dtype == DType::kBool ? static_cast<double>(i % 2) : 1.0 + i % 7;
-      std::vector<unsigned char> one(esize);
-      switch (dtype) {
-        case DType::kBF16: {
-          const auto bits = core::float_to_bf16(static_cast<float>(value));
-          std::memcpy(one.data(), &bits, 2);
-          break;
-        }
-        case DType::kF16: {
-          const auto bits = core::float_to_f16(static_cast<float>(value));
-          std::memcpy(one.data(), &bits, 2);
-          break;
-        }
-        case DType::kF32: {
-          const auto v = static_cast<float>(value);
-          std::memcpy(one.data(), &v, 4);
-          break;
-        }
-        case DType::kF64:
-          std::memcpy(one.data(), &value, 8);
-          break;
-        case DType::kFP8E4M3:
-          one[0] = core::float_to_fp8_e4m3(static_cast<float>(value));
-          break;
-        case DType::kFP8E5M2:
-          one[0] = core::float_to_fp8_e5m2(static_cast<float>(value));
-          break;
-        case DType::kI64: {
-          const auto v = static_cast<std::int64_t>(value);
-          std::memcpy(one.data(), &v, 8);
-          break;
-        }
-        case DType::kI32: {
-          const auto v = static_cast<std::int32_t>(value);
-          std::memcpy(one.data(), &v, 4);
-          break;
-        }
-        case DType::kI16: {
-          const auto v = static_cast<std::int16_t>(value);
-          std::memcpy(one.data(), &v, 2);
-          break;
-        }
-        default:
-          one[0] = static_cast<unsigned char>(value);
-      }
-      std::memcpy(want.data() + i * esize, one.data(), esize);
+      values[i] =
+          dtype == DType::kBool ? static_cast<double>(i % 2) : 1.0 + static_cast<double>(i % 7);
     }
+    const auto encoded = kernels::encode_values(dtype, values);
+    std::memcpy(want.data(), encoded.data(), want.size());
     got = want;
     const auto tol = sandbox::default_tolerance(dtype);
     expect_same_verdict(dtype, got, want, tol);

@@ -249,8 +249,7 @@ TEST_CASE("generators: a permutation is distinct values below max, a share padde
     spec.pad = 0.0;
     const auto bytes = generate(spec, core::DType::kI64, max, 11);
     REQUIRE(bytes.ok());
-    std::vector<std::int64_t> values(static_cast<std::size_t>(max));
-    std::memcpy(values.data(), bytes->data(), bytes->size());
+    const auto values = as<std::int64_t>(*bytes);
     std::set<std::int64_t> distinct(values.begin(), values.end());
     CHECK(distinct.size() == values.size());  // every value of [0, max) exactly once
     CHECK(*distinct.begin() == 0);
@@ -265,8 +264,7 @@ TEST_CASE("generators: a permutation is distinct values below max, a share padde
   spec.pad = 0.25;
   const auto padded = generate(spec, core::DType::kI32, 20000, 3);
   REQUIRE(padded.ok());
-  std::vector<std::int32_t> values(20000);
-  std::memcpy(values.data(), padded->data(), padded->size());
+  const auto values = as<std::int32_t>(*padded);
   std::set<std::int32_t> seen;
   std::size_t pads = 0;
   for (const auto v : values) {
@@ -293,21 +291,19 @@ TEST_CASE("generators: list repeats its values, from any first index, in any dty
   spec.list = {7, 1, 333};
   const auto bytes = generate(spec, core::DType::kI32, 7, 99);
   REQUIRE(bytes.ok());
-  std::vector<std::int32_t> values(7);
-  std::memcpy(values.data(), bytes->data(), bytes->size());
+  auto values = as<std::int32_t>(*bytes);
   CHECK(values == std::vector<std::int32_t>{7, 1, 333, 7, 1, 333, 7});
   // The seed plays no part; a slice starting at index 4 continues the cycle.
   CHECK(generate(spec, core::DType::kI32, 7, 1).value() == *bytes);
   std::vector<std::byte> slice(8);
   REQUIRE(generate_into(spec, core::DType::kI32, 0, slice, 4).ok());
-  std::memcpy(values.data(), slice.data(), slice.size());
+  values = as<std::int32_t>(slice);
   CHECK(values[0] == 1);
   CHECK(values[1] == 333);
   spec.list = {0.5, -2.25};
   const auto halves = generate(spec, core::DType::kBF16, 3, 0);
   REQUIRE(halves.ok());
-  std::vector<std::uint16_t> bits(3);
-  std::memcpy(bits.data(), halves->data(), halves->size());
+  const auto bits = as<std::uint16_t>(*halves);
   CHECK(bf16_to_float(bits[0]) == 0.5f);
   CHECK(bf16_to_float(bits[1]) == -2.25f);
   CHECK(bf16_to_float(bits[2]) == 0.5f);
@@ -321,8 +317,7 @@ TEST_CASE("generators: rope_cache rows hold cos then sin of position times inver
   spec.theta = 10000.0;
   const auto bytes = generate(spec, core::DType::kF32, 4 * 8, 0);
   REQUIRE(bytes.ok());
-  std::vector<float> values(32);
-  std::memcpy(values.data(), bytes->data(), bytes->size());
+  const auto values = as<float>(*bytes);
   for (int p = 0; p < 4; ++p) {
     for (int k = 0; k < 4; ++k) {
       const double angle = p * std::pow(10000.0, -2.0 * k / 8.0);
