@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/text.hpp"
+
 namespace crucible::core {
 
 namespace {
@@ -127,13 +129,6 @@ int hex_digit(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-std::string describe_byte(char c) {
-  const auto byte = static_cast<unsigned char>(c);
-  if (byte >= 0x21 && byte < 0x7f) return std::string("character '") + c + "'";
-  static constexpr char kHex[] = "0123456789abcdef";
-  return std::string("byte 0x") + kHex[byte >> 4] + kHex[byte & 0xf];
 }
 
 Result<std::int64_t> lex_integer(std::string_view literal, std::size_t pos) {
@@ -467,10 +462,7 @@ constexpr std::size_t kMaxQuotedBytes = 120;
 
 std::string quote(const Expr::Tree& tree, const Node& node) {
   std::string_view span = std::string_view(tree.text).substr(node.begin, node.end - node.begin);
-  if (span.size() > kMaxQuotedBytes) {
-    return "'" + std::string(span.substr(0, kMaxQuotedBytes)) + "...'";
-  }
-  return "'" + std::string(span) + "'";
+  return "'" + excerpt(span, kMaxQuotedBytes) + "'";
 }
 
 using Lookup = std::function<std::optional<std::int64_t>(std::string_view)>;

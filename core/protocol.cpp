@@ -4,6 +4,8 @@
 #include <array>
 #include <limits>
 
+#include "core/text.hpp"
+
 namespace crucible::core {
 namespace {
 
@@ -165,9 +167,14 @@ Result<Envelope> parse_envelope(const Value& frame, const ProtocolLimits& limits
   const Value* version = find(frame, "v");
   if (version == nullptr) return bad("missing field 'v' (protocol version)");
   if (!version->is_number_integer()) return wrong_type("v", "an integer", *version);
-  if (version->get<std::int64_t>() != kProtocolVersion) {
+  // Compared as sent: an unsigned 2^64-1 must not pass for -1 in the check or the message.
+  const bool supported =
+      version->is_number_unsigned()
+          ? version->get<std::uint64_t>() == static_cast<std::uint64_t>(kProtocolVersion)
+          : version->get<std::int64_t>() == kProtocolVersion;
+  if (!supported) {
     return Error{ErrorCode::kUnsupportedVersion,
-                 "protocol version " + std::to_string(version->get<std::int64_t>()) +
+                 "protocol version " + version->dump() +
                      " is not supported; this server speaks version " +
                      std::to_string(kProtocolVersion)};
   }
@@ -180,7 +187,7 @@ Result<Envelope> parse_envelope(const Value& frame, const ProtocolLimits& limits
     for (const auto name : kOpNames) known.append(known.empty() ? "" : ", ").append(name);
     const auto& text = op->get_ref<const std::string&>();
     return Error{ErrorCode::kUnknownOp,
-                 "unknown op '" + text.substr(0, 64) + "'; known ops: " + known};
+                 "unknown op '" + excerpt(text, 64) + "'; known ops: " + known};
   }
   return Envelope{*id, *parsed};
 }
@@ -274,7 +281,13 @@ Value error_reply(const Value& id, ErrorCode code, std::string_view message) {
   return Value{{"v", kProtocolVersion},
                {"id", id},
                {"ok", false},
-               {"error", Value{{"code", error_code_name(code)}, {"message", message}}}};
+               {"error", Value{{"code", error_code_name(code)},
+                               {"message", one_line(message, kMaxMessageBytes)}}}};
+}
+
+std::string encode_reply(Value reply) {
+  repair_utf8(reply);
+  return encode_msgpack(reply);
 }
 
 Value make_request(const Value& id, Op op) {

@@ -91,10 +91,18 @@ Result<StepRequest> parse_step(const Value& frame, const ProtocolLimits& limits)
 Result<ScoreRequest> parse_score(const Value& frame, const ProtocolLimits& limits);
 Result<CloseRequest> parse_close(const Value& frame, const ProtocolLimits& limits);
 
+// Longest `message` a reply carries, in bytes; longer ones are cut on a character boundary.
+inline constexpr std::size_t kMaxMessageBytes = 2048;
+
 // Reply skeletons: {v, id, ok: true} to be filled by the op, and
-// {v, id, ok: false, error: {code, message}}.
+// {v, id, ok: false, error: {code, message}}. The message is made one line of valid UTF-8
+// (controls become spaces) of at most kMaxMessageBytes.
 Value ok_reply(const Value& id);
 Value error_reply(const Value& id, ErrorCode code, std::string_view message);
+
+// The msgpack bytes of a reply, with every string in it made valid UTF-8 first: whatever a
+// request or an agent's source held, a client decoding str as UTF-8 can read every reply.
+std::string encode_reply(Value reply);
 
 // Builders for requests (used by the C++ client and tests): {v, id, op} plus nothing else.
 Value make_request(const Value& id, Op op);

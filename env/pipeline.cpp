@@ -4,13 +4,15 @@
 #include <chrono>
 #include <exception>
 
+#include "core/protocol.hpp"
+#include "core/text.hpp"
 #include "sandbox/plan_context.hpp"
 
 namespace crucible::env {
 
 core::Value StepResult::to_value() const {
   core::Value out{{"status", core::step_status_name(status)},
-                  {"message", message},
+                  {"message", core::one_line(message, core::kMaxMessageBytes)},
                   {"reward", reward.to_value()},
                   {"stages", stages},
                   {"compile", compile},

@@ -17,6 +17,7 @@
 
 #include "core/log.hpp"
 #include "core/msgpack_codec.hpp"
+#include "core/text.hpp"
 #include "core/text_file.hpp"
 #include "env/trajectory_log.hpp"
 
@@ -45,7 +46,46 @@ bool is_local_endpoint(std::string_view endpoint) {
   return host.find_first_not_of("0123456789.") == std::string_view::npos;
 }
 
+core::Status check_endpoint(std::string_view endpoint) {
+  const auto refuse = [&](const std::string& why) {
+    return core::Error{ErrorCode::kInvalidArgument,
+                       "'" + core::excerpt(endpoint, 200) + "' is not a ZeroMQ endpoint: " + why +
+                           " (examples: tcp://127.0.0.1:5555, tcp://[::1]:5555, "
+                           "ipc:///tmp/crucible.sock)"};
+  };
+  if (endpoint.starts_with("ipc://") || endpoint.starts_with("inproc://")) {
+    if (endpoint.substr(endpoint.find("://") + 3).empty()) return refuse("the address is empty");
+    return {};
+  }
+  if (!endpoint.starts_with("tcp://"))
+    return refuse("it must start with tcp://, ipc:// or inproc://");
+  const std::string_view address = endpoint.substr(6);
+  const auto colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return refuse("a tcp address is HOST:PORT");
+  const std::string_view host = address.substr(0, colon);
+  const std::string_view port = address.substr(colon + 1);
+  if (host.starts_with('[') != host.ends_with(']')) return refuse("unbalanced brackets");
+  if (port != "*") {
+    if (port.empty() || port.size() > 5 ||
+        port.find_first_not_of("0123456789") != std::string_view::npos ||
+        std::stoul(std::string(port)) > 65535) {
+      return refuse("the port must be 0-65535 or *");
+    }
+  }
+  return {};
+}
+
 namespace {
+
+// The endpoint handed to ZeroMQ: it binds interfaces and addresses, not host names, so the
+// documented `localhost` becomes 127.0.0.1.
+std::string bind_address(const std::string& endpoint) {
+  constexpr std::string_view kLocalhost = "tcp://localhost:";
+  if (endpoint.starts_with(kLocalhost)) {
+    return "tcp://127.0.0.1:" + endpoint.substr(kLocalhost.size());
+  }
+  return endpoint;
+}
 
 // Routing frames of a request (identity, and the empty delimiter REQ sockets add) kept so the
 // reply can be addressed.
@@ -53,6 +93,9 @@ struct Route {
   std::vector<std::string> frames;
 };
 
+// An episode's step budget counts the steps that ran on the agent's account: a step answered
+// infra_error (the server's fault) or one that could not be logged gives its place back and
+// never becomes the best.
 struct Episode {
   std::string id;
   const tasks::Task* task = nullptr;
@@ -62,13 +105,22 @@ struct Episode {
   Value reward_spec_value;
   Value options;
   bool stop_on_ok = false;
-  std::uint32_t steps_reserved = 0;  // steps accepted (some may still be running)
-  std::uint32_t steps_done = 0;
+  std::uint32_t steps_numbered = 0;  // step numbers handed out (every accepted step)
+  std::uint32_t steps_charged = 0;   // budget in use: steps running plus steps counted
+  std::uint32_t steps_counted = 0;   // steps finished, logged and not infra_error
+  std::uint32_t steps_running = 0;
   bool finished = false;            // terminated by stop_on_ok
   Value best = nullptr;             // {step, reward, status, speedup?}
   std::optional<double> best_base;  // best unshaped reward so far (multi-turn shaping)
+  std::size_t footprint_bytes = 0;  // what the episode holds, counted against the server's cap
   Clock::time_point last_active;
 };
+
+// Rough bytes an episode holds: the struct, its id and the maps it keeps.
+std::size_t episode_footprint(const Episode& episode) {
+  return sizeof(Episode) + episode.id.size() + core::encode_msgpack(episode.options).size() * 3 +
+         core::encode_msgpack(episode.reward_spec_value).size() * 3 + 512;
+}
 
 // A bounded queue of closures run by a fixed set of threads.
 class WorkQueue {
@@ -131,6 +183,7 @@ class Server::Impl {
         started_(Clock::now()) {}
 
   core::Status start() {
+    if (auto shape = check_endpoint(options_.bind); !shape) return shape.error();
     if (!options_.allow_remote && !is_local_endpoint(options_.bind)) {
       return core::Error{ErrorCode::kInvalidArgument,
                          "refusing to bind " + options_.bind +
@@ -144,6 +197,12 @@ class Server::Impl {
       core::log_warn("trajectory log " + log_->path().string() + ": cut a torn tail of " +
                      std::to_string(log_->recovered_tail_bytes()) + " bytes left by a crash");
     }
+    for (const auto& range : log_->damaged_ranges()) {
+      core::log_warn("trajectory log " + log_->path().string() + ": bytes " +
+                     std::to_string(range.offset) + "-" +
+                     std::to_string(range.offset + range.bytes - 1) + " do not form a record (" +
+                     range.reason + "); left in place, readers skip them, new records follow");
+    }
     try {
       router_.set(zmq::sockopt::linger, 0);
       router_.set(zmq::sockopt::router_mandatory, 1);
@@ -153,7 +212,9 @@ class Server::Impl {
                   static_cast<std::int64_t>(options_.limits.max_frame_bytes * 4 + 4096));
       router_.set(zmq::sockopt::sndhwm, 0);
       router_.set(zmq::sockopt::rcvhwm, 0);
-      router_.bind(options_.bind);
+      const std::string bind = bind_address(options_.bind);
+      if (bind.find('[') != std::string::npos) router_.set(zmq::sockopt::ipv6, 1);
+      router_.bind(bind);
       endpoint_ = router_.get(zmq::sockopt::last_endpoint);
       replies_endpoint_ = "inproc://crucible-replies";
       replies_.set(zmq::sockopt::linger, 0);
@@ -192,6 +253,8 @@ class Server::Impl {
   void start_job(const Route& route, const Value& id, core::Op op, StepJob job,
                  std::shared_ptr<Episode> episode, std::uint32_t step);
   const tasks::Task* find_task(const Route& route, const Value& id, const std::string& name);
+  // The trajectory record of a step or score: everything needed to re-score it.
+  Value step_record(core::Op op, const StepJob& job, const StepResult& result) const;
 
   // --- worker threads ---
   void worker_main();
@@ -216,10 +279,11 @@ class Server::Impl {
   Clock::time_point started_;
   std::atomic<bool> stop_requested_{false};
 
-  // Episodes are created, reserved and erased by the loop thread; workers update best/steps_done
+  // Episodes are created, reserved and erased by the loop thread; workers update their counts
   // under episodes_mutex_.
   mutable std::mutex episodes_mutex_;
   std::unordered_map<std::string, std::shared_ptr<Episode>> episodes_;
+  std::size_t episode_bytes_ = 0;  // sum of the open episodes' footprints
 
   std::atomic<std::uint64_t> requests_{0};
   std::atomic<std::uint64_t> replies_sent_{0};
@@ -408,6 +472,13 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
       episode->reward_spec = std::move(spec).value();
       episode->reward_spec_value = rewards::reward_spec_to_value(episode->reward_spec);
       episode->options = request->options.is_null() ? Value::object() : request->options;
+      if (const auto bytes = core::encode_msgpack(episode->options).size();
+          bytes > options_.max_options_bytes) {
+        return send_error(route, id, ErrorCode::kTooLarge,
+                          "field 'options' holds " + std::to_string(bytes) +
+                              " bytes; an episode keeps at most " +
+                              std::to_string(options_.max_options_bytes));
+      }
       if (const auto it = episode->options.find("stop_on_ok"); it != episode->options.end()) {
         if (!it->is_boolean()) {
           return send_error(route, id, ErrorCode::kBadRequest,
@@ -427,6 +498,16 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
         do {
           episode->id = "ep-" + random_hex(rng_, 8);
         } while (episodes_.count(episode->id) > 0);
+        episode->footprint_bytes = episode_footprint(*episode);
+        if (episode_bytes_ + episode->footprint_bytes > options_.max_episode_bytes) {
+          return send_error(route, id, ErrorCode::kBusy,
+                            "the open episodes hold " + std::to_string(episode_bytes_) +
+                                " bytes and this one needs " +
+                                std::to_string(episode->footprint_bytes) +
+                                "; the server's limit is " +
+                                std::to_string(options_.max_episode_bytes) + ": close some first");
+        }
+        episode_bytes_ += episode->footprint_bytes;
         episodes_[episode->id] = episode;
       }
       Value reply = core::ok_reply(id);
@@ -447,20 +528,22 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
         const auto it = episodes_.find(request->episode);
         if (it == episodes_.end()) {
           return send_error(route, id, ErrorCode::kUnknownEpisode,
-                            "unknown episode '" + request->episode.substr(0, 64) +
+                            "unknown episode '" + core::excerpt(request->episode, 64) +
                                 "': it was never opened, was closed, or expired after " +
                                 std::to_string(options_.episode_idle_timeout.count()) +
                                 " s idle; call reset");
         }
         episode = it->second;
-        if (episode->finished || episode->steps_reserved >= episode->max_steps) {
+        if (episode->finished || episode->steps_charged >= episode->max_steps) {
           return send_error(route, id, ErrorCode::kEpisodeDone,
                             "episode '" + episode->id + "' is over (" +
-                                std::to_string(episode->steps_reserved) + " of " +
+                                std::to_string(episode->steps_charged) + " of " +
                                 std::to_string(episode->max_steps) +
                                 " steps used); call reset for a new one");
         }
-        step = ++episode->steps_reserved;
+        step = ++episode->steps_numbered;
+        ++episode->steps_charged;
+        ++episode->steps_running;
         episode->last_active = Clock::now();
       }
       StepJob job{episode->task, std::move(request->source), std::move(request->plan),
@@ -487,15 +570,16 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
         const auto it = episodes_.find(request->episode);
         if (it == episodes_.end()) {
           return send_error(route, id, ErrorCode::kUnknownEpisode,
-                            "unknown episode '" + request->episode.substr(0, 64) + "'");
+                            "unknown episode '" + core::excerpt(request->episode, 64) + "'");
         }
         episode = it->second;
+        episode_bytes_ -= episode->footprint_bytes;
         episodes_.erase(it);
       }
       Value reply = core::ok_reply(id);
       std::lock_guard lock(episodes_mutex_);
       reply["episode"] = episode->id;
-      reply["steps"] = episode->steps_reserved;
+      reply["steps"] = episode->steps_counted;
       reply["best"] = episode->best;
       return send(route, reply);
     }
@@ -507,45 +591,68 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
   ++inflight_;
   auto work = [this, route, id, op, job = std::move(job), episode, step]() {
     StepResult result = pipeline_.run(job);
+    const bool infra = result.status == core::StepStatus::kInfraError;
+    const double base = result.reward.base;
     if (episode && job.reward_spec.improvement) {
       // Reward only what this step adds over the episode's best so far.
       std::lock_guard lock(episodes_mutex_);
-      const double base = result.reward.base;
       result.reward =
           rewards::shape_for_episode(job.reward_spec, result.reward, episode->best_base);
-      if (!result.reward.infra && (!episode->best_base || base > *episode->best_base)) {
-        episode->best_base = base;
+    }
+    Value record = step_record(op, job, result);
+    if (episode) {
+      record["episode"] = episode->id;
+      record["step"] = step;
+    }
+    {
+      std::lock_guard lock(stats_mutex_);
+      ++statuses_[std::string(core::step_status_name(result.status))];
+    }
+    // The record is in the log before the reply leaves, so an answered step is never lost; a
+    // step that cannot be logged is answered as an error and leaves its episode as it was.
+    if (auto logged = log_->append(record); !logged) {
+      core::log_error("trajectory log append failed: " + logged.error().message);
+      if (episode) {
+        std::lock_guard lock(episodes_mutex_);
+        --episode->steps_charged;
+        --episode->steps_running;
+        episode->last_active = Clock::now();
       }
+      return std::make_pair(
+          route,
+          core::error_reply(id, ErrorCode::kInternal,
+                            "the step ran but could not be logged (" + logged.error().message +
+                                "); it did not count against the episode; retry later"));
     }
     Value reply = core::ok_reply(id);
-    Value record{{"kind", core::op_name(op)},
-                 {"time", core::utc_time_text()},
-                 {"server_version", CRUCIBLE_VERSION},
-                 {"arch", options_.arch},
-                 {"gpus", options_.gpus},
-                 {"task", job.task->id},
-                 {"seed", job.seed},
-                 {"source", job.source},
-                 {"plan", job.plan},
-                 {"reward_spec", rewards::reward_spec_to_value(job.reward_spec)},
-                 {"result", result.to_value()},
-                 {"reward", result.reward.total}};
-    reply["result"] = record["result"];
+    reply["result"] = std::move(record["result"]);
     reply["reward"] = result.reward.total;
-    if (episode) {
-      bool terminated = false;
-      bool truncated = false;
-      Value best;
-      {
-        std::lock_guard lock(episodes_mutex_);
-        ++episode->steps_done;
-        episode->last_active = Clock::now();
+    if (!episode) {
+      reply["task"] = job.task->id;
+      ++scores_;
+      return std::make_pair(route, std::move(reply));
+    }
+    bool terminated = false;
+    bool truncated = false;
+    Value best;
+    {
+      std::lock_guard lock(episodes_mutex_);
+      --episode->steps_running;
+      episode->last_active = Clock::now();
+      if (infra) {
+        // The server's fault: the step gives its place in the budget back.
+        --episode->steps_charged;
+      } else {
+        ++episode->steps_counted;
+        if (job.reward_spec.improvement && (!episode->best_base || base > *episode->best_base)) {
+          episode->best_base = base;
+        }
         // The best step is judged on the unshaped reward: with improvement shaping a later,
         // better kernel can earn less than the first one did.
-        if (episode->best.is_null() || result.reward.base > episode->best["base"].get<double>()) {
+        if (episode->best.is_null() || base > episode->best["base"].get<double>()) {
           episode->best = Value{{"step", step},
                                 {"reward", result.reward.total},
-                                {"base", result.reward.base},
+                                {"base", base},
                                 {"status", core::step_status_name(result.status)}};
           if (result.speedup) episode->best["speedup"] = *result.speedup;
         }
@@ -553,31 +660,16 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
           episode->finished = true;
           terminated = true;
         }
-        truncated = !terminated && step >= episode->max_steps;
-        best = episode->best;
       }
-      reply["episode"] = episode->id;
-      reply["step"] = step;
-      reply["terminated"] = terminated;
-      reply["truncated"] = truncated;
-      reply["best"] = best;
-      record["episode"] = episode->id;
-      record["step"] = step;
-      ++steps_;
-    } else {
-      reply["task"] = job.task->id;
-      ++scores_;
+      truncated = !terminated && episode->steps_counted >= episode->max_steps;
+      best = episode->best;
     }
-    {
-      std::lock_guard lock(stats_mutex_);
-      ++statuses_[std::string(core::step_status_name(result.status))];
-    }
-    // The record is in the log before the reply leaves, so an answered step is never lost.
-    if (auto logged = log_->append(record); !logged) {
-      core::log_error("trajectory log append failed: " + logged.error().message);
-      reply = core::error_reply(id, ErrorCode::kInternal,
-                                "the step ran but could not be logged: " + logged.error().message);
-    }
+    reply["episode"] = episode->id;
+    reply["step"] = step;
+    reply["terminated"] = terminated;
+    reply["truncated"] = truncated;
+    reply["best"] = best;
+    ++steps_;
     return std::make_pair(route, std::move(reply));
   };
   // The closure is wrapped so the worker thread can send through its own socket.
@@ -593,19 +685,36 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
     for (const auto& frame : reply_route.frames) {
       push->send(zmq::buffer(frame), zmq::send_flags::sndmore);
     }
-    const std::string payload = core::encode_msgpack(reply);
+    const std::string payload = core::encode_reply(std::move(reply));
     push->send(zmq::buffer(payload), zmq::send_flags::none);
   };
   if (!queue_.try_push(std::move(wrapped))) {
     --inflight_;
     if (episode) {
       std::lock_guard lock(episodes_mutex_);
-      --episode->steps_reserved;
+      --episode->steps_charged;
+      --episode->steps_running;
+      --episode->steps_numbered;
     }
     send_error(route, id, ErrorCode::kBusy,
                "the server has " + std::to_string(options_.max_queued) +
                    " requests queued, its limit; retry later");
   }
+}
+
+Value Server::Impl::step_record(core::Op op, const StepJob& job, const StepResult& result) const {
+  return Value{{"kind", core::op_name(op)},
+               {"time", core::utc_time_text()},
+               {"server_version", CRUCIBLE_VERSION},
+               {"arch", options_.arch},
+               {"gpus", options_.gpus},
+               {"task", job.task->id},
+               {"seed", job.seed},
+               {"source", job.source},
+               {"plan", job.plan},
+               {"reward_spec", rewards::reward_spec_to_value(job.reward_spec)},
+               {"result", result.to_value()},
+               {"reward", result.reward.total}};
 }
 
 void Server::Impl::worker_main() {
@@ -650,7 +759,7 @@ void Server::Impl::forward_replies() {
 }
 
 void Server::Impl::send(const Route& route, const Value& reply) {
-  const std::string payload = core::encode_msgpack(reply);
+  const std::string payload = core::encode_reply(reply);
   try {
     for (const auto& frame : route.frames)
       router_.send(zmq::buffer(frame), zmq::send_flags::sndmore);
@@ -672,8 +781,9 @@ void Server::Impl::expire_episodes() {
   const auto cutoff = Clock::now() - options_.episode_idle_timeout;
   std::lock_guard lock(episodes_mutex_);
   for (auto it = episodes_.begin(); it != episodes_.end();) {
-    const bool busy = it->second->steps_done < it->second->steps_reserved;
+    const bool busy = it->second->steps_running > 0;
     if (!busy && it->second->last_active < cutoff) {
+      episode_bytes_ -= it->second->footprint_bytes;
       it = episodes_.erase(it);
     } else {
       ++it;
@@ -714,9 +824,12 @@ Value Server::Impl::stats_reply(const Value& id) const {
   {
     std::lock_guard lock(episodes_mutex_);
     reply["episodes_open"] = episodes_.size();
+    reply["episode_bytes"] = episode_bytes_;
   }
   reply["stages"] = pipeline_.describe();
-  reply["log"] = Value{{"path", log_->path().string()}, {"records", log_->records_written()}};
+  // Counts only: the log's host path is the operator's business, not every client's.
+  reply["log"] =
+      Value{{"records", log_->records_written()}, {"failed_appends", log_->failed_appends()}};
   return reply;
 }
 

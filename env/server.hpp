@@ -29,9 +29,11 @@ struct ServerOptions {
   std::uint32_t default_max_steps = 8;
   std::chrono::seconds episode_idle_timeout{1800};
   std::size_t max_episodes = 100000;
-  std::chrono::seconds drain_timeout{30};   // on shutdown, how long in-flight work may finish
-  std::string arch = "sm_90a";              // compile target reported by hello
-  core::Value gpus = core::Value::array();  // from sandbox::probe_gpus, reported by hello
+  std::size_t max_options_bytes = 4096;        // a reset's `options` map, msgpack-encoded
+  std::size_t max_episode_bytes = 256u << 20;  // what all open episodes together may hold
+  std::chrono::seconds drain_timeout{30};      // on shutdown, how long in-flight work may finish
+  std::string arch = "sm_90a";                 // compile target reported by hello
+  core::Value gpus = core::Value::array();     // from sandbox::probe_gpus, reported by hello
 };
 
 class Server {
@@ -62,5 +64,9 @@ class Server {
 
 // True for tcp endpoints on 127.0.0.0/8, localhost or ::1, and for ipc:// and inproc://.
 bool is_local_endpoint(std::string_view endpoint);
+
+// Checks the shape of a bind endpoint (tcp://HOST:PORT with PORT 0-65535 or *, ipc://PATH,
+// inproc://NAME) before ZeroMQ sees it. Errors: kInvalidArgument, saying what is wrong.
+core::Status check_endpoint(std::string_view endpoint);
 
 }  // namespace crucible::env

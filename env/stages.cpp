@@ -4,6 +4,8 @@
 #include <cmath>
 #include <optional>
 #include <random>
+#include <string_view>
+#include <vector>
 
 #include "core/log.hpp"
 #include "sandbox/plan_context.hpp"
@@ -13,15 +15,26 @@ namespace crucible::env {
 using core::StepStatus;
 
 namespace {
-// The first lines of a compile log: the message an agent reads first.
-std::string log_head(const std::string& log, std::size_t max_lines = 6) {
-  std::string out;
-  std::size_t lines = 0;
-  for (std::size_t i = 0; i < log.size() && lines < max_lines; ++i) {
-    out.push_back(log[i]);
-    if (log[i] == '\n') ++lines;
+// What an agent reads first of a failed compile, as one line: the first error of the log and
+// how many more there are (the whole log is in the observation's `compile.log`); for other
+// failures the log's first line.
+std::string log_summary(const std::string& log) {
+  std::vector<std::string_view> errors;
+  std::string_view first;
+  std::string_view rest = log;
+  while (!rest.empty()) {
+    const auto end = rest.find('\n');
+    const std::string_view line = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end + 1);
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    if (first.empty()) first = line;
+    if (line.find("error") != std::string_view::npos) errors.push_back(line);
   }
-  while (!out.empty() && out.back() == '\n') out.pop_back();
+  std::string out(errors.empty() ? first : errors.front());
+  if (errors.size() > 1) {
+    out += " (and " + std::to_string(errors.size() - 1) + " more error" +
+           (errors.size() > 2 ? "s" : "") + "; the whole log is in compile.log)";
+  }
   return out;
 }
 // Weighted geometric mean over the timed cases of a runner report of `field`: a case's median
@@ -55,8 +68,8 @@ bool CompileStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult&
   if (output.status != StepStatus::kOk) {
     result.status = output.status;
     result.message = output.status == StepStatus::kCompileError
-                         ? "compilation failed:\n" + log_head(output.log)
-                         : log_head(output.log);
+                         ? "compilation failed: " + log_summary(output.log)
+                         : log_summary(output.log);
     return false;
   }
   artifacts.compiled = std::move(output);
@@ -97,7 +110,7 @@ bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& res
   if (reference_output.status != StepStatus::kOk) {
     result.status = StepStatus::kInfraError;
     result.message = "the reference of " + job.task->id +
-                     " failed to compile: " + log_head(reference_output.log);
+                     " failed to compile: " + log_summary(reference_output.log);
     return false;
   }
   sandbox::RunJob run;

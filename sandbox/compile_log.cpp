@@ -6,6 +6,8 @@
 #include <cstring>
 #include <optional>
 
+#include "core/text.hpp"
+
 namespace crucible::sandbox {
 namespace {
 
@@ -15,46 +17,6 @@ bool contains(std::string_view text, std::string_view needle) {
 
 bool starts_with(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;
-}
-
-// Replaces bytes that do not form valid UTF-8 with '?'.
-std::string valid_utf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    std::size_t length = 0;
-    if (lead < 0x80) {
-      length = 1;
-    } else if (lead >= 0xC2 && lead <= 0xDF) {
-      length = 2;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      length = 3;
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      length = 4;
-    }
-    bool ok = length > 0 && i + length <= text.size();
-    for (std::size_t k = 1; ok && k < length; ++k) {
-      ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-    }
-    if (ok && length == 3) {
-      const auto second = static_cast<unsigned char>(text[i + 1]);
-      ok = !(lead == 0xE0 && second < 0xA0) && !(lead == 0xED && second >= 0xA0);
-    }
-    if (ok && length == 4) {
-      const auto second = static_cast<unsigned char>(text[i + 1]);
-      ok = !(lead == 0xF0 && second < 0x90) && !(lead == 0xF4 && second >= 0x90);
-    }
-    if (ok) {
-      out.append(text.substr(i, length));
-      i += length;
-    } else {
-      out.push_back('?');
-      ++i;
-    }
-  }
-  return out;
 }
 
 // First integer after `label` ... e.g. number_before(" bytes spill stores") in
@@ -118,7 +80,7 @@ std::string sanitize_compile_log(
     kept.pop_back();
   }
   if (kept == "\n") kept.clear();
-  kept = valid_utf8(kept);
+  kept = core::to_valid_utf8(kept);
   if (kept.size() <= max_bytes) return kept;
   const std::string note_template = "[log truncated: 0000000000 more bytes]\n";
   std::size_t budget = max_bytes > note_template.size() ? max_bytes - note_template.size() : 0;

@@ -17,8 +17,8 @@ inline constexpr std::size_t kDefaultMaxLogBytes = 16 * 1024;
 
 // Makes a raw NVRTC log fit for an observation: drops ptxas verbose lines (reported as
 // structured resources instead) and precompiled-header chatter, rewrites each `replacements`
-// prefix (host paths such as the CUDA include dir) to its short form, replaces invalid
-// UTF-8 with '?', and caps the result at max_bytes on a line boundary with a note saying how
+// prefix (host paths such as the CUDA include dir) to its short form, replaces ill-formed
+// UTF-8 with U+FFFD, and caps the result at max_bytes on a line boundary with a note saying how
 // much was cut. Thread-safe, never throws on any input.
 std::string sanitize_compile_log(
     std::string_view raw, const std::vector<std::pair<std::string, std::string>>& replacements,

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/text.hpp"
 #include "sandbox/launch_plan_internal.hpp"
 
 namespace crucible::sandbox {
@@ -218,9 +219,9 @@ core::Result<std::string> name_expression(const std::string& where, std::string_
                          (c >= '0' && c <= '9') ||
                          std::string_view(" _,<>():*&+-/%.").find(c) != std::string_view::npos;
     if (!allowed) {
-      return invalid(where + ": the template arguments of '" + std::string(kernel) + "' contain '" +
-                     std::string(1, c) +
-                     "'; only types, numbers and constant expressions are allowed");
+      return invalid(where + ": the template arguments of '" + std::string(kernel) +
+                     "' contain a " + core::describe_byte(c) +
+                     "; only types, numbers and constant expressions are allowed");
     }
   }
   return std::string(kernel) + "<" + std::string(template_args) + ">";

@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 
+#include "core/text.hpp"
 #include "sandbox/launch_plan.hpp"
 #include "sandbox/launch_plan_internal.hpp"
 
@@ -187,11 +188,7 @@ std::string_view trim_front(std::string_view text) {
   return at == std::string_view::npos ? std::string_view{} : text.substr(at);
 }
 
-std::string shorten(std::string_view text) {
-  constexpr std::size_t kMax = 40;
-  if (text.size() <= kMax) return std::string(text);
-  return std::string(text.substr(0, kMax)) + "...";
-}
+std::string shorten(std::string_view text) { return core::excerpt(text, 40); }
 
 // Index of the ')' matching the '(' at `open`, or npos.
 std::size_t match_paren(std::string_view text, std::size_t open) {

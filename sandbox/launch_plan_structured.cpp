@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "core/protocol.hpp"
+#include "core/text.hpp"
 #include "sandbox/launch_plan.hpp"
 #include "sandbox/launch_plan_internal.hpp"
 
@@ -21,7 +22,7 @@ core::Status check_keys(const std::string& where, const Value& map,
   for (const auto& item : map.items()) {
     const std::string& key = item.key();
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    std::string message = where + ": unknown field '" + key.substr(0, 64) + "'";
+    std::string message = where + ": unknown field '" + core::excerpt(key, 64) + "'";
     if (const auto suggestion = plan_detail::closest(key, known)) {
       return invalid(message + "; did you mean '" + *suggestion + "'?");
     }
@@ -116,7 +117,7 @@ core::Result<Launch> parse_launch(const std::string& where, const Value& map,
     return invalid(where +
                    ": 'kernel' must be a kernel name like rms_norm_kernel or ns::gemm "
                    "(template arguments go in 'template_args'), got '" +
-                   kernel->substr(0, 64) + "'");
+                   core::excerpt(*kernel, 64) + "'");
   }
   launch.kernel = *kernel;
   auto template_args = string_field(where, map, "template_args", limits.max_directive_bytes, false);
@@ -156,7 +157,7 @@ core::Result<Launch> parse_launch(const std::string& where, const Value& map,
     const Value& arg = (*args)[i];
     if (!arg.is_string() || !plan_detail::is_identifier(arg.get_ref<const std::string&>())) {
       const std::string got = arg.is_string()
-                                  ? "'" + arg.get_ref<const std::string&>().substr(0, 64) + "'"
+                                  ? "'" + core::excerpt(arg.get_ref<const std::string&>(), 64) + "'"
                                   : type_of(arg);
       return invalid(where + ": argument " + std::to_string(i + 1) +
                      " must be the name of a "

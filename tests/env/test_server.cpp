@@ -143,12 +143,21 @@ TEST_CASE("server: an episode runs reset -> step -> close and every step is logg
   CHECK((*first)["result"]["reward"]["infra"] == true);
   CHECK((*first)["reward"] == 0.0);
 
+  CHECK((*first)["best"].is_null());  // the server's fault never becomes the best
+
+  // The infra_error step gave its place in the budget back: two steps still fit.
   const auto invalid = client.step(episode, "int main() { return 0; }");
   REQUIRE(invalid.ok());
+  CHECK((*invalid)["step"] == 2);
   CHECK((*invalid)["result"]["status"] == "invalid_action");
   CHECK((*invalid)["reward"] == -1.0);
-  CHECK((*invalid)["truncated"] == true);
-  CHECK((*invalid)["best"]["step"] == 1);
+  CHECK((*invalid)["truncated"] == false);
+  CHECK((*invalid)["best"]["step"] == 2);
+  const auto last = client.step(episode, "int main() { return 1; }");
+  REQUIRE(last.ok());
+  CHECK((*last)["step"] == 3);
+  CHECK((*last)["truncated"] == true);
+  CHECK((*last)["best"]["step"] == 2);
 
   check_error(client.step(episode, kKernel), ErrorCode::kEpisodeDone,
               "is over (2 of 2 steps used); call reset for a new one");
@@ -170,14 +179,15 @@ TEST_CASE("server: an episode runs reset -> step -> close and every step is logg
     return true;
   });
   REQUIRE(report.ok());
-  REQUIRE(records.size() == 3);
+  REQUIRE(records.size() == 4);
   CHECK(records[0]["kind"] == "step");
   CHECK(records[0]["episode"] == episode);
   CHECK(records[0]["seed"] == 7);
   CHECK(records[0]["source"] == kKernel);
   CHECK(records[1]["result"]["status"] == "invalid_action");
-  CHECK(records[2]["kind"] == "score");
-  CHECK(records[2]["seed"] == 3);
+  CHECK(records[2]["step"] == 3);
+  CHECK(records[3]["kind"] == "score");
+  CHECK(records[3]["seed"] == 3);
   CHECK_FALSE(report->torn_tail);
 }
 

@@ -224,10 +224,15 @@ TEST_CASE("launch plan: directive mistakes get a message that says what to fix")
        "line 1: empty template argument list '<>' for 'k'; drop the brackets or give the "
        "arguments"},
       {"// @launch k<float; int x><<<1, 32>>>(out)",
-       "line 1: the template arguments of 'k' contain ';'; only types, numbers and constant "
+       "line 1: the template arguments of 'k' contain a character ';'; only types, numbers and "
+       "constant "
        "expressions are allowed"},
+      {"// @launch k<\xc3\xa9><<<1, 32>>>(out)",
+       "line 1: the template arguments of 'k' contain a byte 0xc3; only types, numbers and "
+       "constant expressions are allowed"},
       {"// @launch k<\"a\"><<<1, 32>>>(out)",
-       "line 1: the template arguments of 'k' contain '\"'; only types, numbers and constant "
+       "line 1: the template arguments of 'k' contain a character '\"'; only types, numbers and "
+       "constant "
        "expressions are allowed"},
       {"// @launch if num_tokens > 1 k<<<1, 32>>>(out)",
        "line 1: expected '(' after 'if'; write // @launch if (CONDITION) kernel<<<grid, "
