@@ -35,6 +35,10 @@ core::Result<Client> Client::connect(ClientOptions options) {
     client.socket_->set(zmq::sockopt::rcvhwm, 0);
     client.socket_->set(zmq::sockopt::maxmsgsize,
                         static_cast<std::int64_t>(client.options_.max_reply_bytes));
+    // ZeroMQ sockets speak IPv4 only unless told otherwise: tcp://[::1]:5555 needs it.
+    if (client.options_.endpoint.find('[') != std::string::npos) {
+      client.socket_->set(zmq::sockopt::ipv6, 1);
+    }
     client.socket_->connect(client.options_.endpoint);
   } catch (const zmq::error_t& e) {
     return core::Error{ErrorCode::kIo,

@@ -45,7 +45,8 @@ class RunningServer {
         ("crucible-server-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)) /
         "trajectories.log";
     std::filesystem::remove_all(log_path_.parent_path());
-    options.bind = "tcp://127.0.0.1:*";
+    // The default endpoint becomes a free port; a test that names its own keeps it.
+    if (options.bind == env::ServerOptions{}.bind) options.bind = "tcp://127.0.0.1:*";
     options.log_path = log_path_;
     options.log_sync = false;
     if (options.workers == 0) options.workers = 2;

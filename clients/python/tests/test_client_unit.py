@@ -119,6 +119,20 @@ def test_undecodable_frames_are_counted_and_the_request_still_times_out(fake_ser
         assert client.protocol_violations == 2
 
 
+def test_a_reply_with_a_string_that_is_not_utf8_still_reaches_its_request(fake_server):
+    with Client(fake_server.endpoint, timeout=5) as client:
+        future = client.submit("hello")
+        peer, request = fake_server.recv()
+        good = msgpack.packb({"v": 1, "id": request["id"], "ok": True, "server": "ab"})
+        # Rewrite the 2-byte str "ab" into the first two bytes of an em dash (E2 80 94).
+        bad = good.replace(b"\xa2ab", b"\xa2\xe2\x80")
+        assert bad != good
+        fake_server.send(peer, bad)
+        reply = future.result(timeout=5)
+        assert reply["server"] == "\ufffd"
+        assert client.protocol_violations == 0
+
+
 def test_no_reply_raises_timeout_and_a_late_reply_is_dropped(fake_server):
     with Client(fake_server.endpoint, timeout=0.3) as client:
         started = time.monotonic()

@@ -41,6 +41,8 @@ class AsyncClient:
         self._context = context or zmq.asyncio.Context.instance()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        if "[" in endpoint:  # tcp://[::1]:5555: ZeroMQ speaks IPv6 only when asked
+            self._socket.setsockopt(zmq.IPV6, 1)
         try:
             self._socket.connect(endpoint)
         except zmq.ZMQError as exc:

@@ -286,6 +286,8 @@ class Client:
         self._id_lock = threading.Lock()
         sock = self._context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        if "[" in endpoint:  # tcp://[::1]:5555: ZeroMQ speaks IPv6 only when asked
+            sock.setsockopt(zmq.IPV6, 1)
         monitor = None
         try:
             if detect_disconnect:

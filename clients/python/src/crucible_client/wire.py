@@ -76,7 +76,10 @@ def decode_frames(frames: Sequence[bytes]) -> Any:
     if len(payload) != 1:
         raise ProtocolError(None, f"a reply must be one frame, got {len(payload)}")
     try:
-        return msgpack.unpackb(payload[0], raw=False, strict_map_key=False)
+        # A str that is not UTF-8 (a server older than this client, or a broken one) is read
+        # with U+FFFD in place of the bad bytes, so the reply still reaches its request.
+        return msgpack.unpackb(payload[0], raw=False, strict_map_key=False,
+                               unicode_errors="replace")
     except Exception as exc:  # msgpack raises several unrelated types for bad bytes
         raise ProtocolError(None, f"reply is not valid msgpack: {exc}") from None
 
