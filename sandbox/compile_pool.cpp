@@ -1,5 +1,6 @@
 // Compile pool: one supervisor thread per worker process, a shared job queue, deadlines via
-// poll(), SIGKILL of the worker's process group on a miss, a cache in front.
+// poll(), SIGKILL of the worker's process group on a miss, lost jobs charged to the source or
+// the host (how the worker died, how much CPU it had), a cache in front.
 #include "sandbox/compile_pool.hpp"
 
 #include <fcntl.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
@@ -67,6 +69,15 @@ struct QueuedJob {
 // The outcome of sending one job to one worker.
 enum class RunEnd { kAnswered, kDeadline, kCancelled, kWorkerLost };
 
+// Why a job got no answer from its worker. The first two are the source's fault at once; a
+// crash is the source's fault when a fresh worker crashes too; kHost never is.
+enum class LossCause {
+  kTimedOut,  // deadline passed while the worker had the CPU
+  kCpuLimit,  // SIGXCPU: the worker's per-job RLIMIT_CPU
+  kCrashed,   // a crash signal, an exit, or an unreadable reply
+  kHost,      // a signal from outside, or the worker stopped or starved of CPU at the deadline
+};
+
 }  // namespace
 
 class Slot;
@@ -93,7 +104,8 @@ struct CompilePool::State {
   std::vector<std::unique_ptr<Slot>> slots;
 
   std::atomic<std::uint64_t> jobs{0}, compiled{0}, hits_memory{0}, hits_disk{0}, dedup{0},
-      timeouts{0}, crashes{0}, retries{0}, worker_starts{0}, worker_restarts{0}, recycles{0};
+      timeouts{0}, crashes{0}, host_faults{0}, retries{0}, worker_starts{0}, worker_restarts{0},
+      recycles{0};
 
   void finish(const std::string& key, CompileOutput output, bool cacheable);
 };
@@ -129,19 +141,34 @@ class Slot {
     if (thread_.joinable()) thread_.join();
   }
   pid_t worker_pid() const { return worker_pid_.load(); }
+  pid_t busy_pid() const { return busy_pid_.load(); }
 
  private:
   void run();
   core::Status spawn_worker();
   void drop_worker();
+  // How an attempt at a job was lost, and whose fault that was.
+  struct Loss {
+    LossCause cause = LossCause::kCrashed;
+    std::string what;     // follows "the compile worker": "was killed by signal 9 (Killed) ..."
+    std::string measure;  // CPU time over the deadline, when measured
+  };
+
   CompileOutput process(const QueuedJob& item, bool* cacheable);
   RunEnd run_on_worker(const CompileJob& job, CompileOutput* out, std::string* detail);
+  Loss classify_death(const ExitStatus& status, bool killed_by_pool,
+                      const std::string& detail) const;
+  Loss classify_deadline(const std::optional<ProcessUsage>& before,
+                         const std::optional<ProcessUsage>& after) const;
+  std::string agent_fault_message(const Loss& loss, const std::optional<Loss>& first) const;
+  std::string host_fault_message(const Loss& first, const Loss& second) const;
 
   CompilePool::State& state_;
   int cancel_pipe_[2] = {-1, -1};
   std::thread thread_;
   std::optional<ChildProcess> worker_;
   std::atomic<pid_t> worker_pid_{0};  // for stats(), read from other threads
+  std::atomic<pid_t> busy_pid_{0};    // the worker while it holds a job (test hook)
   int jobs_on_worker_ = 0;
 };
 
@@ -281,7 +308,9 @@ RunEnd Slot::run_on_worker(const CompileJob& job, CompileOutput* out, std::strin
     *detail = "could not send the job";
     return RunEnd::kWorkerLost;
   }
+  busy_pid_ = worker_->pid();
   auto reply = read_frame(worker_->stdout_fd(), worker_reply_limits(), deadline, cancel_pipe_[0]);
+  busy_pid_ = 0;
   if (!reply) {
     if (reply.error().code == ErrorCode::kTimeout) {
       return reply.error().message == "cancelled" ? RunEnd::kCancelled : RunEnd::kDeadline;
@@ -310,12 +339,96 @@ bool ran_out_of_memory(const std::string& log) {
   return false;
 }
 
+// Signals a worker raises on itself when NVRTC crashes or hits one of its own limits: the job
+// may have caused them. SIGXCPU is handled apart. Any other signal (SIGKILL, SIGTERM, SIGINT,
+// SIGHUP, SIGQUIT, SIGUSR1...) came from outside: the worker never raises it, and the pool's own
+// SIGKILL (deadline, shutdown, an unreadable reply) is accounted for where it is sent.
+bool is_crash_signal(int signal) {
+  switch (signal) {
+    case SIGSEGV:
+    case SIGBUS:  // also NVRTC's scratch file filling the jail's size-capped /tmp
+    case SIGABRT:
+    case SIGILL:
+    case SIGFPE:
+    case SIGTRAP:
+    case SIGSYS:
+    case SIGXFSZ:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string seconds_text(std::chrono::nanoseconds duration) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f s", std::chrono::duration<double>(duration).count());
+  return text;
+}
+
 }  // namespace
+
+// Whose fault a job's lost attempt was, from how the worker died or how it spent the deadline.
+Slot::Loss Slot::classify_death(const ExitStatus& status, bool killed_by_pool,
+                                const std::string& detail) const {
+  Loss loss;
+  if (killed_by_pool) {
+    // Alive but not answering properly (e.g. a reply over the size limit): the job's doing as
+    // far as the pool can tell, so treated like a crash.
+    loss.what = "sent no readable reply (" + detail + ")";
+  } else if (status.signal && *status.signal == SIGXCPU) {
+    loss.cause = LossCause::kCpuLimit;
+    loss.what = "exceeded its CPU time limit";
+  } else if (status.signal && !is_crash_signal(*status.signal)) {
+    loss.cause = LossCause::kHost;
+    loss.what = "was killed by " + status.describe() + " from outside the server";
+  } else if (status.signal) {
+    loss.what = "crashed (" + status.describe() + ")";
+  } else {
+    loss.what = "exited in the middle of the job (" + status.describe() + ")";
+  }
+  return loss;
+}
+
+Slot::Loss Slot::classify_deadline(const std::optional<ProcessUsage>& before,
+                                   const std::optional<ProcessUsage>& after) const {
+  const auto& options = state_.options;
+  Loss loss;
+  loss.cause = LossCause::kTimedOut;
+  loss.what =
+      "did not finish within the " + std::to_string(options.deadline.count()) + " ms deadline";
+  if (!before || !after) {
+    // /proc cannot tell how much CPU the worker had: charge the source, as before CPU time
+    // was measured (the deadline is generous next to a normal compile).
+    return loss;
+  }
+  const auto cpu = after->cpu_time - before->cpu_time;
+  loss.measure = seconds_text(cpu) + " of CPU time";
+  const auto needed = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      options.deadline * options.timeout_min_cpu_share);
+  if (cpu >= needed) return loss;  // it had the CPU and still did not finish: the source
+  loss.cause = LossCause::kHost;
+  const std::string deadline = std::to_string(options.deadline.count()) + " ms deadline";
+  loss.what = after->stopped ? "was stopped from outside the server past its " + deadline
+                             : "was starved of CPU by the host until its " + deadline + " passed";
+  return loss;
+}
 
 CompileOutput Slot::process(const QueuedJob& item, bool* cacheable) {
   *cacheable = false;
   const auto& options = state_.options;
+  std::optional<Loss> first;
   for (int attempt = 0; attempt < 2; ++attempt) {
+    if (worker_) {
+      if (auto gone = worker_->try_wait()) {
+        // It died while idle, so not of this job: replace it without spending an attempt.
+        ++state_.host_faults;
+        ++state_.worker_restarts;
+        core::log_warn("compile pool: worker " + std::to_string(worker_->pid()) +
+                       " died while idle (" + gone->describe() + ")");
+        worker_pid_ = 0;
+        worker_.reset();
+      }
+    }
     if (!worker_) {
       if (auto spawned = spawn_worker(); !spawned) {
         return make_output(StepStatus::kInfraError, spawned.error().message);
@@ -323,6 +436,7 @@ CompileOutput Slot::process(const QueuedJob& item, bool* cacheable) {
     }
     CompileOutput out;
     std::string detail;
+    const auto usage_before = worker_->usage();
     const RunEnd end = run_on_worker(item.job, &out, &detail);
     if (end == RunEnd::kAnswered) {
       ++state_.compiled;
@@ -339,35 +453,82 @@ CompileOutput Slot::process(const QueuedJob& item, bool* cacheable) {
           out.status == StepStatus::kOk || (out.status == StepStatus::kCompileError && !exhausted);
       return out;
     }
-    // Every other ending leaves the worker in an unknown state: kill its whole group.
+    // Every other ending leaves the worker in an unknown state: it goes, with its whole group.
+    // Its CPU time is read before the kill; a worker that hung up is first given a moment to
+    // finish dying, so its own cause of death is read rather than the pool's SIGKILL.
+    const auto usage_after = end == RunEnd::kDeadline ? worker_->usage() : std::nullopt;
+    std::optional<ExitStatus> died;
+    if (end == RunEnd::kWorkerLost) died = worker_->wait_for(std::chrono::milliseconds(1000));
+    const bool killed_by_pool = !died;
+    const pid_t pid = worker_->pid();
+    const ExitStatus status = died ? *died : worker_->kill_and_wait();
     worker_pid_ = 0;
-    const ExitStatus status = worker_->kill_and_wait();
     worker_.reset();
     if (end == RunEnd::kCancelled) {
       return make_output(StepStatus::kInfraError, "the compile pool is shutting down");
     }
     ++state_.worker_restarts;
+    Loss loss;
     if (end == RunEnd::kDeadline) {
       ++state_.timeouts;
-      return make_output(StepStatus::kCompileError, "compilation did not finish within the " +
-                                                        std::to_string(options.deadline.count()) +
-                                                        " ms deadline and was stopped\n");
+      loss = classify_deadline(usage_before, usage_after);
+    } else {
+      loss = classify_death(status, killed_by_pool, detail);
     }
-    ++state_.crashes;
-    if (status.signal && *status.signal == SIGXCPU) {
-      return make_output(StepStatus::kCompileError,
-                         "compilation exceeded its CPU time limit and was stopped\n");
+    if (loss.cause == LossCause::kHost) {
+      ++state_.host_faults;
+    } else if (end == RunEnd::kWorkerLost) {
+      ++state_.crashes;
     }
-    core::log_warn("compile pool: worker lost (" + detail + ", " + status.describe() + ")");
+    core::log_warn("compile pool: worker " + std::to_string(pid) + " " + loss.what +
+                   (loss.measure.empty() ? "" : " (" + loss.measure + ")") +
+                   (detail.empty() ? "" : " [" + detail + "]"));
+    const bool conclusive =
+        loss.cause == LossCause::kTimedOut || loss.cause == LossCause::kCpuLimit;
+    if (loss.cause != LossCause::kHost && (conclusive || attempt == 1)) {
+      return make_output(StepStatus::kCompileError, agent_fault_message(loss, first));
+    }
     if (attempt == 0) {
-      ++state_.retries;  // maybe the worker, maybe the source: a fresh worker tells
+      ++state_.retries;  // a fresh worker tells whether the source or the host was at fault
+      first = loss;
       continue;
     }
-    return make_output(StepStatus::kCompileError,
-                       "the compiler crashed on this source twice (" + status.describe() +
-                           "), e.g. by exceeding the compile memory cap\n");
+    return make_output(StepStatus::kInfraError, host_fault_message(*first, loss));
   }
   return make_output(StepStatus::kInfraError, "unreachable");
+}
+
+// The source's fault: a deadline miss at full CPU or the CPU limit at once, or a crash of the
+// fresh worker that retried the job.
+std::string Slot::agent_fault_message(const Loss& loss, const std::optional<Loss>& first) const {
+  if (loss.cause == LossCause::kTimedOut) {
+    return "compilation did not finish within the " +
+           std::to_string(state_.options.deadline.count()) + " ms deadline and was stopped\n";
+  }
+  if (loss.cause == LossCause::kCpuLimit) {
+    return "compilation exceeded its CPU time limit and was stopped\n";
+  }
+  if (first && first->cause != LossCause::kHost) {
+    return "the compiler " + loss.what + " on this source twice, e.g. by exceeding the compile " +
+           "memory cap\n";
+  }
+  return "the compiler " + loss.what + " on this source in a fresh worker" +
+         (first ? " (the first worker " + first->what + ")" : std::string()) +
+         ", e.g. by exceeding the compile memory cap\n";
+}
+
+// Not the source's fault, or not for certain: the retry was lost to the host.
+std::string Slot::host_fault_message(const Loss& first, const Loss& second) const {
+  std::string message = "the compile worker ";
+  if (first.what == second.what) {
+    message += second.what + " twice";
+    if (!first.measure.empty()) message += " (" + first.measure + ", then " + second.measure + ")";
+  } else {
+    message += first.what + (first.measure.empty() ? "" : " (" + first.measure + ")") +
+               ", then the fresh worker that retried the job " + second.what +
+               (second.measure.empty() ? "" : " (" + second.measure + ")");
+  }
+  return message + "; the job was not charged to the source\n";
 }
 
 CompilePool::CompilePool(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -397,6 +558,9 @@ core::Result<std::unique_ptr<CompilePool>> CompilePool::start(CompilePoolOptions
   }
   if (options.deadline.count() <= 0 || options.recycle_after_jobs <= 0) {
     return core::Error{ErrorCode::kInvalidArgument, "deadline and recycle_after_jobs must be > 0"};
+  }
+  if (!(options.timeout_min_cpu_share >= 0.0 && options.timeout_min_cpu_share <= 1.0)) {
+    return core::Error{ErrorCode::kInvalidArgument, "timeout_min_cpu_share must be in [0, 1]"};
   }
   if (::access(options.worker_exe.c_str(), X_OK) != 0) {
     return core::Error{ErrorCode::kInvalidArgument,
@@ -501,6 +665,7 @@ Value CompilePool::stats() const {
                {"dedup_joins", state.dedup.load()},
                {"timeouts", state.timeouts.load()},
                {"crashes", state.crashes.load()},
+               {"host_faults", state.host_faults.load()},
                {"retries", state.retries.load()},
                {"worker_starts", state.worker_starts.load()},
                {"worker_restarts", state.worker_restarts.load()},
@@ -517,6 +682,15 @@ Value CompilePool::stats() const {
 }
 
 const CompilePoolOptions& CompilePool::options() const { return state_->options; }
+
+std::vector<int> CompilePool::busy_worker_pids() const {
+  std::lock_guard lock(state_->mutex);
+  std::vector<int> pids;
+  for (const auto& slot : state_->slots) {
+    if (pid_t pid = slot->busy_pid(); pid > 0) pids.push_back(static_cast<int>(pid));
+  }
+  return pids;
+}
 
 std::filesystem::path default_worker_path() {
   std::error_code error;

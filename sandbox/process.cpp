@@ -11,8 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -296,6 +299,49 @@ ExitStatus ChildProcess::kill_and_wait() {
     if (auto status = wait_for(std::chrono::milliseconds(1000))) return *status;
     kill_group();
   }
+}
+
+std::optional<ProcessUsage> ChildProcess::usage() const {
+  if (pid_ <= 0 || status_) return std::nullopt;
+  const std::string path = "/proc/" + std::to_string(pid_) + "/stat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buffer[1024];
+  ssize_t got;
+  do {
+    got = ::read(fd, buffer, sizeof buffer - 1);
+  } while (got < 0 && errno == EINTR);
+  ::close(fd);
+  if (got <= 0) return std::nullopt;
+  // "pid (comm) state ppid ... utime stime ...": comm may hold spaces and parentheses, so the
+  // fields are counted from the last ')'. utime and stime are fields 14 and 15.
+  const std::string_view text(buffer, static_cast<std::size_t>(got));
+  const auto comm_end = text.rfind(')');
+  if (comm_end == std::string_view::npos) return std::nullopt;
+  std::vector<std::string_view> fields;
+  std::size_t at = comm_end + 1;
+  while (at < text.size() && fields.size() < 13) {
+    while (at < text.size() && text[at] == ' ') ++at;
+    const std::size_t end = std::min(text.find(' ', at), text.size());
+    if (end > at) fields.push_back(text.substr(at, end - at));
+    at = end;
+  }
+  if (fields.size() < 13 || fields[0].empty()) return std::nullopt;
+  auto ticks_of = [](std::string_view field) -> std::optional<unsigned long long> {
+    unsigned long long value = 0;
+    const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
+    if (error != std::errc() || end != field.data() + field.size()) return std::nullopt;
+    return value;
+  };
+  const auto user_ticks = ticks_of(fields[11]);
+  const auto system_ticks = ticks_of(fields[12]);
+  const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
+  if (!user_ticks || !system_ticks || ticks_per_second <= 0) return std::nullopt;
+  ProcessUsage usage;
+  usage.cpu_time = std::chrono::nanoseconds(static_cast<std::int64_t>(
+      (*user_ticks + *system_ticks) * (1000000000ull / ticks_per_second)));
+  usage.stopped = fields[0][0] == 'T' || fields[0][0] == 't';
+  return usage;
 }
 
 std::string ChildProcess::drain_stderr(std::size_t max_bytes) {

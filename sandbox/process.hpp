@@ -48,6 +48,12 @@ struct ExitStatus {
   std::string describe() const;  // "exit code 3", "signal 9 (Killed)"
 };
 
+// A running child's CPU use and scheduling state, as /proc/<pid>/stat reports them.
+struct ProcessUsage {
+  std::chrono::nanoseconds cpu_time{0};  // user + system, all threads, since the child started
+  bool stopped = false;                  // stopped by a signal (SIGSTOP, SIGTSTP...) or traced
+};
+
 // One child process, leader of its own process group (pgid == pid). Move-only. The destructor
 // SIGKILLs the group and reaps the child, so a ChildProcess never leaks a zombie or a runaway
 // grandchild. Not thread-safe except kill_group(), which may race with everything.
@@ -81,6 +87,10 @@ class ChildProcess {
   ExitStatus kill_and_wait();
 
   bool running() const { return pid_ > 0 && !status_; }
+  // The child's CPU time and state now (clock-tick resolution, usually 10 ms); nullopt when
+  // /proc cannot tell (not mounted, hidden) or the child has been reaped. Reading it does not
+  // reap. Works on a jailed child: it stays in the parent's pid namespace.
+  std::optional<ProcessUsage> usage() const;
   // Reads what is available on stderr without blocking, at most max_bytes; "" if none.
   std::string drain_stderr(std::size_t max_bytes = 64 * 1024);
 
