@@ -3,7 +3,10 @@
 // back to the loop through an inproc PUSH/PULL pair (ZeroMQ sockets are single-threaded).
 #include "env/server.hpp"
 
+#include <sys/resource.h>
+
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -178,6 +181,7 @@ class Server::Impl {
         context_(1),
         router_(context_, zmq::socket_type::router),
         replies_(context_, zmq::socket_type::pull),
+        monitor_(context_, zmq::socket_type::pair),
         queue_(options_.max_queued),
         rng_(std::random_device{}()),
         started_(Clock::now()) {}
@@ -220,6 +224,16 @@ class Server::Impl {
       replies_.set(zmq::sockopt::linger, 0);
       replies_.set(zmq::sockopt::rcvhwm, 0);
       replies_.bind(replies_endpoint_);
+      // Connection events, so a client the OS cannot accept (out of file descriptors) is seen
+      // and counted instead of waiting unnoticed.
+      const std::string monitor_endpoint = "inproc://crucible-connections";
+      if (zmq_socket_monitor(
+              router_.handle(), monitor_endpoint.c_str(),
+              ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_ACCEPT_FAILED | ZMQ_EVENT_DISCONNECTED) != 0) {
+        throw zmq::error_t();
+      }
+      monitor_.set(zmq::sockopt::linger, 0);
+      monitor_.connect(monitor_endpoint);
     } catch (const zmq::error_t& e) {
       return core::Error{ErrorCode::kIo, "cannot bind " + options_.bind + ": " + e.what()};
     }
@@ -247,6 +261,7 @@ class Server::Impl {
   void send(const Route& route, const Value& reply);
   void send_error(const Route& route, const Value& id, ErrorCode code, const std::string& message);
   void forward_replies();
+  void read_connection_events();
   void expire_episodes();
   Value hello_reply(const Value& id) const;
   Value stats_reply(const Value& id) const;
@@ -270,6 +285,7 @@ class Server::Impl {
   zmq::context_t context_;
   zmq::socket_t router_;
   zmq::socket_t replies_;
+  zmq::socket_t monitor_;  // connection events of router_
   std::string endpoint_;
   std::string replies_endpoint_;
   std::unique_ptr<TrajectoryLog> log_;
@@ -290,6 +306,9 @@ class Server::Impl {
   std::atomic<std::uint64_t> dropped_replies_{0};
   std::atomic<std::uint64_t> inflight_{0};
   std::atomic<std::uint64_t> steps_{0};
+  std::atomic<std::int64_t> connections_{0};
+  std::atomic<std::uint64_t> accept_failures_{0};
+  Clock::time_point last_accept_warning_{};
   std::atomic<std::uint64_t> scores_{0};
   mutable std::mutex stats_mutex_;
   std::map<std::string, std::uint64_t> errors_;
@@ -301,6 +320,7 @@ void Server::Impl::run() {
   bool draining = false;
   Clock::time_point drain_deadline;
   Clock::time_point next_sweep = Clock::now() + std::chrono::seconds(1);
+  Clock::time_point next_events = Clock::now();
   while (true) {
     if (!draining && stop_requested_.load()) {
       draining = true;
@@ -318,6 +338,12 @@ void Server::Impl::run() {
       throw;
     }
     if (items[1].revents & ZMQ_POLLIN) forward_replies();
+    // Connection events are read ten times a second, not as they come: out of file
+    // descriptors, libzmq retries the accept in a loop and reports every failure.
+    if (Clock::now() >= next_events) {
+      read_connection_events();
+      next_events = Clock::now() + std::chrono::milliseconds(100);
+    }
     if (items[0].revents & ZMQ_POLLIN) {
       // Read a bounded batch so replies keep flowing under a flood of requests.
       for (int i = 0; i < 256; ++i) {
@@ -729,6 +755,40 @@ void Server::Impl::worker_main() {
   }
 }
 
+void Server::Impl::read_connection_events() {
+  // Bounded, so a storm of failed accepts cannot starve the request loop. Events past the
+  // monitor's queue limit are dropped by libzmq, so counts are approximate during a storm.
+  for (int i = 0; i < 4096; ++i) {
+    zmq::message_t event;
+    zmq::message_t address;
+    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) return;
+    if (event.more()) (void)monitor_.recv(address, zmq::recv_flags::dontwait);
+    if (event.size() < 6) continue;
+    std::uint16_t kind = 0;
+    std::uint32_t value = 0;
+    std::memcpy(&kind, event.data(), sizeof kind);
+    std::memcpy(&value, static_cast<const char*>(event.data()) + 2, sizeof value);
+    if (kind == ZMQ_EVENT_ACCEPTED) {
+      ++connections_;
+    } else if (kind == ZMQ_EVENT_DISCONNECTED) {
+      --connections_;
+    } else if (kind == ZMQ_EVENT_ACCEPT_FAILED) {
+      ++accept_failures_;
+      if (Clock::now() - last_accept_warning_ > std::chrono::seconds(10)) {
+        last_accept_warning_ = Clock::now();
+        rlimit files{};
+        ::getrlimit(RLIMIT_NOFILE, &files);
+        core::log_error("cannot accept a client connection (" +
+                        std::string(std::strerror(static_cast<int>(value))) + ") with " +
+                        std::to_string(connections_.load()) + " clients connected and " +
+                        std::to_string(files.rlim_cur) +
+                        " open files allowed: clients past that wait unanswered; raise the "
+                        "limit (ulimit -n) or spread clients over more servers");
+      }
+    }
+  }
+}
+
 void Server::Impl::forward_replies() {
   while (true) {
     std::vector<zmq::message_t> parts;
@@ -813,6 +873,8 @@ Value Server::Impl::stats_reply(const Value& id) const {
   reply["requests"] = requests_.load();
   reply["replies"] = replies_sent_.load();
   reply["dropped_replies"] = dropped_replies_.load();
+  reply["connections"] = connections_.load();
+  reply["accept_failures"] = accept_failures_.load();
   reply["inflight"] = inflight_.load();
   reply["steps"] = steps_.load();
   reply["scores"] = scores_.load();
