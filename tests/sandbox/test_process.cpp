@@ -38,6 +38,34 @@ TEST_CASE("process: a child that hangs is still running at its deadline and is k
   CHECK(Clock::now() - started < std::chrono::seconds(5));
 }
 
+TEST_CASE("process: usage reports CPU time and a stopped child, nothing once it is gone") {
+  auto child = ChildProcess::spawn(shell("while :; do :; done"));
+  REQUIRE(child.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const auto busy = child->usage();
+  REQUIRE(busy.has_value());
+  // A spinning child on a loaded 2-core machine still gets a good part of a core.
+  CHECK(busy->cpu_time >= std::chrono::milliseconds(100));
+  CHECK_FALSE(busy->stopped);
+  REQUIRE(::kill(child->pid(), SIGSTOP) == 0);
+  bool stopped = false;
+  for (int i = 0; i < 100 && !stopped; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const auto now = child->usage();
+    stopped = now.has_value() && now->stopped;
+  }
+  CHECK(stopped);
+  const auto frozen = child->usage();
+  REQUIRE(frozen.has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto later = child->usage();
+  REQUIRE(later.has_value());
+  CHECK(later->cpu_time == frozen->cpu_time);  // a stopped child uses no CPU
+  REQUIRE(::kill(child->pid(), SIGCONT) == 0);
+  child->kill_and_wait();
+  CHECK_FALSE(child->usage().has_value());
+}
+
 TEST_CASE("process: killing the group also kills grandchildren") {
   // The grandchild writes its pid, then both sleep; after the kill the grandchild is gone too.
   auto child = ChildProcess::spawn(shell("sleep 60 & echo $!; wait"));
