@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -30,6 +32,30 @@ namespace {
 using core::ErrorCode;
 using core::Value;
 using Clock = std::chrono::steady_clock;
+
+// A JSON type as a JSON user names it: "object", "array", "string", "number", ...
+std::string json_type_name(const Value& value) {
+  if (value.is_object()) return "object";
+  if (value.is_array()) return "array";
+  if (value.is_string()) return "string";
+  if (value.is_number()) return "number";
+  if (value.is_boolean()) return "boolean";
+  if (value.is_null()) return "null";
+  return "binary";
+}
+
+std::string with_article(const std::string& noun) {
+  return (noun.find_first_of("aeiou") == 0 ? "an " : "a ") + noun;
+}
+
+std::string wrong_type(const std::string& field, const std::string& want, const Value& got) {
+  return "field '" + field + "' must be " + want + ", got " + json_type_name(got);
+}
+
+// The text of the current errno, for messages about a failed read or write.
+std::string errno_text(int error) {
+  return error != 0 ? std::strerror(error) : "the write did not complete";
+}
 
 core::Result<std::vector<Sample>> load_folder(const std::filesystem::path& root,
                                               const tasks::Registry& registry,
@@ -73,9 +99,17 @@ core::Result<std::vector<Sample>> load_jsonl(const std::filesystem::path& path) 
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path.string() + ":" + std::to_string(number);
-    Value record = Value::parse(line, nullptr, false);
-    if (record.is_discarded() || !record.is_object()) {
-      return core::Error{ErrorCode::kInvalidArgument, where + ": not a JSON object"};
+    auto parsed = parse_json(line);
+    if (!parsed) {
+      const bool deep = parsed.error().code == ErrorCode::kTooLarge;
+      return core::Error{
+          ErrorCode::kInvalidArgument,
+          where + (deep ? ": " + parsed.error().message : ": not a JSON object: not valid JSON")};
+    }
+    Value record = std::move(parsed).value();
+    if (!record.is_object()) {
+      return core::Error{ErrorCode::kInvalidArgument,
+                         where + ": not a JSON object but " + with_article(json_type_name(record))};
     }
     if (!record.contains("task") || !record["task"].is_string() || !record.contains("source") ||
         !record["source"].is_string()) {
@@ -192,13 +226,31 @@ class ServerScorer final : public Scorer {
 core::Status write_file(const std::filesystem::path& path, const std::string& text) {
   const auto temporary = path.string() + ".tmp";
   {
+    errno = 0;
     std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    file << text;
-    if (!file) return core::Error{ErrorCode::kIo, "cannot write " + temporary};
+    int error = errno;
+    if (file) {
+      file << text;
+      error = errno;
+      if (file) {
+        // The bytes may still sit in the stream's buffer: only a close that succeeds says
+        // they were written (a full disk often shows up here, not at the `<<`).
+        file.close();
+        error = errno;
+      }
+    }
+    if (file.fail()) {
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+      return core::Error{ErrorCode::kIo, "cannot write " + path.string() + " (through " +
+                                             temporary + "): " + errno_text(error)};
+    }
   }
   std::error_code error;
   std::filesystem::rename(temporary, path, error);
-  if (error) return core::Error{ErrorCode::kIo, "cannot write " + path.string()};
+  if (error) {
+    return core::Error{ErrorCode::kIo, "cannot write " + path.string() + ": " + error.message()};
+  }
   return {};
 }
 
@@ -207,7 +259,9 @@ class LineAppender {
  public:
   static core::Result<std::unique_ptr<LineAppender>> open(const std::filesystem::path& path) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) return core::Error{ErrorCode::kIo, "cannot open " + path.string()};
+    if (fd < 0) {
+      return core::Error{ErrorCode::kIo, "cannot open " + path.string() + ": " + errno_text(errno)};
+    }
     return std::unique_ptr<LineAppender>(new LineAppender(fd, path));
   }
   ~LineAppender() { ::close(fd_); }
@@ -219,7 +273,8 @@ class LineAppender {
       const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
       if (n < 0) {
         if (errno == EINTR) continue;
-        return core::Error{ErrorCode::kIo, "cannot append to " + path_.string()};
+        return core::Error{ErrorCode::kIo,
+                           "cannot append to " + path_.string() + ": " + errno_text(errno)};
       }
       done += static_cast<std::size_t>(n);
     }
@@ -242,6 +297,12 @@ core::Result<std::vector<Sample>> load_samples(const std::filesystem::path& inpu
   if (std::filesystem::is_directory(input, error)) return load_folder(input, registry, skipped);
   if (!std::filesystem::exists(input, error)) {
     return core::Error{ErrorCode::kIo, input.string() + " does not exist"};
+  }
+  if (!std::filesystem::is_regular_file(input, error)) {
+    // A FIFO would block until a writer comes, a device may never end.
+    return core::Error{ErrorCode::kIo, input.string() +
+                                           " is not a regular file or a folder (a FIFO, a "
+                                           "device, a socket?): give a JSONL file or a folder"};
   }
   return load_jsonl(input);
 }
@@ -400,25 +461,103 @@ void Progress::finish() {
   if (state_->terminal && state_->done > 0) std::cerr << "\n";
 }
 
+namespace {
+
+// Why a results.jsonl record cannot be used, or "" when it can.
+std::string check_result_record(const Value& record) {
+  if (!record.is_object()) return "not a JSON object but " + with_article(json_type_name(record));
+  for (const char* key : {"sample_id", "status"}) {
+    const auto it = record.find(key);
+    if (it == record.end()) return std::string("missing field '") + key + "'";
+    if (!it->is_string()) return wrong_type(key, "a string", *it);
+  }
+  for (const char* key : {"task", "category", "message"}) {
+    const auto it = record.find(key);
+    if (it != record.end() && !it->is_string()) return wrong_type(key, "a string", *it);
+  }
+  const auto speedup = record.find("speedup");
+  if (speedup != record.end() && !speedup->is_null() && !speedup->is_number()) {
+    return wrong_type("speedup", "a number", *speedup);
+  }
+  return {};
+}
+
+}  // namespace
+
 core::Result<std::vector<core::Value>> read_results(const std::filesystem::path& path,
                                                     std::size_t* torn_lines) {
   std::vector<Value> records;
   if (torn_lines != nullptr) *torn_lines = 0;
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return records;
-  std::ifstream file(path);
-  if (!file) return core::Error{ErrorCode::kIo, "cannot read " + path.string()};
-  std::string line;
-  while (std::getline(file, line)) {
-    if (line.empty()) continue;
-    Value record = Value::parse(line, nullptr, false);
-    if (record.is_discarded() || !record.is_object() || !record.contains("sample_id")) {
-      if (torn_lines != nullptr) ++*torn_lines;
-      continue;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return core::Error{ErrorCode::kIo, path.string() + " is not a regular file"};
+  }
+  auto text = core::read_text_file(path);
+  if (!text) return text.error();
+  std::size_t number = 0;
+  std::size_t at = 0;
+  while (at < text->size()) {
+    const auto newline = text->find('\n', at);
+    const bool last = newline == std::string::npos;
+    const std::string_view line =
+        std::string_view(*text).substr(at, last ? std::string::npos : newline - at);
+    at = last ? text->size() : newline + 1;
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = path.string() + ":" + std::to_string(number) + ": ";
+    auto record = parse_json(line);
+    if (!record) {
+      // Each record is appended with one write(2) ending in its newline, so a kill can only
+      // leave a last line with no newline; any other line that does not parse is damage.
+      if (last && record.error().code == ErrorCode::kInvalidArgument) {
+        if (torn_lines != nullptr) ++*torn_lines;
+        continue;
+      }
+      const bool deep = record.error().code == ErrorCode::kTooLarge;
+      return core::Error{ErrorCode::kInvalidArgument,
+                         where + record.error().message +
+                             (deep ? std::string()
+                                   : " (only the last line can be cut short by an "
+                                     "interruption)")};
     }
-    records.push_back(std::move(record));
+    if (const std::string why = check_result_record(*record); !why.empty()) {
+      return core::Error{ErrorCode::kInvalidArgument, where + why};
+    }
+    records.push_back(std::move(record).value());
   }
   return records;
+}
+
+core::Result<core::Value> parse_json(std::string_view text, std::size_t max_depth) {
+  // nlohmann's parser keeps its own stack, but copying, printing and comparing a Value recurse
+  // once per level: count the nesting first, outside strings.
+  std::size_t depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        return core::Error{ErrorCode::kTooLarge,
+                           "nested deeper than " + std::to_string(max_depth) + " levels"};
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  Value value = Value::parse(text, nullptr, false);
+  if (value.is_discarded()) return core::Error{ErrorCode::kInvalidArgument, "not JSON"};
+  return value;
 }
 
 core::Result<EvalOutcome> run_eval(const std::vector<Sample>& samples,

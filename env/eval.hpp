@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/result.hpp"
@@ -33,8 +34,10 @@ struct Sample {
 //    and listed in `skipped`.
 //  - a file: JSON lines of {task, source, sample_id?, meta?}; blank lines are ignored; a
 //    missing sample_id becomes "<task>#<line number>".
-// Samples come back sorted by sample id (folders) or in file order (JSONL). Errors: kIo,
-// kInvalidArgument (a malformed line, a duplicate sample id; the message names the line).
+// Samples come back sorted by sample id (folders) or in file order (JSONL). Any bad line fails
+// the whole load, before anything is scored. Errors: kIo (cannot read; `input` is neither a
+// folder nor a regular file, e.g. a FIFO), kInvalidArgument (a malformed line, a line nested
+// deeper than kMaxJsonDepth, a duplicate sample id; the message names the file and line).
 core::Result<std::vector<Sample>> load_samples(const std::filesystem::path& input,
                                                const tasks::Registry& registry,
                                                std::vector<std::string>* skipped = nullptr);
@@ -120,8 +123,23 @@ core::Result<EvalOutcome> run_eval(const std::vector<Sample>& samples,
                                    const tasks::Registry& registry, Scorer& scorer,
                                    const EvalOptions& options, core::Value run_info);
 
-// Reads results.jsonl; a line that does not parse (a torn tail) is skipped and counted.
+// Reads results.jsonl. Every record must be a JSON object with string fields `sample_id` and
+// `status`; `task`, `category` and `message`, when present, are strings and `speedup` a number
+// (or null). The one line an interrupted run can leave, a last line cut short (no newline, not
+// JSON), is skipped and counted in `torn_lines`. Errors: kIo (cannot read, or not a regular
+// file), kInvalidArgument for any other bad line: "PATH:LINE: field 'status' must be a string,
+// got number" (a record of the wrong shape is not guessed at: resuming over it would mix a
+// damaged run into the summary).
 core::Result<std::vector<core::Value>> read_results(const std::filesystem::path& path,
                                                     std::size_t* torn_lines = nullptr);
+
+// How deep JSON read by eval (input lines, results.jsonl, --reward) may nest. Deeper text is
+// refused before it is parsed: a Value that deep overflows the stack when copied or printed.
+inline constexpr std::size_t kMaxJsonDepth = 64;
+
+// Parses one JSON document of at most `max_depth` nested arrays and objects. Errors:
+// kTooLarge "nested deeper than 64 levels", kInvalidArgument "not JSON" (the caller adds where
+// the text came from). Never throws.
+core::Result<core::Value> parse_json(std::string_view text, std::size_t max_depth = kMaxJsonDepth);
 
 }  // namespace crucible::env
