@@ -20,7 +20,7 @@
 #include "core/text_file.hpp"
 #include "env/server.hpp"
 #include "env/stages.hpp"
-#include "sandbox/gpu_probe.hpp"
+#include "runner/gpu_probe.hpp"
 #include "tasks/registry.hpp"
 
 namespace {
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   }
   env::PipelineOptions pipeline_options;
   pipeline_options.home = home;
-  pipeline_options.gpus = sandbox::probe_gpus();
+  pipeline_options.gpus = runner::probe_gpus();
   if (pipeline_options.gpus.gpus.empty()) {
     std::fprintf(stderr, "no GPU: %s\n", pipeline_options.gpus.reason.c_str());
     return 77;
@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
   auto client = clients::Client::connect(client_options).value();
   const auto hello = client.hello().value();
 
-  const std::string correct = read_file(home + "/examples/solutions/llm/rms_norm.cu");
+  const std::string correct = read_file(home + "/tasks/llm/rms_norm/solution.cu");
   const std::string crash = read_file(home + "/tests/gpu/kernels/illegal_address.cu");
   const std::string hang = read_file(home + "/tests/gpu/kernels/infinite_loop.cu");
 
@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
         {"task", "llm/rms_norm"},
         {"time_cap_ms", pipeline_options.gpu_options.timing.time_cap_ms},
         {"target_rel_ci", pipeline_options.gpu_options.timing.target_rel_ci},
-        {"kernel", "examples/solutions/llm/rms_norm.cu"},
+        {"kernel", "tasks/llm/rms_norm/solution.cu"},
         {"step_latency_s",
          {{"first", cold.seconds},
           {"new_source",

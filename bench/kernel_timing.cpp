@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "sandbox/runner/cuda_check.hpp"
-#include "sandbox/runner/device.hpp"
-#include "sandbox/runner/kernel_timer.hpp"
+#include "runner/child/cuda_check.hpp"
+#include "runner/child/device.hpp"
+#include "runner/child/kernel_timer.hpp"
 
-using namespace crucible::sandbox::runner;
+using namespace crucible::runner::child;
 
 int main(int argc, char** argv) {
   std::string path = "kernels/llm/rms_norm.cu";

@@ -18,7 +18,7 @@
 #include "core/text_file.hpp"
 #include "env/server.hpp"
 #include "env/stages.hpp"
-#include "sandbox/gpu_probe.hpp"
+#include "runner/gpu_probe.hpp"
 #include "tasks/registry.hpp"
 
 namespace {

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <exception>
 
+#include "action/plan_context.hpp"
 #include "core/protocol.hpp"
 #include "core/text.hpp"
-#include "sandbox/plan_context.hpp"
 
 namespace crucible::env {
 
@@ -76,15 +76,15 @@ bool ValidateStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult
         "with a // @launch directive";
     return false;
   }
-  const auto context = sandbox::make_plan_context(*job.task);
-  auto plan = sandbox::parse_action_plan(job.source, job.plan, context);
+  const auto context = action::make_plan_context(*job.task);
+  auto plan = action::parse_action_plan(job.source, job.plan, context);
   if (!plan) {
     result.status = core::StepStatus::kInvalidAction;
     result.message = plan.error().message;
     return false;
   }
   for (const auto& c : job.task->cases) {
-    auto concrete = sandbox::evaluate_plan(*plan, c.symbols, context);
+    auto concrete = action::evaluate_plan(*plan, c.symbols, context);
     if (!concrete) {
       result.status = core::StepStatus::kInvalidAction;
       // A hidden case's shape is not for the agent to see.

@@ -8,11 +8,11 @@
 #include <string_view>
 #include <vector>
 
+#include "action/launch_plan.hpp"
 #include "core/value.hpp"
 #include "env/step_result.hpp"
 #include "rewards/reward.hpp"
 #include "sandbox/compile_job.hpp"
-#include "sandbox/launch_plan.hpp"
 #include "tasks/task.hpp"
 
 namespace crucible::env {
@@ -28,7 +28,7 @@ struct StepJob {
 
 // What one stage hands to the next: the parsed launch plan and the compiled candidate.
 struct StepArtifacts {
-  std::optional<sandbox::LaunchPlan> plan;
+  std::optional<action::LaunchPlan> plan;
   std::optional<sandbox::CompileOutput> compiled;
 };
 

@@ -33,7 +33,7 @@ struct ServerOptions {
   std::size_t max_episode_bytes = 256u << 20;  // what all open episodes together may hold
   std::chrono::seconds drain_timeout{30};      // on shutdown, how long in-flight work may finish
   std::string arch = "sm_90a";                 // compile target reported by hello
-  core::Value gpus = core::Value::array();     // from sandbox::probe_gpus, reported by hello
+  core::Value gpus = core::Value::array();     // from runner::probe_gpus, reported by hello
 };
 
 class Server {

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "action/plan_context.hpp"
 #include "core/log.hpp"
-#include "sandbox/plan_context.hpp"
 
 namespace crucible::env {
 
@@ -84,8 +84,7 @@ sandbox::CompileOutput GpuStage::reference(const tasks::Task& task) {
     if (it == references_.end()) {
       sandbox::CompileJob compile;
       compile.source = task.reference_source;
-      auto plan =
-          sandbox::parse_launch_plan(task.reference_source, sandbox::make_plan_context(task));
+      auto plan = action::parse_launch_plan(task.reference_source, action::make_plan_context(task));
       if (plan) compile.name_expressions = plan->name_expressions();
       it = references_.emplace(task.id, compiler_->submit(std::move(compile)).share()).first;
     }
@@ -113,7 +112,7 @@ bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& res
                      " failed to compile: " + log_summary(reference_output.log);
     return false;
   }
-  sandbox::RunJob run;
+  runner::RunJob run;
   {
     std::lock_guard lock(mutex_);
     run.id = next_job_++;
@@ -181,12 +180,12 @@ Pipeline build_pipeline(const PipelineOptions& options, std::string* notes) {
         "gpu", "the GPU stage needs the compile stage, which is unavailable"));
     return pipeline;
   }
-  sandbox::RunnerPoolOptions runner_options = options.runner_options;
+  runner::RunnerPoolOptions runner_options = options.runner_options;
   runner_options.home = options.home;
   if (runner_options.devices.empty()) {
     for (const auto& gpu : options.gpus.gpus) runner_options.devices.push_back(gpu.index);
   }
-  auto runners = sandbox::RunnerPool::start(runner_options);
+  auto runners = runner::RunnerPool::start(runner_options);
   if (!runners) {
     note("GPU stage unavailable: " + runners.error().message);
     pipeline.add(std::make_unique<UnavailableStage>(
@@ -194,7 +193,7 @@ Pipeline build_pipeline(const PipelineOptions& options, std::string* notes) {
     return pipeline;
   }
   pipeline.add(std::make_unique<GpuStage>(
-      compiler, std::shared_ptr<sandbox::RunnerPool>(std::move(runners).value()),
+      compiler, std::shared_ptr<runner::RunnerPool>(std::move(runners).value()),
       options.gpu_options));
   return pipeline;
 }

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "env/pipeline.hpp"
+#include "runner/gpu_probe.hpp"
+#include "runner/runner_pool.hpp"
 #include "sandbox/compile_pool.hpp"
-#include "sandbox/gpu_probe.hpp"
-#include "sandbox/runner_pool.hpp"
 
 namespace crucible::env {
 
@@ -29,7 +29,7 @@ class CompileStage final : public Stage {
 };
 
 struct GpuStageOptions {
-  sandbox::TimingOptions timing;
+  runner::TimingOptions timing;
   double kernel_timeout_ms = 2000;
   std::chrono::milliseconds deadline_floor{20000};
 };
@@ -39,7 +39,7 @@ struct GpuStageOptions {
 class GpuStage final : public Stage {
  public:
   GpuStage(std::shared_ptr<sandbox::CompilePool> compiler,
-           std::shared_ptr<sandbox::RunnerPool> runners, GpuStageOptions options)
+           std::shared_ptr<runner::RunnerPool> runners, GpuStageOptions options)
       : compiler_(std::move(compiler)), runners_(std::move(runners)), options_(options) {}
   std::string_view name() const override { return "gpu"; }
   bool available() const override { return true; }
@@ -50,7 +50,7 @@ class GpuStage final : public Stage {
   sandbox::CompileOutput reference(const tasks::Task& task);
 
   std::shared_ptr<sandbox::CompilePool> compiler_;
-  std::shared_ptr<sandbox::RunnerPool> runners_;
+  std::shared_ptr<runner::RunnerPool> runners_;
   GpuStageOptions options_;
   std::mutex mutex_;
   std::map<std::string, std::shared_future<sandbox::CompileOutput>> references_;
@@ -59,10 +59,10 @@ class GpuStage final : public Stage {
 
 struct PipelineOptions {
   std::filesystem::path home;
-  sandbox::GpuProbe gpus;
+  runner::GpuProbe gpus;
   bool compile = true;  // start the compile pool (needs crucible-compile-worker)
   sandbox::CompilePoolOptions compile_options;
-  sandbox::RunnerPoolOptions runner_options;
+  runner::RunnerPoolOptions runner_options;
   GpuStageOptions gpu_options;
 };
 

@@ -30,7 +30,7 @@ inline bool is_input(Role role) { return role != Role::kOut; }
 // detection), "science" (3D, robotics and science), "recsys" (recommendation), "world" (world
 // models and diffusion LLMs).
 const std::vector<std::string>& known_categories();
-// Checkers a manifest may name (`checker = "..."`), implemented in sandbox/task_checker.hpp:
+// Checkers a manifest may name (`checker = "..."`), implemented in runner/judge/task_checker.hpp:
 // "topk" (top-k routing: any order of tied scores is right).
 const std::vector<std::string>& known_checkers();
 // Vendor libraries a task's reference may be computed by (`[reference] library`), instead of its
@@ -147,6 +147,10 @@ struct Task {
   // the source is the starting point shown to agents, held to the same oracle.
   std::string reference_library;
   std::filesystem::path manifest_path;  // absolute path of task.toml
+
+  // The task's folder (tasks/<category>/<name>/) and the correct example solution in it.
+  std::filesystem::path folder() const { return manifest_path.parent_path(); }
+  std::filesystem::path solution_path() const { return folder() / "solution.cu"; }
 
   const TensorSpec* find_tensor(std::string_view name) const;
   const ScalarSpec* find_scalar(std::string_view name) const;

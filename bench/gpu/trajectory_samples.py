@@ -19,7 +19,7 @@ import sys
 
 CORRECT = [
     ("reference", "kernels/llm/rms_norm.cu"),
-    ("simple_solution", "examples/solutions/llm/rms_norm.cu"),
+    ("simple_solution", "tasks/llm/rms_norm/solution.cu"),
     ("corpus_correct", "tests/gpu/kernels/correct.cu"),
     ("corpus_slow", "tests/gpu/kernels/slow.cu"),
 ]

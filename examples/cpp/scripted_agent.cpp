@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   using namespace crucible;
   const std::string endpoint = argc > 1 ? argv[1] : "tcp://127.0.0.1:5555";
   const std::string task = argc > 2 ? argv[2] : "llm/rms_norm";
-  const std::string path = argc > 3 ? argv[3] : "examples/solutions/llm/rms_norm.cu";
+  const std::string path = argc > 3 ? argv[3] : "tasks/llm/rms_norm/solution.cu";
   std::ifstream file(path);
   if (!file) {
     std::cerr << "cannot read " << path << "\n";

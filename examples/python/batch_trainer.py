@@ -2,7 +2,7 @@
 """A trainer-style client: score N sources with many requests in flight, report throughput.
 
     python3 examples/python/batch_trainer.py --task llm/rms_norm \
-        --file examples/solutions/llm/rms_norm.cu -n 256 --max-inflight 64
+        --file tasks/llm/rms_norm/solution.cu -n 256 --max-inflight 64
 
 Each request is a stateless `score` (no episode), as an RL trainer does when it computes the
 rewards of a whole batch of rollouts at once. Samples whose reward is marked `infra` are the
@@ -77,7 +77,7 @@ def main() -> int:
     parser.add_argument("--asyncio", action="store_true", help="use AsyncClient instead")
     args = parser.parse_args()
 
-    files = args.file or [str(REPO / "examples" / "solutions" / "llm" / "rms_norm.cu")]
+    files = args.file or [str(REPO / "tasks" / "llm" / "rms_norm" / "solution.cu")]
     sources = [Path(f).read_text(encoding="utf-8") for f in files]
     # Distinct seeds give each request its own generated inputs, like distinct rollouts.
     items = [(args.task, sources[i % len(sources)], i) for i in range(args.n)]

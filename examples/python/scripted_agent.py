@@ -2,7 +2,7 @@
 """A scripted agent: open an episode on a task, submit a solution file, print what came back.
 
     python3 examples/python/scripted_agent.py --task llm/rms_norm \
-        --file examples/solutions/llm/rms_norm.cu --endpoint tcp://127.0.0.1:5555
+        --file tasks/llm/rms_norm/solution.cu --endpoint tcp://127.0.0.1:5555
 
 A learning agent would replace the file with model output and loop on the observation; the
 calls are the same. Exits 0 whenever the server answered (even with a failing status: that is
@@ -47,7 +47,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--endpoint", default=crucible_client.DEFAULT_ENDPOINT)
     parser.add_argument("--task", default="llm/rms_norm")
-    parser.add_argument("--file", default=str(REPO / "examples" / "solutions" / "llm" / "rms_norm.cu"))
+    parser.add_argument("--file", default=str(REPO / "tasks" / "llm" / "rms_norm" / "solution.cu"))
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=300.0)

@@ -7,8 +7,8 @@
 #include <functional>
 
 #include "core/msgpack_codec.hpp"
-#include "env/eval.hpp"
-#include "env/replay.hpp"
+#include "env/cli/eval.hpp"
+#include "env/cli/replay.hpp"
 #include "env/trajectory_log.hpp"
 #include "tests/env/server_fixture.hpp"
 #include "tests/eval/eval_test_support.hpp"

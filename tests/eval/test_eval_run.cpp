@@ -4,7 +4,7 @@
 #include <atomic>
 #include <set>
 
-#include "env/eval.hpp"
+#include "env/cli/eval.hpp"
 #include "tests/env/server_fixture.hpp"
 #include "tests/eval/eval_test_support.hpp"
 
@@ -13,7 +13,7 @@ using namespace crucible;
 namespace {
 
 const std::string kRmsNormSource =
-    testing::read_file(CRUCIBLE_SOURCE_DIR "/examples/solutions/llm/rms_norm.cu");
+    testing::read_file(CRUCIBLE_SOURCE_DIR "/tasks/llm/rms_norm/solution.cu");
 
 std::string jsonl_line(const core::Value& record) { return record.dump() + "\n"; }
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <optional>
 
-#include "env/report.hpp"
+#include "env/cli/report.hpp"
 #include "tests/eval/eval_test_support.hpp"
 
 using namespace crucible;

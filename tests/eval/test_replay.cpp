@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "core/checksum.hpp"
-#include "env/replay.hpp"
+#include "env/cli/replay.hpp"
 #include "env/trajectory_log.hpp"
 #include "tests/env/server_fixture.hpp"
 #include "tests/eval/eval_test_support.hpp"
@@ -12,7 +12,7 @@ using namespace crucible;
 namespace {
 
 const std::string kRmsNormSource =
-    testing::read_file(CRUCIBLE_SOURCE_DIR "/examples/solutions/llm/rms_norm.cu");
+    testing::read_file(CRUCIBLE_SOURCE_DIR "/tasks/llm/rms_norm/solution.cu");
 
 core::Value logged_step(int step, const std::string& status, double speedup = 0.0) {
   const auto spec = rewards::default_reward_spec();

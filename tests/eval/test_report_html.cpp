@@ -1,7 +1,7 @@
 // The eval reports: Markdown numbers, an HTML page that parses, and the page rendered by Chromium.
 #include <doctest/doctest.h>
 
-#include "env/report.hpp"
+#include "env/cli/report.hpp"
 #include "tests/eval/eval_test_support.hpp"
 
 using namespace crucible;

@@ -16,7 +16,7 @@
 
 #include "clients/cpp/client.hpp"
 #include "core/text_file.hpp"
-#include "sandbox/gpu_probe.hpp"
+#include "runner/gpu_probe.hpp"
 #include "tests/env/server_fixture.hpp"
 
 namespace crucible::testing {
@@ -39,7 +39,7 @@ inline std::string expected_status(const std::string& source) {
 inline env::Pipeline gpu_pipeline() {
   env::PipelineOptions options;
   options.home = CRUCIBLE_SOURCE_DIR;
-  options.gpus = sandbox::probe_gpus();
+  options.gpus = runner::probe_gpus();
   options.compile_options.worker_exe = CRUCIBLE_BINARY_DIR "/bin/crucible-compile-worker";
   options.compile_options.workers = 2;
   options.runner_options.runner_exe = CRUCIBLE_BINARY_DIR "/bin/crucible-gpu-runner";
@@ -85,7 +85,7 @@ inline std::vector<std::filesystem::path> kernel_files(const std::filesystem::pa
 }
 
 inline int gpu_suite_main(int argc, char** argv) {
-  const auto probe = sandbox::probe_gpus();
+  const auto probe = runner::probe_gpus();
   if (probe.gpus.empty()) {
     std::printf("SKIPPED: the GPU suite needs a CUDA device: %s\n", probe.reason.c_str());
     return 77;

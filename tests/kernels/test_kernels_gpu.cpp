@@ -12,8 +12,8 @@
 #include <cstring>
 #include <map>
 
-#include "sandbox/launch_plan.hpp"
-#include "sandbox/plan_context.hpp"
+#include "action/launch_plan.hpp"
+#include "action/plan_context.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/registry.hpp"
 #include "tasks/roofline.hpp"
@@ -30,13 +30,13 @@ namespace fs = std::filesystem;
 struct Kernel {
   CUmodule module = nullptr;
   CUfunction function = nullptr;
-  sandbox::LaunchPlan plan;
-  sandbox::PlanContext context;
+  action::LaunchPlan plan;
+  action::PlanContext context;
 };
 
 // The grid and block of `kernel`'s launch on case `c`, as its directives say.
 std::pair<unsigned, unsigned> launch_shape(const Kernel& kernel, const tasks::Case& c) {
-  const auto concrete = sandbox::evaluate_plan(kernel.plan, c.symbols, kernel.context);
+  const auto concrete = action::evaluate_plan(kernel.plan, c.symbols, kernel.context);
   REQUIRE_MESSAGE(concrete.ok(), concrete.error().message);
   REQUIRE(concrete->launches.size() == 1);
   return {concrete->launches[0].grid[0], concrete->launches[0].block[0]};
@@ -53,8 +53,8 @@ Kernel load_kernel(const fs::path& path, const tasks::Task& task) {
   INFO(compiled.log);
   REQUIRE(compiled.ok);
   Kernel kernel;
-  kernel.context = sandbox::make_plan_context(task);
-  auto plan = sandbox::parse_launch_plan(source, kernel.context);
+  kernel.context = action::make_plan_context(task);
+  auto plan = action::parse_launch_plan(source, kernel.context);
   REQUIRE_MESSAGE(plan.ok(), plan.error().message);
   kernel.plan = std::move(plan).value();
   CU_REQUIRE(driver().module_load(&kernel.module, compiled.cubin.data()));
@@ -148,7 +148,7 @@ TEST_CASE(
   const fs::path root(CRUCIBLE_SOURCE_DIR);
   driver();
   const Kernel reference = load_kernel(root / task->reference_path, *task);
-  const Kernel simple = load_kernel(root / "examples/solutions/llm/rms_norm.cu", *task);
+  const Kernel simple = load_kernel(root / "tasks/llm/rms_norm/solution.cu", *task);
   const Kernel wrong = load_kernel(root / "examples/solutions/llm/rms_norm_wrong.cu", *task);
   for (const auto& c : cases_to_run(*task)) {
     CAPTURE(c.name);
@@ -172,7 +172,7 @@ TEST_CASE("gpu: the rms_norm reference runs near the HBM roofline on prefill") {
   const Driver& d = driver();
   const Kernel reference = load_kernel(fs::path(CRUCIBLE_SOURCE_DIR) / task->reference_path, *task);
   const Kernel simple =
-      load_kernel(fs::path(CRUCIBLE_SOURCE_DIR) / "examples/solutions/llm/rms_norm.cu", *task);
+      load_kernel(fs::path(CRUCIBLE_SOURCE_DIR) / "tasks/llm/rms_norm/solution.cu", *task);
   for (const char* name : {"decode_32", "prefill_4096"}) {
     const tasks::Case* c = task->find_case(name);
     REQUIRE(c != nullptr);

@@ -1,7 +1,7 @@
 // On a GPU: every task's reference kernel, and its example solution where there is one, agrees
 // with the task's CPU float64 oracle (kernels/oracles/) on the task's cases, under the task's
 // tolerances. Kernels are launched the way the runner launches them: the launch plan of their
-// `@launch` directives, evaluated per case, arguments packed by sandbox::pack_launch_args.
+// `@launch` directives, evaluated per case, arguments packed by action::pack_launch_args.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/oracles/oracle.hpp"
-#include "sandbox/compare.hpp"
-#include "sandbox/launch_plan.hpp"
-#include "sandbox/plan_context.hpp"
-#include "sandbox/runner/launch_config.hpp"
-#include "sandbox/task_checker.hpp"
+#include "action/launch_plan.hpp"
+#include "action/plan_context.hpp"
+#include "runner/child/launch_config.hpp"
+#include "runner/judge/compare.hpp"
+#include "runner/judge/task_checker.hpp"
 #include "tasks/generators.hpp"
+#include "tasks/oracle.hpp"
 #include "tasks/registry.hpp"
 #include "tests/kernels/gpu_driver.hpp"
 #include "tests/kernels/nvrtc_support.hpp"
@@ -41,14 +41,14 @@ struct LoadedFunction {
 
 struct LoadedSource {
   CUmodule module = nullptr;
-  sandbox::LaunchPlan plan;
+  action::LaunchPlan plan;
   std::map<std::string, LoadedFunction> functions;  // by name expression
 };
 
-LoadedSource load_source(const fs::path& path, const sandbox::PlanContext& context) {
+LoadedSource load_source(const fs::path& path, const action::PlanContext& context) {
   const Driver& d = driver();
   const std::string source = read_text(path);
-  auto plan = sandbox::parse_launch_plan(source, context);
+  auto plan = action::parse_launch_plan(source, context);
   INFO(path.string());
   REQUIRE_MESSAGE(plan.ok(), plan.error().message);
   std::vector<std::string> names;
@@ -87,12 +87,12 @@ struct OutputVerdict {
 
 // Runs `source` on one case and compares every out/inout tensor with the oracle's values.
 std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& c,
-                                    const LoadedSource& source, const sandbox::PlanContext& context,
+                                    const LoadedSource& source, const action::PlanContext& context,
                                     std::uint64_t seed) {
   const Driver& d = driver();
-  auto inputs = kernels::case_inputs(task, c, seed);
+  auto inputs = tasks::case_inputs(task, c, seed);
   REQUIRE_MESSAGE(inputs.ok(), inputs.error().message);
-  auto oracle = kernels::run_oracle(task, c, *inputs);
+  auto oracle = tasks::run_oracle(task, c, *inputs);
   REQUIRE_MESSAGE(oracle.ok(), oracle.error().message);
   std::vector<CUdeviceptr> buffers;
   std::vector<std::size_t> counts, sizes;
@@ -105,7 +105,7 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
     if (tasks::is_input(spec.role)) {
       host = inputs->at(spec.name);
     } else {
-      sandbox::fill_poison(spec.dtype, host.data(), count, 0);
+      runner::fill_poison(spec.dtype, host.data(), count, 0);
     }
     CUdeviceptr pointer = 0;
     CU_REQUIRE(d.alloc(&pointer, std::max<std::size_t>(bytes, 256)));
@@ -115,7 +115,7 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
     counts.push_back(count);
     sizes.push_back(bytes);
   }
-  auto concrete = sandbox::evaluate_plan(source.plan, c.symbols, context);
+  auto concrete = action::evaluate_plan(source.plan, c.symbols, context);
   REQUIRE_MESSAGE(concrete.ok(), concrete.error().message);
   std::vector<CUdeviceptr> workspaces;
   for (const auto bytes : concrete->workspace_bytes) {
@@ -125,10 +125,10 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
     workspaces.push_back(pointer);
   }
   for (const auto& step : concrete->launches) {
-    const sandbox::Launch& launch = source.plan.launches[step.launch];
+    const action::Launch& launch = source.plan.launches[step.launch];
     const LoadedFunction& function = source.functions.at(launch.name_expression);
     auto params =
-        sandbox::pack_launch_args(launch, task, c, function.param_bytes, buffers, workspaces);
+        action::pack_launch_args(launch, task, c, function.param_bytes, buffers, workspaces);
     REQUIRE_MESSAGE(params.ok(), params.error().message);
     std::vector<void*> pointers;
     for (auto& param : *params) pointers.push_back(param.data());
@@ -137,7 +137,7 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
                                  static_cast<int>(step.smem_bytes)));
     }
     CUlaunchAttribute attribute{};
-    const CUlaunchConfig config = sandbox::runner::launch_config(step, nullptr, attribute);
+    const CUlaunchConfig config = runner::child::launch_config(step, nullptr, attribute);
     CU_REQUIRE(d.launch_ex(&config, function.function, pointers.data(), nullptr));
   }
   CU_REQUIRE(d.synchronize());
@@ -146,11 +146,11 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
   if (!task.checker.empty()) {
     // Outputs with several right answers: the task's checker judges the kernel's outputs
     // against the oracle's (encoded in the output dtypes), as the runner would a candidate's.
-    const sandbox::TaskChecker* checker = sandbox::find_task_checker(task.checker);
+    const runner::TaskChecker* checker = runner::find_task_checker(task.checker);
     REQUIRE(checker != nullptr);
     std::vector<std::vector<std::byte>> got, want;
-    std::vector<sandbox::HostTensorView> input_views, candidate, reference;
-    std::vector<sandbox::Tolerance> tolerances;
+    std::vector<runner::HostTensorView> input_views, candidate, reference;
+    std::vector<runner::Tolerance> tolerances;
     for (std::size_t t = 0; t < task.tensors.size(); ++t) {
       const auto& spec = task.tensors[t];
       input_views.push_back(
@@ -164,13 +164,13 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
       const auto& shape = oracle->at(spec.name).shape;
       got.emplace_back(sizes[t]);
       if (sizes[t] > 0) CU_REQUIRE(d.to_host(got.back().data(), buffers[t], sizes[t]));
-      want.push_back(kernels::encode_values(spec.dtype, oracle->at(spec.name).values));
+      want.push_back(tasks::encode_values(spec.dtype, oracle->at(spec.name).values));
       candidate.push_back({spec.name, spec.dtype, got.back().data(), counts[t], shape});
       reference.push_back({spec.name, spec.dtype, want.back().data(), counts[t], shape});
       const tasks::Tolerance tol = spec.tolerance.value_or(tasks::Tolerance{});
       tolerances.push_back({tol.atol, tol.rtol});
     }
-    sandbox::TaskCheckRequest request;
+    runner::TaskCheckRequest request;
     request.inputs = input_views;
     request.candidate = candidate;
     request.reference = reference;
@@ -195,7 +195,7 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
     if (!tasks::is_output(spec.role)) continue;
     std::vector<std::byte> host(sizes[t]);
     if (sizes[t] > 0) CU_REQUIRE(d.to_host(host.data(), buffers[t], sizes[t]));
-    const auto got = kernels::decode_values(spec.dtype, host.data(), counts[t]);
+    const auto got = tasks::decode_values(spec.dtype, host.data(), counts[t]);
     const auto& expected = oracle->at(spec.name).values;
     REQUIRE(expected.size() == got.size());
     const tasks::Tolerance tol = spec.tolerance.value_or(tasks::Tolerance{});
@@ -230,11 +230,12 @@ TEST_CASE("gpu: every reference and example solution agrees with its task's floa
   std::size_t checked = 0, left_out = 0;
   for (const auto& task : registry->all()) {
     CAPTURE(task.id);
-    REQUIRE_MESSAGE(kernels::find_oracle(task.id) != nullptr, "no oracle for " << task.id);
-    const auto context = sandbox::make_plan_context(task);
+    REQUIRE_MESSAGE(tasks::find_oracle(task.id) != nullptr, "no oracle for " << task.id);
+    const auto context = action::make_plan_context(task);
     std::vector<fs::path> sources{root / task.reference_path};
-    const fs::path example = root / "examples/solutions" / (task.id + ".cu");
-    if (fs::exists(example)) sources.push_back(example);
+    const fs::path example = task.solution_path();
+    REQUIRE_MESSAGE(fs::exists(example), "every task folder holds a solution.cu");
+    sources.push_back(example);
     for (const auto& path : sources) {
       CAPTURE(path.string());
       const LoadedSource source = load_source(path, context);

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "runner/runner_job.hpp"
 #include "sandbox/frame_pipe.hpp"
-#include "sandbox/runner_job.hpp"
 
 int main() {
   using namespace crucible;
@@ -21,13 +21,13 @@ int main() {
   while (true) {
     auto frame = sandbox::read_frame(STDIN_FILENO, core::trusted_decode_limits(64u << 20));
     if (!frame) return 0;
-    auto job = sandbox::RunJob::from_value(*frame);
+    auto job = runner::RunJob::from_value(*frame);
     if (!job) return 4;
     if (job->task == "hang") {
       while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
     if (job->task == "crash") std::abort();
-    sandbox::RunReport report;
+    runner::RunReport report;
     report.id = job->id;
     report.device = core::Value{{"pid", ::getpid()}};
     if (job->task == "garbage") {

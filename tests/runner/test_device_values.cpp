@@ -10,19 +10,19 @@
 #include <string>
 #include <vector>
 
-#include "sandbox/compare.hpp"
-#include "sandbox/runner/cuda_check.hpp"
-#include "sandbox/runner/device.hpp"
-#include "sandbox/runner/device_values.hpp"
+#include "runner/child/cuda_check.hpp"
+#include "runner/child/device.hpp"
+#include "runner/child/device_values.hpp"
+#include "runner/judge/compare.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/registry.hpp"
 
 using namespace crucible;
-using sandbox::runner::check;
-using sandbox::runner::DeviceBuffer;
+using runner::child::check;
+using runner::child::DeviceBuffer;
 
 namespace crucible::runner_test {
-sandbox::runner::Device& device();
+runner::child::Device& device();
 }  // namespace crucible::runner_test
 
 namespace {
@@ -36,10 +36,10 @@ long long first_difference(const tasks::GeneratorSpec& spec, core::DType dtype, 
   REQUIRE_MESSAGE(status.ok(), status.error().message);
   auto& device = runner_test::device();
   DeviceBuffer out(bytes, false);
-  sandbox::runner::generate_on_device(device, spec, dtype, seed, first, count, out.data());
+  runner::child::generate_on_device(device, spec, dtype, seed, first, count, out.data());
   check(cuMemcpyDtoHAsync(device_bytes.data(), out.data(), bytes, device.stream), "download");
   check(cuStreamSynchronize(device.stream), "generate");
-  const auto diff = sandbox::compare_bytes(host.data(), device_bytes.data(), bytes);
+  const auto diff = runner::compare_bytes(host.data(), device_bytes.data(), bytes);
   return diff.equal ? -1 : static_cast<long long>(diff.first_diff / core::dtype_size(dtype));
 }
 
@@ -54,7 +54,7 @@ TEST_CASE("device values: every generated input of every task matches the host's
       for (const auto& tensor : task.tensors) {
         if (!tasks::is_input(tensor.role)) continue;
         const auto& spec = c.values.at(tensor.name);
-        if (!sandbox::runner::generates_on_device(spec, tensor.dtype)) {
+        if (!runner::child::generates_on_device(spec, tensor.dtype)) {
           ++host_only;
           continue;
         }
@@ -112,7 +112,7 @@ TEST_CASE("device values: each generator on each dtype, saturation, large seeds 
   std::size_t compared = 0;
   for (const auto& spec : specs) {
     for (const auto dtype : dtypes) {
-      REQUIRE(sandbox::runner::generates_on_device(spec, dtype));
+      REQUIRE(runner::child::generates_on_device(spec, dtype));
       for (const std::uint64_t seed : {1ull, 0xDEADBEEFCAFEF00Dull}) {
         for (const std::uint64_t first : {0ull, 12345ull, (1ull << 33) + 1}) {
           if (tasks::stream_length(spec) && first + 50001 > *tasks::stream_length(spec)) continue;
@@ -129,7 +129,7 @@ TEST_CASE("device values: each generator on each dtype, saturation, large seeds 
   CHECK(compared > 600);
   tasks::GeneratorSpec captured;
   captured.kind = GeneratorKind::kCaptured;
-  CHECK_FALSE(sandbox::runner::generates_on_device(captured, core::DType::kBF16));
+  CHECK_FALSE(runner::child::generates_on_device(captured, core::DType::kBF16));
   tasks::GeneratorSpec randn;
-  CHECK_FALSE(sandbox::runner::generates_on_device(randn, core::DType::kFP8E4M3));
+  CHECK_FALSE(runner::child::generates_on_device(randn, core::DType::kFP8E4M3));
 }

@@ -11,21 +11,21 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/oracles/oracle.hpp"
-#include "sandbox/runner/cuda_check.hpp"
-#include "sandbox/runner/device.hpp"
-#include "sandbox/runner/kernel_timer.hpp"
-#include "sandbox/runner/library_reference.hpp"
+#include "runner/child/cuda_check.hpp"
+#include "runner/child/device.hpp"
+#include "runner/child/kernel_timer.hpp"
+#include "runner/child/library_reference.hpp"
+#include "tasks/oracle.hpp"
 #include "tasks/registry.hpp"
 #include "tasks/roofline.hpp"
 
 using namespace crucible;
-using sandbox::runner::check;
-using sandbox::runner::DeviceBuffer;
+using runner::child::check;
+using runner::child::DeviceBuffer;
 
 namespace crucible::runner_test {
-sandbox::runner::Device& device();
-sandbox::runner::KernelTimer& timer();
+runner::child::Device& device();
+runner::child::KernelTimer& timer();
 }  // namespace crucible::runner_test
 
 namespace {
@@ -48,7 +48,7 @@ TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on 
   auto& timer = runner_test::timer();
   const CUstream stream = device.stream;
 
-  sandbox::runner::LibraryHooks hooks;
+  runner::child::LibraryHooks hooks;
   hooks.stream = stream;
   std::uint32_t flushes = 0;
   hooks.flush_l2 = [&] { device.flush_l2(flushes++); };
@@ -56,7 +56,7 @@ TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on 
   hooks.count_kernels = [&](const std::function<void()>& enqueue) {
     return timer.count_operations(stream, ++tag, enqueue);
   };
-  auto library = sandbox::runner::make_library_reference(task->reference_library);
+  auto library = runner::child::make_library_reference(task->reference_library);
 
   std::size_t checked = 0, sampled = 0;
   for (std::size_t index = 0; index < task->cases.size(); ++index) {
@@ -69,7 +69,7 @@ TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on 
     library->prepare_case(index, shapes, core::DType::kBF16, !c.hidden, hooks);
     CHECK(library->kernels_per_call(index) >= 1);
 
-    const auto inputs = kernels::case_inputs(*task, c, tasks::case_seed(c, 20261130));
+    const auto inputs = tasks::case_inputs(*task, c, tasks::case_seed(c, 20261130));
     REQUIRE_MESSAGE(inputs.ok(), inputs.error().message);
     std::vector<DeviceBuffer> buffers;
     std::vector<CUdeviceptr> pointers;
@@ -106,8 +106,8 @@ TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on 
                       [](std::byte b) { return b == std::byte{0xFF}; }));
     CHECK(std::all_of(out_bytes.begin() + static_cast<long>(pad + payload), out_bytes.end(),
                       [](std::byte b) { return b == std::byte{0xFF}; }));
-    const auto got = kernels::decode_values(core::DType::kBF16, out_bytes.data() + pad,
-                                            static_cast<std::size_t>(m * n));
+    const auto got = tasks::decode_values(core::DType::kBF16, out_bytes.data() + pad,
+                                          static_cast<std::size_t>(m * n));
 
     // The rows the oracle checks, and a case of those rows alone.
     std::vector<std::int64_t> rows;
@@ -120,7 +120,7 @@ TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on 
     }
     tasks::Case part = c;
     part.symbols["num_tokens"] = static_cast<std::int64_t>(rows.size());
-    kernels::InputBytes part_inputs = *inputs;
+    tasks::InputBytes part_inputs = *inputs;
     const auto& input = inputs->at("input");
     const std::size_t row_bytes = static_cast<std::size_t>(k) * 2;
     part_inputs["input"].assign(rows.size() * row_bytes, std::byte{0});
@@ -128,7 +128,7 @@ TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on 
       std::memcpy(part_inputs["input"].data() + i * row_bytes,
                   input.data() + static_cast<std::size_t>(rows[i]) * row_bytes, row_bytes);
     }
-    const auto expected = kernels::run_oracle(*task, part, part_inputs);
+    const auto expected = tasks::run_oracle(*task, part, part_inputs);
     REQUIRE_MESSAGE(expected.ok(), expected.error().message);
     const auto& want = expected->at("out").values;
     const tasks::Tolerance tol = task->tensors[0].tolerance.value();

@@ -6,32 +6,32 @@
 #include <chrono>
 #include <set>
 
-#include "sandbox/runner_pool.hpp"
+#include "runner/runner_pool.hpp"
 
 using namespace crucible;
 using core::StepStatus;
 
 namespace {
 
-std::unique_ptr<sandbox::RunnerPool> start_pool() {
-  sandbox::RunnerPoolOptions options;
+std::unique_ptr<runner::RunnerPool> start_pool() {
+  runner::RunnerPoolOptions options;
   options.runner_exe = CRUCIBLE_BINARY_DIR "/bin/test_scripted_runner";
   options.home = CRUCIBLE_SOURCE_DIR;
   options.devices = {0};
   options.start_timeout = std::chrono::milliseconds(10000);
-  auto pool = sandbox::RunnerPool::start(options);
+  auto pool = runner::RunnerPool::start(options);
   REQUIRE(pool.ok());
   return std::move(pool).value();
 }
 
-sandbox::RunJob job(const std::string& behaviour, std::uint64_t id) {
-  sandbox::RunJob out;
+runner::RunJob job(const std::string& behaviour, std::uint64_t id) {
+  runner::RunJob out;
   out.id = id;
   out.task = behaviour;
   return out;
 }
 
-int runner_pid(const sandbox::RunReport& report) { return report.device.value("pid", -1); }
+int runner_pid(const runner::RunReport& report) { return report.device.value("pid", -1); }
 
 }  // namespace
 
@@ -96,10 +96,10 @@ TEST_CASE("runner pool: a crash, a lost context and a malformed report each repl
 }
 
 TEST_CASE("runner pool: a runner that cannot start is an error, not a hang") {
-  sandbox::RunnerPoolOptions options;
+  runner::RunnerPoolOptions options;
   options.runner_exe = "/nonexistent/crucible-gpu-runner";
   options.devices = {0};
-  auto pool = sandbox::RunnerPool::start(options);
+  auto pool = runner::RunnerPool::start(options);
   REQUIRE_FALSE(pool.ok());
   CHECK(pool.error().code == core::ErrorCode::kIo);
 }

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "sandbox/timing_stats.hpp"
+#include "runner/judge/timing_stats.hpp"
 
-using namespace crucible::sandbox;
+using namespace crucible::runner;
 
 TEST_CASE("timing: quantiles interpolate linearly between order statistics (type 7)") {
   struct Case {

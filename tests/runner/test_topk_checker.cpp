@@ -10,15 +10,15 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "sandbox/compare.hpp"
-#include "sandbox/task_checker.hpp"
+#include "runner/judge/compare.hpp"
+#include "runner/judge/task_checker.hpp"
 #include "tasks/task.hpp"
 
 using namespace crucible;
 using core::DType;
-using sandbox::CompareReport;
-using sandbox::HostTensorView;
-using sandbox::Tolerance;
+using runner::CompareReport;
+using runner::HostTensorView;
+using runner::Tolerance;
 
 namespace {
 
@@ -63,7 +63,7 @@ struct Routing {
                            out_count, out_shape});
       tolerances.push_back(kExact);
     }
-    sandbox::TaskCheckRequest request;
+    runner::TaskCheckRequest request;
     request.inputs = inputs;
     request.candidate = candidate;
     request.reference = reference;
@@ -71,7 +71,7 @@ struct Routing {
     request.scalars = &scalars;
     request.poison_variant = variant;
     request.reveal_values = reveal;
-    return sandbox::topk_checker().check(request);
+    return runner::topk_checker().check(request);
   }
 };
 
@@ -218,9 +218,9 @@ TEST_CASE("topk checker: duplicate and out-of-range ids fail") {
 TEST_CASE("topk checker: unwritten (poison) elements are counted as unwritten") {
   for (const int variant : {0, 1}) {
     Routing r = three_rows();
-    sandbox::fill_poison(DType::kF32, r.weights.data() + 2, 2, variant);
-    sandbox::fill_poison(DType::kI32, r.ids.data() + 2, 2, variant);
-    sandbox::fill_poison(DType::kI32, r.token_expert.data() + 5, 1, variant);
+    runner::fill_poison(DType::kF32, r.weights.data() + 2, 2, variant);
+    runner::fill_poison(DType::kI32, r.ids.data() + 2, 2, variant);
+    runner::fill_poison(DType::kI32, r.token_expert.data() + 5, 1, variant);
     const auto reports = r.check(true, variant);
     for (const auto& report : reports) {
       CAPTURE(report.summary);
@@ -349,7 +349,7 @@ TEST_CASE("topk checker, grouped: weights are renormalised over the chosen exper
 TEST_CASE("task checkers: every checker a manifest may name has an implementation") {
   for (const auto& name : crucible::tasks::known_checkers()) {
     CAPTURE(name);
-    CHECK(crucible::sandbox::find_task_checker(name) != nullptr);
+    CHECK(crucible::runner::find_task_checker(name) != nullptr);
   }
-  CHECK(crucible::sandbox::find_task_checker("no_such_checker") == nullptr);
+  CHECK(crucible::runner::find_task_checker("no_such_checker") == nullptr);
 }

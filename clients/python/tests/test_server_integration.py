@@ -32,7 +32,7 @@ from crucible_client import (
 )
 from crucible_client.wire import body
 
-SOLUTION = REPO / "examples" / "solutions" / "llm" / "rms_norm.cu"
+SOLUTION = REPO / "tasks" / "llm" / "rms_norm" / "solution.cu"
 # Used when the sample solution is not there: a well-formed kernel with a launch directive.
 FALLBACK_SOURCE = """\
 // @launch copy_kernel<<<1, 32>>>(out, input)

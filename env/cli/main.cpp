@@ -1,0 +1,825 @@
+// The `crucible` command line: serve, tasks, export, eval, replay.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <sstream>
+
+#include "core/log.hpp"
+#include "core/msgpack_codec.hpp"
+#include "core/text_file.hpp"
+#include "env/cli/eval.hpp"
+#include "env/cli/replay.hpp"
+#include "env/cli/report.hpp"
+#include "env/server.hpp"
+#include "env/stages.hpp"
+#include "env/trajectory_log.hpp"
+#include "runner/gpu_probe.hpp"
+#include "tasks/format.hpp"
+#include "tasks/registry.hpp"
+
+#ifndef CRUCIBLE_HOME_DEFAULT
+#define CRUCIBLE_HOME_DEFAULT "."
+#endif
+
+namespace {
+
+using namespace crucible;
+
+env::Server* g_server = nullptr;
+
+// Exit statuses (docs/eval.md): 2 for a bad command line, input that cannot be used, or output
+// that cannot be written; 3 when export or replay went through every good record of a log but
+// had to skip some of it (damaged bytes, a torn tail, records of the wrong shape).
+constexpr int kExitUsage = 2;
+constexpr int kExitSkipped = 3;
+
+// Limits of the options (docs/eval.md). The idle timeout is capped far below where
+// std::chrono overflows (~9.2e9 s), which would expire every episode at once.
+constexpr std::uint64_t kMaxIdleTimeoutS = 365ull * 24 * 3600;
+constexpr std::uint64_t kMinFrameBytes = 1024;
+constexpr std::uint64_t kMaxFrameBytes = 1ull << 30;
+// What a step request carries besides its source: op, ids, task, seed, map headers.
+constexpr std::uint64_t kRequestOverheadBytes = 512;
+constexpr double kMaxKernelTimeoutMs = 600000;
+constexpr double kMaxTimeCapMs = 600000;
+
+std::string number_text(double x) {
+  std::ostringstream text;
+  text << x;
+  return text.str();
+}
+
+// A whole number from `min` to `max`, in decimal digits only. CLI11 alone reads "-1" into an
+// unsigned option as 2^64 - 1 and saturates values past the type's range; both are refused here
+// with the range in the message.
+CLI::Validator whole_number(std::uint64_t min, std::uint64_t max, const std::string& note = "") {
+  const std::string range =
+      "a whole number from " + std::to_string(min) + " to " + std::to_string(max) + note;
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.size() <= 20 &&
+                            text.find_first_not_of("0123456789") == std::string::npos;
+        if (digits) {
+          errno = 0;
+          const auto value = std::strtoull(text.c_str(), nullptr, 10);
+          if (errno != ERANGE && value >= min && value <= max) return {};
+        }
+        return "'" + text + "' is not " + range;
+      },
+      "INT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+}
+
+// A finite number in [min, max], or (min, max] with `above_min`. CLI::Range lets NaN through and
+// says nothing of infinities.
+CLI::Validator real_number(double min, double max, bool above_min, const std::string& note = "") {
+  const std::string range =
+      above_min ? "a number above " + number_text(min) + " and at most " + number_text(max) + note
+                : "a number from " + number_text(min) + " to " + number_text(max) + note;
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
+        const bool parsed = !text.empty() && end == text.c_str() + text.size();
+        if (parsed && std::isfinite(value) && (above_min ? value > min : value >= min) &&
+            value <= max) {
+          return {};
+        }
+        return "'" + text + "' is not " + range;
+      },
+      "NUMBER in " + std::string(above_min ? "(" : "[") + number_text(min) + ", " +
+          number_text(max) + "]");
+}
+
+// Logs and trajectory inputs are regular files: a FIFO would block until a writer comes and a
+// device may never end, so they are refused before anything is opened.
+bool require_regular_file(const std::string& command, const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_regular_file(path, error)) return true;
+  std::cerr << command << ": " << path
+            << " is not a regular file (a FIFO, a device or a socket?): a trajectory log is a "
+               "regular file\n";
+  return false;
+}
+
+void print_write_error(const std::string& command, const std::string& what, int error) {
+  std::cerr << command << ": cannot write " << what << ": "
+            << (error != 0 ? std::strerror(error) : "the write did not complete") << "\n";
+}
+
+// Flushes `out` and says whether every byte written to it got out; on failure prints
+// "COMMAND: cannot write WHAT: <errno text>". `write_error`: the errno of an earlier failed
+// write to `out`, when the caller caught one (a stream that is already bad does not flush, so
+// its errno would be lost).
+bool flushed(std::ostream& out, const std::string& command, const std::string& what,
+             int write_error = 0) {
+  if (out) {
+    errno = 0;
+    out.flush();
+    if (out) return true;
+    write_error = errno;
+  }
+  print_write_error(command, what, write_error);
+  return false;
+}
+
+// Writes `text` to the file at `path` and closes it; false (with the reason on stderr) when any
+// of it did not reach the file.
+bool write_output_file(const std::string& command, const std::string& path,
+                       const std::string& text) {
+  errno = 0;
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  int error = errno;
+  if (file) {
+    file << text;
+    error = errno;
+    if (file) {
+      file.close();  // the bytes may still be buffered: only a good close says they got out
+      error = errno;
+    }
+  }
+  if (!file.fail()) return true;
+  print_write_error(command, path, error);
+  return false;
+}
+
+std::string limit_text(rlim_t value) {
+  return value == RLIM_INFINITY ? "unlimited" : std::to_string(value);
+}
+
+// Each client connection holds a file descriptor. The soft limit is often 1024 while the hard
+// one is far higher, so the server takes what the system allows before it binds.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    core::log_warn(std::string("open files: cannot read the limit: ") + std::strerror(errno));
+    return;
+  }
+  const rlim_t before = limit.rlim_cur;
+  if (limit.rlim_cur == limit.rlim_max) {
+    core::log_info("open files: soft limit " + limit_text(before) + " (the hard limit)");
+    return;
+  }
+  rlimit raised = limit;
+  raised.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &raised) != 0 && limit.rlim_max == RLIM_INFINITY) {
+    // Linux refuses an unlimited soft limit for open files; fs.nr_open is the real ceiling.
+    std::ifstream nr_open("/proc/sys/fs/nr_open");
+    rlim_t ceiling = 0;
+    if (nr_open >> ceiling && ceiling > before) {
+      raised.rlim_cur = ceiling;
+      if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) raised.rlim_cur = before;
+    } else {
+      raised.rlim_cur = before;
+    }
+  }
+  rlimit now{};
+  if (::getrlimit(RLIMIT_NOFILE, &now) != 0 || now.rlim_cur == before) {
+    core::log_warn("open files: soft limit " + limit_text(before) + " could not be raised to " +
+                   limit_text(limit.rlim_max) + ": " + std::strerror(errno) +
+                   "; each client takes one");
+    return;
+  }
+  core::log_info("open files: soft limit raised from " + limit_text(before) + " to " +
+                 limit_text(now.rlim_cur) + " (the hard limit is " + limit_text(limit.rlim_max) +
+                 ")");
+}
+
+void on_signal(int) {
+  if (g_server != nullptr) g_server->stop();
+}
+
+std::filesystem::path resolve_home(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("CRUCIBLE_HOME"); env != nullptr && *env != '\0') return env;
+  return CRUCIBLE_HOME_DEFAULT;
+}
+
+std::filesystem::path default_log_path() {
+  return std::filesystem::path("runs") / core::utc_time_text("%Y%m%d-%H%M%S") / "trajectories.log";
+}
+
+core::Result<tasks::Registry> load_registry(const std::filesystem::path& home) {
+  auto registry = tasks::Registry::load(home);
+  if (!registry) {
+    std::cerr << "crucible: cannot load the tasks under " << (home / "tasks").string() << ":\n"
+              << registry.error().message << "\n";
+  }
+  return registry;
+}
+
+std::filesystem::path default_cache_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::filesystem::path(xdg) / "crucible" / "compile";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return std::filesystem::path(home) / ".cache" / "crucible" / "compile";
+  }
+  return std::filesystem::path(".cache") / "crucible" / "compile";
+}
+
+int serve(const std::string& home_flag, env::ServerOptions options,
+          env::PipelineOptions pipeline_options) {
+  raise_open_file_limit();
+  const auto home = resolve_home(home_flag);
+  auto registry = load_registry(home);
+  if (!registry) return kExitUsage;
+  pipeline_options.home = std::filesystem::absolute(home);
+  pipeline_options.gpus = runner::probe_gpus();
+  if (pipeline_options.gpus.gpus.empty()) {
+    core::log_warn(pipeline_options.gpus.reason + ": steps will be answered infra_error");
+  }
+  options.gpus = pipeline_options.gpus.to_value();
+  if (pipeline_options.compile_options.cache_dir.empty()) {
+    pipeline_options.compile_options.cache_dir = default_cache_dir();
+  }
+  options.arch = pipeline_options.compile_options.default_arch;
+  std::string notes;
+  auto pipeline = env::build_pipeline(pipeline_options, &notes);
+  if (!notes.empty()) core::log_warn(notes);
+  auto server = env::Server::create(options, *registry, std::move(pipeline));
+  if (!server) {
+    std::cerr << "crucible: " << server.error().message << "\n";
+    return kExitUsage;
+  }
+  g_server = server->get();
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  core::log_info("trajectory log: " + options.log_path.string());
+  (*server)->run();
+  g_server = nullptr;
+  return 0;
+}
+
+// Prints each range the reader skipped, one line each, prefixed with the command and the log.
+void print_skipped(const std::string& command, const std::string& log_path,
+                   const env::LogReadReport& report) {
+  std::istringstream lines(env::describe_skipped(report));
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) std::cerr << command << ": " << log_path << ": skipped " << line << "\n";
+  }
+}
+
+// "; 2 damaged ranges (310 bytes) skipped; torn tail of 40 bytes skipped (short record
+// payload)", or "" for an undamaged log.
+std::string skipped_summary(const env::LogReadReport& report) {
+  std::string text;
+  const std::size_t damaged = report.damaged_ranges();
+  if (damaged > 0) {
+    const std::uint64_t tail_bytes = report.torn_tail ? report.skipped.back().bytes : 0;
+    text += "; " + std::to_string(damaged) + " damaged range" + (damaged == 1 ? "" : "s") + " (" +
+            std::to_string(report.skipped_bytes() - tail_bytes) + " bytes) skipped";
+  }
+  if (report.torn_tail) {
+    text += "; torn tail of " + std::to_string(report.skipped.back().bytes) + " bytes skipped (" +
+            report.tail_reason + ")";
+  }
+  return text;
+}
+
+int export_log(const std::string& log_path, const std::string& out_path) {
+  const std::string command = "crucible export";
+  if (!require_regular_file(command, log_path)) return kExitUsage;
+  std::ofstream file;
+  std::ostream* out = &std::cout;
+  std::string out_name = "standard output";
+  if (!out_path.empty() && out_path != "-") {
+    errno = 0;
+    file.open(out_path, std::ios::binary | std::ios::trunc);
+    if (!file) {
+      print_write_error(command, out_path, errno);
+      return kExitUsage;
+    }
+    out = &file;
+    out_name = out_path;
+  }
+  int write_error = 0;
+  auto report = env::read_trajectory_log(log_path, [&](core::Value&& record) {
+    errno = 0;
+    *out << core::to_json_text(record) << "\n";
+    if (*out) return true;
+    write_error = errno;
+    return false;  // a failed write ends the export: the rest would fail too
+  });
+  if (!report) {
+    std::cerr << command << ": " << report.error().message << "\n";
+    return kExitUsage;
+  }
+  if (!flushed(*out, command, out_name, write_error)) return kExitUsage;
+  if (file.is_open()) {
+    errno = 0;
+    file.close();
+    if (file.fail()) {
+      print_write_error(command, out_path, errno);
+      return kExitUsage;
+    }
+  }
+  print_skipped(command, log_path, *report);
+  std::cerr << "exported " << report->records << " records (log format " << report->format_version
+            << ")" << skipped_summary(*report);
+  if (!report->skipped.empty()) {
+    std::cerr << ": the records those bytes held are not in the output\n";
+    return kExitSkipped;
+  }
+  std::cerr << "\n";
+  return 0;
+}
+
+std::atomic<bool> g_stop_eval{false};
+
+void on_eval_signal(int) {
+  // A first Ctrl-C lets in-flight samples finish and keeps them; a second one ends at once.
+  if (g_stop_eval.exchange(true)) std::_Exit(130);
+}
+
+// The pipeline `serve` would build: local GPUs probed, compile pool started.
+env::Pipeline local_pipeline(const std::filesystem::path& home,
+                             env::PipelineOptions pipeline_options) {
+  pipeline_options.home = std::filesystem::absolute(home);
+  pipeline_options.gpus = runner::probe_gpus();
+  if (pipeline_options.gpus.gpus.empty()) {
+    core::log_warn(pipeline_options.gpus.reason + ": steps will be answered infra_error");
+  }
+  if (pipeline_options.compile_options.cache_dir.empty()) {
+    pipeline_options.compile_options.cache_dir = default_cache_dir();
+  }
+  std::string notes;
+  auto pipeline = env::build_pipeline(pipeline_options, &notes);
+  if (!notes.empty()) core::log_warn(notes);
+  return pipeline;
+}
+
+// A reward spec from a JSON text or from a file holding one; null for "".
+core::Result<core::Value> read_reward_json(const std::string& text) {
+  if (text.empty()) return core::Value(nullptr);
+  std::string json = text;
+  std::string source = "'" + text.substr(0, 80) + (text.size() > 80 ? "...'" : "'");
+  std::error_code error;
+  if (text.front() != '{' && std::filesystem::is_regular_file(text, error)) {
+    if (auto contents = core::read_text_file(text)) {
+      json = std::move(contents).value();
+      source = text;
+    }
+  }
+  auto value = env::parse_json(json);
+  if (!value) {
+    if (value.error().code == core::ErrorCode::kTooLarge) {
+      return core::Error{core::ErrorCode::kInvalidArgument,
+                         "--reward: " + source + ": " + value.error().message};
+    }
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "--reward: neither a JSON object nor a file holding one: " + text};
+  }
+  return value;
+}
+
+struct EvalArgs {
+  std::string input;
+  std::string out_dir = "eval-out";
+  std::vector<std::string> tasks;
+  std::string server;
+  std::string reward;
+  std::uint64_t seed = 1;
+  std::size_t jobs = 4;
+  bool resume = false;
+  long timeout_s = 600;
+};
+
+int run_eval_command(const std::string& home_flag, const EvalArgs& args,
+                     const env::PipelineOptions& pipeline_options) {
+  if (!args.server.empty()) {
+    // ZeroMQ takes some malformed endpoints (a port past 65535) and then only times out.
+    if (auto endpoint = env::check_endpoint(args.server); !endpoint) {
+      std::cerr << "crucible eval: --server " << endpoint.error().message << "\n";
+      return kExitUsage;
+    }
+  }
+  const auto home = resolve_home(home_flag);
+  auto registry = load_registry(home);
+  if (!registry) return kExitUsage;
+  std::vector<std::string> skipped;
+  auto samples = env::load_samples(args.input, *registry, &skipped);
+  if (!samples) {
+    std::cerr << "crucible eval: " << samples.error().message << "\n";
+    return kExitUsage;
+  }
+  for (const auto& path : skipped) core::log_warn("no task named by " + path + ": skipped");
+  if (samples->empty()) {
+    std::cerr << "crucible eval: nothing was scored: " << args.input << " holds no sample"
+              << (skipped.empty() ? std::string()
+                                  : " of a known task (" + std::to_string(skipped.size()) +
+                                        " .cu files name no task)")
+              << "\n";
+    return kExitUsage;
+  }
+  auto selected = env::select_samples(std::move(samples).value(), args.tasks, *registry);
+  if (!selected) {
+    std::cerr << "crucible eval: " << selected.error().message << "\n";
+    return kExitUsage;
+  }
+  if (selected->empty()) {
+    std::string selection;
+    for (const auto& task : args.tasks) selection += (selection.empty() ? "" : ",") + task;
+    std::cerr << "crucible eval: nothing was scored: no sample of " << args.input
+              << " is of the tasks chosen by --tasks " << selection << "\n";
+    return kExitUsage;
+  }
+  auto reward_json = read_reward_json(args.reward);
+  if (!reward_json) {
+    std::cerr << "crucible eval: " << reward_json.error().message << "\n";
+    return kExitUsage;
+  }
+  auto spec = rewards::parse_reward_spec(*reward_json);
+  if (!spec) {
+    std::cerr << "crucible eval: --reward: " << spec.error().message << "\n";
+    return kExitUsage;
+  }
+  std::optional<env::Pipeline> pipeline;
+  std::unique_ptr<env::Scorer> scorer;
+  if (args.server.empty()) {
+    pipeline.emplace(local_pipeline(home, pipeline_options));
+    scorer = env::make_pipeline_scorer(*pipeline, *spec, args.seed);
+  } else {
+    auto remote = env::make_server_scorer(args.server, args.jobs, *reward_json, args.seed,
+                                          std::chrono::seconds(args.timeout_s));
+    if (!remote) {
+      std::cerr << "crucible eval: " << remote.error().message << "\n";
+      return kExitUsage;
+    }
+    scorer = std::move(remote).value();
+  }
+  struct sigaction action {};
+  action.sa_handler = on_eval_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  env::EvalOptions options;
+  options.out_dir = args.out_dir;
+  options.workers = args.jobs;
+  options.resume = args.resume;
+  options.stop = &g_stop_eval;
+  options.progress_terminal = ::isatty(STDERR_FILENO) != 0;
+  core::Value run_info{{"input", args.input},
+                       {"tasks", args.tasks.empty() ? std::vector<std::string>{"all"} : args.tasks},
+                       {"seed", args.seed},
+                       {"reward_spec", rewards::reward_spec_to_value(*spec)},
+                       {"arch", pipeline_options.compile_options.default_arch},
+                       {"gpus", args.server.empty() ? runner::probe_gpus().to_value()
+                                                    : core::Value("see the server")}};
+  auto outcome = env::run_eval(*selected, *registry, *scorer, options, run_info);
+  if (!outcome) {
+    std::cerr << "crucible eval: " << outcome.error().message << "\n";
+    return kExitUsage;
+  }
+  const auto& overall = outcome->summary["overall"];
+  std::cerr << "scored " << outcome->scored << " samples"
+            << (outcome->already_done > 0
+                    ? " (" + std::to_string(outcome->already_done) + " kept from the earlier run)"
+                    : std::string())
+            << "; correct " << env::format_percent(overall["correct_rate"].get<double>())
+            << ", geomean speedup (correct) "
+            << env::format_number(overall["geomean_speedup_correct"]) << ", infra_error "
+            << overall["infra_errors"] << " (excluded)\n"
+            << "report: " << (std::filesystem::path(args.out_dir) / "report.html").string() << "\n";
+  if (outcome->interrupted) {
+    std::cerr << "interrupted: " << outcome->remaining
+              << " samples left; run the same command with --resume to finish\n";
+    return 130;
+  }
+  return 0;
+}
+
+struct ReplayArgs {
+  std::string log;
+  bool rescore = false;
+  std::string reward;
+  std::string output = "replay.json";
+  std::size_t jobs = 4;
+  std::size_t rows = 50;
+};
+
+int run_replay_command(const std::string& home_flag, const ReplayArgs& args,
+                       const env::PipelineOptions& pipeline_options) {
+  const std::string command = "crucible replay";
+  if (!require_regular_file(command, args.log)) return kExitUsage;
+  auto loaded = env::load_log(args.log);
+  if (!loaded) {
+    std::cerr << command << ": " << loaded.error().message << "\n";
+    return kExitUsage;
+  }
+  // Damage is reported before a re-measurement that may take long; every good record is
+  // replayed all the same.
+  print_skipped(command, args.log, loaded->report);
+  core::Value replay;
+  if (args.rescore) {
+    auto reward_json = read_reward_json(args.reward);
+    if (!reward_json) {
+      std::cerr << command << ": " << reward_json.error().message << "\n";
+      return kExitUsage;
+    }
+    auto spec = rewards::parse_reward_spec(*reward_json);
+    if (!spec) {
+      std::cerr << command << ": --reward: " << spec.error().message << "\n";
+      return kExitUsage;
+    }
+    replay = env::rescore_log(loaded->records, *spec);
+  } else {
+    if (!args.reward.empty()) {
+      std::cerr << command
+                << ": --reward needs --rescore (a re-measurement uses each "
+                   "step's logged spec)\n";
+      return kExitUsage;
+    }
+    const auto home = resolve_home(home_flag);
+    auto registry = load_registry(home);
+    if (!registry) return kExitUsage;
+    auto pipeline = local_pipeline(home, pipeline_options);
+    replay = env::remeasure_log(loaded->records, *registry, pipeline, args.jobs);
+  }
+  replay["log"] = core::Value{{"path", args.log}, {"read", loaded->read_report}};
+  errno = 0;
+  std::cout << env::format_replay(replay, args.rows);
+  if (!flushed(std::cout, command, "standard output", errno)) return kExitUsage;
+  if (!args.output.empty() && args.output != "-") {
+    if (!write_output_file(command, args.output, core::to_json_text(replay, 2) + "\n")) {
+      return kExitUsage;
+    }
+    std::cerr << "replay written to " << args.output << "\n";
+  }
+  std::size_t malformed = 0;
+  for (const auto& step : replay["steps"]) {
+    if (!step.contains("malformed")) continue;
+    ++malformed;
+    std::cerr << command << ": " << args.log << ": record " << step["index"].get<std::size_t>()
+              << ": " << step["malformed"].get<std::string>() << "\n";
+  }
+  if (loaded->report.skipped.empty() && malformed == 0) return 0;
+  std::cerr << command << ": " << args.log << ": not all of the log was replayed"
+            << skipped_summary(loaded->report);
+  if (malformed > 0) {
+    std::cerr << "; " << malformed << " record" << (malformed == 1 ? "" : "s")
+              << " of the wrong shape skipped (numbered from 0, as `index` in the JSON)";
+  }
+  std::cerr << "\n";
+  return kExitSkipped;
+}
+
+// How the GPU stage measures: the same flags for serve, eval and replay, so a replay can
+// re-measure under the settings the logged run used.
+void add_measure_options(CLI::App* command, env::PipelineOptions& pipeline) {
+  command
+      ->add_option("--kernel-timeout-ms", pipeline.gpu_options.kernel_timeout_ms,
+                   "how long one kernel call may run before it counts as a hang (1 to 600000)")
+      ->capture_default_str()
+      ->check(real_number(1, kMaxKernelTimeoutMs, false, " (milliseconds)"));
+  command
+      ->add_option("--time-cap-ms", pipeline.gpu_options.timing.time_cap_ms,
+                   "timing budget per case (1 to 600000)")
+      ->capture_default_str()
+      ->check(real_number(1, kMaxTimeCapMs, false, " (milliseconds)"));
+  command
+      ->add_option("--target-ci", pipeline.gpu_options.timing.target_rel_ci,
+                   "stop timing a case once the median's 95% confidence interval is within "
+                   "this fraction (above 0, at most 1)")
+      ->capture_default_str()
+      ->check(real_number(0, 1, true, " (a fraction of the median)"));
+}
+
+void add_compile_workers_option(CLI::App* command, env::PipelineOptions& pipeline) {
+  command
+      ->add_option("--compile-workers", pipeline.compile_options.workers,
+                   "compile worker processes (0: one per core; at most 256)")
+      ->capture_default_str()
+      ->check(whole_number(0, 256));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"crucible: an RL environment server for GPU-kernel-generation agents"};
+  app.footer(
+      "Exit status: 0 done; 2 bad command line, unusable input or output that could not be "
+      "written; 3 (export, replay) every good record was handled but part of the log was "
+      "skipped (damaged bytes, a torn tail, records of the wrong shape), as listed on stderr; "
+      "130 (eval) interrupted.");
+  app.require_subcommand(1);
+  std::string home_flag;
+  std::string log_level = "info";
+  app.add_option("--home", home_flag,
+                 "folder holding tasks/ and kernels/ (default: $CRUCIBLE_HOME or the source tree)");
+  app.add_option("--log-level", log_level, "debug, info, warn, error or off");
+
+  env::ServerOptions options;
+  std::string log_path;
+  bool no_log_sync = false;
+  long idle_timeout_s = options.episode_idle_timeout.count();
+  auto* serve_cmd = app.add_subcommand("serve", "run the environment server");
+  serve_cmd
+      ->add_option("--bind", options.bind,
+                   "ZeroMQ endpoint: tcp://HOST:PORT, ipc://PATH or inproc://NAME")
+      ->capture_default_str();
+  serve_cmd->add_flag("--allow-remote", options.allow_remote,
+                      "allow a non-loopback bind (the protocol has no authentication)");
+  serve_cmd->add_option("--log", log_path,
+                        "trajectory log file (default runs/<utc-time>/trajectories.log)");
+  serve_cmd->add_flag("--no-log-sync", no_log_sync,
+                      "skip fdatasync per record (a process crash still loses nothing)");
+  serve_cmd
+      ->add_option("--workers", options.workers, "pipeline threads (0: one per core; at most 1024)")
+      ->capture_default_str()
+      ->check(whole_number(0, 1024));
+  serve_cmd->add_option("--max-steps", options.default_max_steps, "default episode length")
+      ->capture_default_str()
+      ->check(whole_number(1, 10000));
+  serve_cmd
+      ->add_option("--idle-timeout", idle_timeout_s,
+                   "seconds before an idle episode expires (at most 31536000, one year)")
+      ->capture_default_str()
+      ->check(whole_number(1, kMaxIdleTimeoutS, " (seconds; at most 1 year)"));
+  serve_cmd
+      ->add_option("--max-frame-bytes", options.limits.max_frame_bytes,
+                   "largest request frame (1 KiB to 1 GiB)")
+      ->capture_default_str()
+      ->check(whole_number(kMinFrameBytes, kMaxFrameBytes, " (bytes: 1 KiB to 1 GiB)"));
+  serve_cmd
+      ->add_option("--max-source-bytes", options.limits.max_source_bytes,
+                   "largest kernel source; must fit in a frame with 512 bytes to spare")
+      ->capture_default_str()
+      ->check(whole_number(1, kMaxFrameBytes, " (bytes)"));
+  env::PipelineOptions pipeline_options;
+  std::string cache_dir;
+  bool no_compile = false;
+  serve_cmd
+      ->add_option("--arch", pipeline_options.compile_options.default_arch,
+                   "NVRTC target (default: the GPU's, else sm_90a)")
+      ->capture_default_str();
+  add_compile_workers_option(serve_cmd, pipeline_options);
+  serve_cmd->add_option("--compile-cache", cache_dir,
+                        "compile cache folder (default ~/.cache/crucible/compile)");
+  serve_cmd->add_flag("--no-compile", no_compile, "start no compile workers (steps: infra_error)");
+  add_measure_options(serve_cmd, pipeline_options);
+
+  auto* tasks_cmd = app.add_subcommand("tasks", "list tasks or show one as an agent sees it");
+  tasks_cmd->require_subcommand(1);
+  auto* list_cmd = tasks_cmd->add_subcommand("list", "one line per task");
+  std::string show_id;
+  auto* show_cmd = tasks_cmd->add_subcommand("show", "what an agent is shown for a task");
+  show_cmd->add_option("id", show_id, "task id, e.g. llm/rms_norm")->required();
+  bool show_json = false;
+  show_cmd->add_flag("--json", show_json, "print the agent view as JSON");
+
+  std::string export_in;
+  std::string export_out;
+  auto* export_cmd = app.add_subcommand(
+      "export",
+      "write a trajectory log as JSON lines; damaged bytes are skipped and listed on stderr, and "
+      "then the exit status is 3");
+  export_cmd->add_option("log", export_in, "trajectory log")->required()->check(CLI::ExistingFile);
+  export_cmd->add_option("-o,--output", export_out, "output file (default stdout)");
+
+  EvalArgs eval_args;
+  env::PipelineOptions eval_pipeline;
+  std::string eval_cache_dir;
+  bool eval_no_compile = false;
+  auto* eval_cmd = app.add_subcommand(
+      "eval",
+      "score a folder or a JSONL file of solutions; a bad input line stops it before anything "
+      "is scored (exit status 2)");
+  eval_cmd
+      ->add_option("input", eval_args.input,
+                   "folder of <task-id>.cu files, or JSONL of {task, source, ...}")
+      ->required()
+      ->check(CLI::ExistingPath);
+  eval_cmd->add_option("-o,--out", eval_args.out_dir, "output folder")->capture_default_str();
+  eval_cmd->add_option("-t,--tasks", eval_args.tasks, "task ids or categories (default: all)")
+      ->delimiter(',');
+  eval_cmd->add_option("--server", eval_args.server,
+                       "score through a running server at this endpoint instead of in-process");
+  eval_cmd->add_option("--reward", eval_args.reward, "reward spec: JSON text or a JSON file");
+  eval_cmd->add_option("--seed", eval_args.seed, "case seed for every sample (0 to 2^64 - 1)")
+      ->capture_default_str()
+      ->check(whole_number(0, std::numeric_limits<std::uint64_t>::max()));
+  eval_cmd->add_option("-j,--jobs", eval_args.jobs, "samples scored at once (1 to 256)")
+      ->capture_default_str()
+      ->check(whole_number(1, 256));
+  eval_cmd->add_flag("--resume", eval_args.resume,
+                     "continue an interrupted run: skip samples already in results.jsonl");
+  eval_cmd
+      ->add_option("--timeout", eval_args.timeout_s,
+                   "seconds per sample with --server (1 to 86400)")
+      ->capture_default_str()
+      ->check(whole_number(1, 86400, " (seconds)"));
+  eval_cmd->add_option("--arch", eval_pipeline.compile_options.default_arch, "NVRTC target")
+      ->capture_default_str();
+  add_compile_workers_option(eval_cmd, eval_pipeline);
+  eval_cmd->add_option("--compile-cache", eval_cache_dir, "compile cache folder");
+  eval_cmd->add_flag("--no-compile", eval_no_compile,
+                     "start no compile workers (every sample: infra_error)");
+  add_measure_options(eval_cmd, eval_pipeline);
+
+  ReplayArgs replay_args;
+  env::PipelineOptions replay_pipeline;
+  auto* replay_cmd = app.add_subcommand(
+      "replay",
+      "re-score a trajectory log (--rescore) or re-measure it and report drift; damaged bytes "
+      "and records of the wrong shape are skipped and listed on stderr, and then the exit "
+      "status is 3");
+  replay_cmd->add_option("log", replay_args.log, "trajectory log")
+      ->required()
+      ->check(CLI::ExistingFile);
+  replay_cmd->add_flag("--rescore", replay_args.rescore,
+                       "recompute rewards from the logged measurements (no GPU)");
+  replay_cmd->add_option("--reward", replay_args.reward,
+                         "reward spec for --rescore: JSON text or a JSON file");
+  replay_cmd->add_option("-o,--output", replay_args.output, "JSON output ('-': none)")
+      ->capture_default_str();
+  replay_cmd->add_option("-j,--jobs", replay_args.jobs, "steps re-measured at once (1 to 64)")
+      ->capture_default_str()
+      ->check(whole_number(1, 64));
+  replay_cmd->add_option("--rows", replay_args.rows, "steps shown in the table (0 to 1000000)")
+      ->capture_default_str()
+      ->check(whole_number(0, 1000000));
+  add_compile_workers_option(replay_cmd, replay_pipeline);
+  add_measure_options(replay_cmd, replay_pipeline);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // CLI11's own codes (105 for a failed check, ...) mean nothing to a caller: a bad command
+    // line is 2, like every other usage error; --help stays 0.
+    const int code = app.exit(error);
+    return code == 0 ? 0 : kExitUsage;
+  }
+
+  core::LogLevel level;
+  if (!core::parse_log_level(log_level, &level)) {
+    std::cerr << "crucible: unknown log level '" << log_level << "'\n";
+    return kExitUsage;
+  }
+  core::set_log_level(level);
+
+  if (*serve_cmd) {
+    // Checked here, before the GPUs are probed and workers start, so that a typo is told as one.
+    if (auto endpoint = env::check_endpoint(options.bind); !endpoint) {
+      std::cerr << "crucible serve: --bind " << endpoint.error().message << "\n";
+      return kExitUsage;
+    }
+    if (options.limits.max_source_bytes + kRequestOverheadBytes > options.limits.max_frame_bytes) {
+      std::cerr << "crucible serve: --max-source-bytes " << options.limits.max_source_bytes
+                << " does not fit in a frame of --max-frame-bytes "
+                << options.limits.max_frame_bytes
+                << ": a step request carries the source and up to " << kRequestOverheadBytes
+                << " bytes more; raise --max-frame-bytes or lower --max-source-bytes\n";
+      return kExitUsage;
+    }
+    options.log_path = log_path.empty() ? default_log_path() : std::filesystem::path(log_path);
+    options.log_sync = !no_log_sync;
+    options.episode_idle_timeout = std::chrono::seconds(idle_timeout_s);
+    pipeline_options.compile = !no_compile;
+    if (!cache_dir.empty()) pipeline_options.compile_options.cache_dir = cache_dir;
+    return serve(home_flag, options, pipeline_options);
+  }
+  if (*tasks_cmd) {
+    auto registry = load_registry(resolve_home(home_flag));
+    if (!registry) return kExitUsage;
+    if (*list_cmd) {
+      std::cout << tasks::format_task_table(*registry);
+      return 0;
+    }
+    const auto* task = registry->find(show_id);
+    if (task == nullptr) {
+      std::cerr << "crucible: unknown task '" << show_id << "'; `crucible tasks list` shows them\n";
+      return kExitUsage;
+    }
+    if (show_json) {
+      std::cout << core::to_json_text(tasks::agent_view(*task), 2) << "\n";
+    } else {
+      std::cout << tasks::format_task_details(*task);
+    }
+    return 0;
+  }
+  if (*export_cmd) return export_log(export_in, export_out);
+  if (*eval_cmd) {
+    eval_pipeline.compile = !eval_no_compile;
+    if (!eval_cache_dir.empty()) eval_pipeline.compile_options.cache_dir = eval_cache_dir;
+    return run_eval_command(home_flag, eval_args, eval_pipeline);
+  }
+  if (*replay_cmd) return run_replay_command(home_flag, replay_args, replay_pipeline);
+  return 0;
+}

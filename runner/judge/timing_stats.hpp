@@ -1,0 +1,67 @@
+// Timing statistics that decide the reward: robust summaries, the median's CI, stopping, geomean.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "core/value.hpp"
+
+namespace crucible::runner {
+
+// Summary of per-call durations in nanoseconds.
+//
+// Quantiles use linear interpolation between order statistics (Hyndman & Fan type 7, the
+// default of R and numpy): for sorted x[0..n-1] and probability p, h = (n - 1) p and
+// q(p) = x[floor h] + (h - floor h) (x[floor h + 1] - x[floor h]). The median is q(0.5).
+//
+// The 95% confidence interval of the median is distribution-free: [x_(l), x_(n+1-l)] (1-based
+// order statistics) with the largest l such that P(Binomial(n, 1/2) <= l - 1) <= 0.025, so it
+// covers the true median with probability >= 95% for any continuous distribution. With fewer
+// than 6 samples no such l exists and the interval is [min, max] (coverage 1 - 2^(1-n) < 95%).
+//
+// No outliers are removed (the median is robust to them); outliers_3iqr reports how many
+// samples lie beyond 3 IQR from the quartiles, a sign of interference during measurement.
+struct TimingSummary {
+  std::size_t count = 0;  // finite samples used; non-finite samples are dropped
+  double median_ns = 0, p25_ns = 0, p75_ns = 0, iqr_ns = 0, mean_ns = 0, min_ns = 0, max_ns = 0;
+  double ci95_low_ns = 0, ci95_high_ns = 0;
+  // (ci95_high_ns - ci95_low_ns) / 2 / median_ns; 0 for a zero-width interval, +inf when the
+  // median is 0 but the interval is not.
+  double ci95_rel_halfwidth = 0;
+  std::size_t outliers_3iqr = 0;
+
+  core::Value to_value() const;
+};
+
+// Summarizes `samples_ns` (any order). An empty input gives all zeros.
+TimingSummary summarize(std::vector<double> samples_ns);
+
+// Order-statistic ranks (1-based, l <= u) of the distribution-free 95% CI of the median for n
+// samples, as used by summarize. n = 0 gives {0, 0}.
+std::pair<std::size_t, std::size_t> median_ci95_ranks(std::size_t n);
+
+// Sequential stopping rule for the runner's timing loop: stop once the median's 95% CI
+// relative half-width is <= target_rel_halfwidth with at least min_samples, or once
+// max_samples are in, or once elapsed_ns (the runner's wall-clock time spent measuring this
+// case) reaches max_elapsed_ns (0: no time cap).
+struct StoppingRule {
+  double target_rel_halfwidth = 0.01;
+  std::size_t min_samples = 20;
+  std::size_t max_samples = 2000;
+  double max_elapsed_ns = 0;
+};
+bool should_stop(const std::vector<double>& samples_ns, const StoppingRule& rule,
+                 double elapsed_ns = 0);
+
+// exp(sum w_i ln v_i / sum w_i) over (value, weight) pairs; weights are normalized. nullopt
+// when the input is empty or any value or weight is non-finite or <= 0.
+std::optional<double> weighted_geomean(const std::vector<std::pair<double, double>>& value_weight);
+
+// The order of `pairs` reference/candidate call pairs, 2 * pairs entries, 0 = reference,
+// 1 = candidate: ABBA blocks (0 1 1 0 0 1 1 0 ...), so a linear drift in clocks or temperature
+// adds the same total to both sides within every block of two pairs.
+std::vector<int> interleaved_order(std::size_t pairs);
+
+}  // namespace crucible::runner

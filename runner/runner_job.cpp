@@ -1,0 +1,127 @@
+// RunJob / RunReport <-> Value.
+#include "runner/runner_job.hpp"
+
+namespace crucible::runner {
+namespace {
+
+using core::Value;
+
+Value module_to_value(const CompiledModule& module) {
+  return Value{{"cubin", Value::binary(Value::binary_t::container_type(module.cubin.begin(),
+                                                                       module.cubin.end()))},
+               {"lowered_names", module.lowered_names}};
+}
+
+core::Result<CompiledModule> module_from_value(const Value& value, const char* what) {
+  const auto bad = [what](const std::string& message) {
+    return core::Error{core::ErrorCode::kBadRequest, std::string(what) + ": " + message};
+  };
+  if (!value.is_object()) return bad("not a map");
+  CompiledModule module;
+  const auto cubin = value.find("cubin");
+  if (cubin == value.end() || !cubin->is_binary()) return bad("cubin must be binary");
+  const auto& bytes = cubin->get_binary();
+  module.cubin.assign(bytes.begin(), bytes.end());
+  const auto names = value.find("lowered_names");
+  if (names == value.end() || !names->is_object()) return bad("lowered_names must be a map");
+  for (auto it = names->begin(); it != names->end(); ++it) {
+    if (!it->is_string()) return bad("lowered name must be a string");
+    module.lowered_names[it.key()] = it->get<std::string>();
+  }
+  return module;
+}
+
+template <class T>
+T get_or(const Value& value, const char* key, T fallback) {
+  const auto it = value.find(key);
+  if (it == value.end() || it->is_null()) return fallback;
+  return it->get<T>();
+}
+
+}  // namespace
+
+Value RunJob::to_value() const {
+  return Value{{"id", id},
+               {"task", task},
+               {"seed", seed},
+               {"secret", secret},
+               {"reference", module_to_value(reference)},
+               {"candidate", module_to_value(candidate)},
+               {"candidate_source", candidate_source},
+               {"candidate_plan", candidate_plan},
+               {"time", time},
+               {"kernel_timeout_ms", kernel_timeout_ms},
+               {"timing",
+                {{"target_rel_ci", timing.target_rel_ci},
+                 {"min_samples", timing.min_samples},
+                 {"max_samples", timing.max_samples},
+                 {"warmup_calls", timing.warmup_calls},
+                 {"time_cap_ms", timing.time_cap_ms},
+                 {"check_fraction", timing.check_fraction}}}};
+}
+
+core::Result<RunJob> RunJob::from_value(const Value& value) {
+  try {
+    RunJob job;
+    job.id = value.at("id").get<std::uint64_t>();
+    job.task = value.at("task").get<std::string>();
+    job.seed = value.at("seed").get<std::uint64_t>();
+    job.secret = value.at("secret").get<std::uint64_t>();
+    auto reference = module_from_value(value.at("reference"), "reference");
+    if (!reference) return reference.error();
+    job.reference = std::move(reference).value();
+    auto candidate = module_from_value(value.at("candidate"), "candidate");
+    if (!candidate) return candidate.error();
+    job.candidate = std::move(candidate).value();
+    job.candidate_source = value.at("candidate_source").get<std::string>();
+    job.candidate_plan = value.at("candidate_plan");
+    job.time = value.at("time").get<bool>();
+    job.kernel_timeout_ms = get_or(value, "kernel_timeout_ms", job.kernel_timeout_ms);
+    const Value& timing = value.at("timing");
+    job.timing.target_rel_ci = get_or(timing, "target_rel_ci", job.timing.target_rel_ci);
+    job.timing.min_samples = get_or(timing, "min_samples", job.timing.min_samples);
+    job.timing.max_samples = get_or(timing, "max_samples", job.timing.max_samples);
+    job.timing.warmup_calls = get_or(timing, "warmup_calls", job.timing.warmup_calls);
+    job.timing.time_cap_ms = get_or(timing, "time_cap_ms", job.timing.time_cap_ms);
+    job.timing.check_fraction = get_or(timing, "check_fraction", job.timing.check_fraction);
+    return job;
+  } catch (const std::exception& e) {
+    return core::Error{core::ErrorCode::kBadRequest, std::string("malformed run job: ") + e.what()};
+  }
+}
+
+Value RunReport::to_value() const {
+  Value out{{"id", id},
+            {"status", core::step_status_name(status)},
+            {"message", message},
+            {"correctness", correctness},
+            {"timing", timing},
+            {"device", device},
+            {"context_lost", context_lost}};
+  if (speedup) out["speedup"] = *speedup;
+  return out;
+}
+
+core::Result<RunReport> RunReport::from_value(const Value& value) {
+  try {
+    RunReport report;
+    report.id = value.at("id").get<std::uint64_t>();
+    const auto status = core::step_status_from_name(value.at("status").get<std::string>());
+    if (!status) return core::Error{core::ErrorCode::kBadRequest, "run report: unknown status"};
+    report.status = *status;
+    report.message = value.at("message").get<std::string>();
+    report.correctness = value.at("correctness");
+    report.timing = value.at("timing");
+    report.device = value.at("device");
+    report.context_lost = value.at("context_lost").get<bool>();
+    if (const auto it = value.find("speedup"); it != value.end() && it->is_number()) {
+      report.speedup = it->get<double>();
+    }
+    return report;
+  } catch (const std::exception& e) {
+    return core::Error{core::ErrorCode::kBadRequest,
+                       std::string("malformed run report: ") + e.what()};
+  }
+}
+
+}  // namespace crucible::runner

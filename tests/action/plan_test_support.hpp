@@ -1,0 +1,58 @@
+// Shared fixtures for the launch-plan suites: an rms_norm-like task context and a plan printer.
+#pragma once
+
+#include <string>
+
+#include "action/launch_plan.hpp"
+
+namespace crucible::action::testing {
+
+// vLLM rms_norm(out, input, weight, epsilon) over [num_tokens, hidden_size].
+inline PlanContext rms_norm_context() {
+  PlanContext context;
+  context.tensors = {
+      {"out", core::DType::kBF16}, {"input", core::DType::kBF16}, {"weight", core::DType::kBF16}};
+  context.scalars = {{"epsilon", core::DType::kF32}};
+  context.symbols = {"num_tokens", "hidden_size"};
+  return context;
+}
+
+inline std::string dims_text(const Dim3Expr& dims) {
+  if (!dims.is_dim3) return dims.x.text();
+  return "dim3(" + dims.x.text() + ", " + dims.y.text() + ", " + dims.z.text() + ")";
+}
+
+// One line per launch, workspace and cluster, e.g.
+//   "@2 k<float, 4><<<num_tokens; 256; 0>>>(out:t0 epsilon:s0 hidden_size:y1)"
+inline std::string describe(const LaunchPlan& plan) {
+  std::string out;
+  for (const Launch& launch : plan.launches) {
+    out += "@" + std::to_string(launch.line) + " ";
+    if (launch.condition) out += "if (" + launch.condition->text() + ") ";
+    out += launch.name_expression + "<<<" + dims_text(launch.grid) + "; " +
+           dims_text(launch.block) + "; " + launch.smem_bytes.text() + ">>>(";
+    for (std::size_t i = 0; i < launch.args.size(); ++i) {
+      const auto& arg = launch.args[i];
+      const char kind = arg.kind == ArgKind::kTensor   ? 't'
+                        : arg.kind == ArgKind::kScalar ? 's'
+                        : arg.kind == ArgKind::kSymbol ? 'y'
+                                                       : 'w';
+      out += (i ? " " : "") + arg.name + ":" + kind + std::to_string(arg.index);
+    }
+    out += ")";
+    if (launch.cluster) out += " cluster#" + std::to_string(*launch.cluster);
+    out += "\n";
+  }
+  for (const Workspace& workspace : plan.workspaces) {
+    out += "@" + std::to_string(workspace.line) + " workspace " + workspace.name + " " +
+           workspace.type + "/" + std::to_string(workspace.element_bytes) + "[" +
+           workspace.count.text() + "]\n";
+  }
+  for (const Cluster& cluster : plan.clusters) {
+    out += "@" + std::to_string(cluster.line) + " cluster " + cluster.kernel + " " +
+           dims_text(cluster.dims) + "\n";
+  }
+  return out;
+}
+
+}  // namespace crucible::action::testing
