@@ -12,12 +12,29 @@ namespace crucible::kernels {
 
 namespace fs = std::filesystem;
 
+bool is_runner_kernel(const fs::path& relative_path) {
+  const fs::path normal = relative_path.lexically_normal();
+  const fs::path folder(kRunnerKernelsFolder);
+  // Component-wise prefix: "kernels/runner" and what lies under it, not "kernels/runner_x.cu".
+  auto part = normal.begin();
+  for (const auto& expected : folder) {
+    if (part == normal.end() || *part != expected) return false;
+    ++part;
+  }
+  return true;
+}
+
 core::Result<std::string> read_reference(const fs::path& home, std::string_view relative_path) {
   const fs::path relative = fs::path(relative_path).lexically_normal();
   const std::string shown(relative_path);
   if (relative.is_absolute() || relative.empty() || *relative.begin() != "kernels") {
     return core::Error{core::ErrorCode::kInvalidArgument,
                        "reference '" + shown + "' must be a relative path under kernels/"};
+  }
+  if (is_runner_kernel(relative)) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "reference '" + shown + "' is one of the runner's own kernels (" +
+                           std::string(kRunnerKernelsFolder) + "/), not a task reference"};
   }
   const auto extension = relative.extension();
   if (extension != ".cu" && extension != ".cuh") {
@@ -44,8 +61,14 @@ core::Result<std::vector<std::string>> list_references(const fs::path& home) {
   std::vector<std::string> paths;
   fs::recursive_directory_iterator it(root, fs::directory_options::none, ec);
   for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->path().extension() == ".cu" && it->is_regular_file(ec)) {
-      paths.push_back(it->path().lexically_relative(home).generic_string());
+    const fs::path relative = it->path().lexically_relative(home);
+    if (is_runner_kernel(relative)) {
+      // The runner's own kernels, embedded in the runner at build time: not task references.
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    if (relative.extension() == ".cu" && it->is_regular_file(ec)) {
+      paths.push_back(relative.generic_string());
     }
   }
   if (ec)

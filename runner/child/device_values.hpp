@@ -2,11 +2,12 @@
 //
 // A case's inputs are regenerated for every draw and for the timing pools; for tasks with large
 // inputs (a paged KV cache, a weight matrix) host generation was most of a step's time. The
-// runner's own kernel computes the same counter-based streams with the same IEEE double
-// arithmetic (no FMA contraction, correctly rounded division and square root) and the same
-// rounding to each dtype, so the bytes are identical; test_runner_device holds the two to that
-// on every input of every task. Generators that need libm (rope_cache) or a file (captured)
-// stay on the host.
+// runner's own kernel (crucible_generate, kernels/runner/device_values.cu: every function there
+// is the device twin of one in tasks/random.hpp or tasks/generators.cpp, statement for
+// statement) computes the same counter-based streams with the same IEEE double arithmetic (no
+// FMA contraction, correctly rounded division and square root) and the same rounding to each
+// dtype, so the bytes are identical; test_runner_device holds the two to that on every input
+// of every task. Generators that need libm (rope_cache) or a file (captured) stay on the host.
 #pragma once
 
 #include <cuda.h>
@@ -19,9 +20,6 @@
 namespace crucible::runner::child {
 
 struct Device;
-
-// The CUDA source of crucible_generate, compiled into the runner's module (Device::open).
-const char* device_values_source();
 
 // Whether `spec` values of `dtype` can be made on the device.
 bool generates_on_device(const tasks::GeneratorSpec& spec, core::DType dtype);

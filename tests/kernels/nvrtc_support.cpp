@@ -1,9 +1,12 @@
 // NVRTC compilation and launch-directive scanning for the kernel test suites.
 #include "tests/kernels/nvrtc_support.hpp"
 
+#include <elf.h>
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -64,6 +67,15 @@ std::vector<std::string> include_options() {
 
 Compiled compile(const std::string& source, const std::string& name,
                  const std::vector<std::string>& kernels) {
+  std::vector<std::string> options = include_options();
+  options.push_back(std::string("--gpu-architecture=") + CRUCIBLE_TEST_ARCH);
+  options.push_back("--std=c++17");
+  return compile_with_options(source, name, options, kernels);
+}
+
+Compiled compile_with_options(const std::string& source, const std::string& name,
+                              const std::vector<std::string>& options,
+                              const std::vector<std::string>& kernels) {
   Compiled out;
   nvrtcProgram program = nullptr;
   if (nvrtcCreateProgram(&program, source.c_str(), name.c_str(), 0, nullptr, nullptr) !=
@@ -74,9 +86,6 @@ Compiled compile(const std::string& source, const std::string& name,
   for (const auto& kernel : kernels) {
     nvrtcAddNameExpression(program, kernel.c_str());
   }
-  std::vector<std::string> options = include_options();
-  options.push_back(std::string("--gpu-architecture=") + CRUCIBLE_TEST_ARCH);
-  options.push_back("--std=c++17");
   std::vector<const char*> argv;
   for (const auto& option : options) argv.push_back(option.c_str());
   const nvrtcResult result =
@@ -101,6 +110,47 @@ Compiled compile(const std::string& source, const std::string& name,
   }
   nvrtcDestroyProgram(&program);
   return out;
+}
+
+namespace {
+
+// Reads a T at `offset` of `bytes`; false when it does not fit.
+template <typename T>
+bool read_at(const std::string& bytes, std::uint64_t offset, T& out) {
+  if (offset > bytes.size() || bytes.size() - offset < sizeof(T)) return false;
+  std::memcpy(&out, bytes.data() + offset, sizeof(T));
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string> defined_functions(const std::string& cubin) {
+  std::vector<std::string> names;
+  Elf64_Ehdr header{};
+  if (!read_at(cubin, 0, header) || std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
+      header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_shentsize != sizeof(Elf64_Shdr)) {
+    return names;
+  }
+  for (std::uint64_t i = 0; i < header.e_shnum; ++i) {
+    Elf64_Shdr symbols{};
+    if (!read_at(cubin, header.e_shoff + i * sizeof(Elf64_Shdr), symbols)) return {};
+    if (symbols.sh_type != SHT_SYMTAB || symbols.sh_entsize != sizeof(Elf64_Sym)) continue;
+    Elf64_Shdr strings{};
+    if (!read_at(cubin, header.e_shoff + symbols.sh_link * sizeof(Elf64_Shdr), strings)) return {};
+    for (std::uint64_t at = 0; at + sizeof(Elf64_Sym) <= symbols.sh_size; at += sizeof(Elf64_Sym)) {
+      Elf64_Sym symbol{};
+      if (!read_at(cubin, symbols.sh_offset + at, symbol)) return {};
+      if (ELF64_ST_TYPE(symbol.st_info) != STT_FUNC || symbol.st_shndx == SHN_UNDEF) continue;
+      const std::uint64_t name_at = strings.sh_offset + symbol.st_name;
+      if (symbol.st_name >= strings.sh_size || name_at >= cubin.size()) return {};
+      const std::size_t limit =
+          std::min<std::uint64_t>(strings.sh_size - symbol.st_name, cubin.size() - name_at);
+      const char* name = cubin.data() + name_at;
+      names.emplace_back(name, strnlen(name, limit));
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::vector<fs::path> cuda_files_under(const fs::path& root) {

@@ -26,6 +26,16 @@ struct Compiled {
 Compiled compile(const std::string& source, const std::string& name,
                  const std::vector<std::string>& kernels);
 
+// Compiles `source` with exactly `options` (nothing added), asking for the lowered names of
+// `kernels` (none: the program is compiled as it stands).
+Compiled compile_with_options(const std::string& source, const std::string& name,
+                              const std::vector<std::string>& options,
+                              const std::vector<std::string>& kernels);
+
+// The functions a cubin defines (STT_FUNC symbols with a section: kernels and non-inlined device
+// functions), sorted; empty when `cubin` is not a 64-bit ELF file or is malformed.
+std::vector<std::string> defined_functions(const std::string& cubin);
+
 // Every *.cu file under `root`, sorted.
 std::vector<std::filesystem::path> cuda_files_under(const std::filesystem::path& root);
 

@@ -1,4 +1,4 @@
-// Every reference kernel and example solution compiles with NVRTC and defines its launched kernels.
+// Every reference kernel, example solution and the runner's own program compiles with NVRTC.
 #include <doctest/doctest.h>
 #include <nvrtc.h>
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/reference.hpp"
+#include "kernels/runner/module_source.hpp"
 #include "tests/kernels/nvrtc_support.hpp"
 
 namespace {
@@ -62,6 +63,51 @@ TEST_CASE("nvrtc: every example solution compiles and defines the kernels it lau
   }
   CHECK(solutions >= 10);
   for (const auto& path : files) check_compiles(path);
+}
+
+TEST_CASE("nvrtc: the runner's own kernels are embedded as the .cu files under kernels/runner/") {
+  // Every .cu file of the folder is part of the runner's program, with its text byte for byte.
+  const fs::path root(CRUCIBLE_SOURCE_DIR);
+  std::vector<std::string> on_disk;
+  for (const auto& path : cuda_files_under(root / "kernels" / "runner")) {
+    on_disk.push_back(path.lexically_relative(root).generic_string());
+  }
+  std::vector<std::string> embedded;
+  for (const auto& part : crucible::kernels::runner_sources()) {
+    CAPTURE(part.path);
+    embedded.emplace_back(part.path);
+    CHECK(part.text == read_text(root / part.path));
+    CHECK(part.text.find('\0') == std::string_view::npos);
+  }
+  std::sort(embedded.begin(), embedded.end());
+  CHECK(embedded == on_disk);
+  CHECK(embedded.size() >= 2);
+}
+
+TEST_CASE(
+    "nvrtc: the runner's program compiles as the runner compiles it and defines its kernels") {
+  // The same source (the embedded texts, concatenated), name and options as Device::open, for
+  // the default arch instead of the device's; no name expressions, so nothing is added.
+  const std::string source = crucible::kernels::runner_program_source();
+  std::string joined;
+  for (const auto& part : crucible::kernels::runner_sources()) joined += part.text;
+  CHECK(source == joined);
+  const auto options = crucible::kernels::runner_program_options(CRUCIBLE_TEST_ARCH);
+  CHECK(options ==
+        std::vector<std::string>{std::string("-arch=") + CRUCIBLE_TEST_ARCH, "--fmad=false"});
+  const Compiled compiled =
+      compile_with_options(source, crucible::kernels::kRunnerProgramName, options, {});
+  INFO("NVRTC log:\n" << compiled.log);
+  REQUIRE(compiled.ok);
+  const auto functions = defined_functions(compiled.cubin);
+  CAPTURE(functions.size());
+  for (const std::string kernel : crucible::kernels::kRunnerKernels) {
+    CAPTURE(kernel);
+    CHECK(std::binary_search(functions.begin(), functions.end(), kernel));
+  }
+  // The symbol check can fail: a name the program does not define is not found.
+  CHECK_FALSE(std::binary_search(functions.begin(), functions.end(),
+                                 std::string("crucible_no_such_kernel")));
 }
 
 TEST_CASE("nvrtc: a source with an error fails to compile with a log, so the checks can fail") {
