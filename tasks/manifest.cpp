@@ -927,6 +927,104 @@ void parse_reference(Context& ctx, const toml::table& root, Task& task) {
   }
 }
 
+// [parity]: the library calls the parity benchmark times the reference against, in a Python
+// module of the task folder. The functions themselves are checked by tests/tasks/test_parity.py
+// (C++ cannot import Python); here: the shape of the table, and that the module exists.
+void parse_parity(Context& ctx, const toml::table& root, Task& task) {
+  const toml::table* table = ctx.read.table(root, "parity", "", false);
+  if (table == nullptr) return;
+  const int before = ctx.problems.count();
+  ctx.read.check_keys(*table, "parity", {"module", "prepare", "check", "anchors"});
+  Parity parity;
+  parity.module = ctx.read.string(*table, "module", "parity", true).value_or("");
+  if (!parity.module.empty()) {
+    const fs::path relative(parity.module);
+    const fs::path normal = relative.lexically_normal();
+    if (relative.is_absolute() || normal.empty() || *normal.begin() == ".." ||
+        normal.extension() != ".py") {
+      ctx.problems.add("parity.module",
+                       "must be a .py file in the task folder (e.g. \"parity.py\"), got " +
+                           in_quotes(parity.module));
+    } else {
+      parity.module_path = ctx.task_dir / normal;
+      std::error_code ec;
+      if (!fs::is_regular_file(parity.module_path, ec)) {
+        ctx.problems.add(
+            "parity.module",
+            "parity module " + in_quotes(parity.module) + " does not exist (looked at " +
+                parity.module_path.lexically_relative(ctx.home).generic_string() + ")");
+      }
+    }
+  }
+  // Function names: Python identifiers (the ASCII ones are the C identifiers).
+  const auto function = [&](const toml::table& entry, std::string_view key, std::string_view path,
+                            bool required) {
+    const auto name = ctx.read.string(entry, key, path, required);
+    if (name && !is_identifier(*name)) {
+      ctx.problems.add(child(path, key),
+                       in_quotes(*name) + " is not a function name ([A-Za-z_][A-Za-z0-9_]*)");
+    }
+    return name.value_or("");
+  };
+  parity.prepare = function(*table, "prepare", "parity", false);
+  parity.check = function(*table, "check", "parity", false);
+
+  const toml::array* anchors = ctx.read.array(*table, "anchors", "parity", true);
+  if (anchors != nullptr && anchors->empty()) {
+    ctx.problems.add("parity.anchors", "at least one anchor is required");
+  }
+  std::map<std::string, std::string> names;  // name -> key of its first anchor
+  for (std::size_t i = 0; anchors != nullptr && i < anchors->size(); ++i) {
+    const std::string path = element("parity.anchors", i);
+    const auto* entry = anchors->get(i)->as_table();
+    if (entry == nullptr) {
+      ctx.problems.add(path, "must be a table, got " + type_name(*anchors->get(i)));
+      continue;
+    }
+    ctx.read.check_keys(*entry, path, {"name", "description", "kind", "function"});
+    ParityAnchor anchor;
+    anchor.name = ctx.read.string(*entry, "name", path, true).value_or("");
+    anchor.description = ctx.read.string(*entry, "description", path, true).value_or("");
+    for (const auto& [key, text] :
+         {std::pair{"name", &anchor.name}, std::pair{"description", &anchor.description}}) {
+      if (entry->contains(key) && text->empty()) {
+        ctx.problems.add(child(path, key), "must not be empty");
+      }
+    }
+    anchor.function = function(*entry, "function", path, true);
+    if (const auto kind = ctx.read.string(*entry, "kind", path, true)) {
+      if (const auto parsed = parity_kind_from_name(*kind)) {
+        anchor.kind = *parsed;
+      } else {
+        ctx.problems.add(child(path, "kind"),
+                         "unknown kind " + in_quotes(*kind) + " (known: composite, kernel)");
+      }
+    }
+    if (!anchor.name.empty() && !names.emplace(anchor.name, path).second) {
+      ctx.problems.add(child(path, "name"), "duplicate anchor name " + in_quotes(anchor.name) +
+                                                " (also " + names[anchor.name] + ")");
+    }
+    parity.anchors.push_back(std::move(anchor));
+  }
+  // The benchmark reports one composite per case (its eager and torch.compile times), and holds
+  // every kernel's output to the check before timing it: a mis-specified call must not yield a
+  // time.
+  const auto count = [&](ParityKind kind) {
+    return std::count_if(parity.anchors.begin(), parity.anchors.end(),
+                         [kind](const ParityAnchor& a) { return a.kind == kind; });
+  };
+  if (count(ParityKind::kComposite) > 1) {
+    ctx.problems.add("parity.anchors", "at most one anchor of kind \"composite\" (got " +
+                                           std::to_string(count(ParityKind::kComposite)) + ")");
+  }
+  if (count(ParityKind::kKernel) > 0 && parity.check.empty()) {
+    ctx.problems.add("parity.check",
+                     "missing: a \"kernel\" anchor's output is held to the check's before it is "
+                     "timed (a function name)");
+  }
+  if (ctx.problems.count() == before) task.parity = std::move(parity);
+}
+
 }  // namespace
 
 std::optional<Task> load_manifest(const fs::path& manifest, const fs::path& home,
@@ -951,7 +1049,7 @@ std::optional<Task> load_manifest(const fs::path& manifest, const fs::path& home
   read.check_keys(
       root, "",
       {"id", "category", "module", "title", "description", "reference", "symbols", "tensors",
-       "scalars", "tolerance", "roofline", "visible_cases", "hidden_cases", "checker"});
+       "scalars", "tolerance", "roofline", "visible_cases", "hidden_cases", "checker", "parity"});
 
   Task task;
   task.manifest_path = absolute_manifest;
@@ -997,6 +1095,7 @@ std::optional<Task> load_manifest(const fs::path& manifest, const fs::path& home
   }
 
   parse_reference(ctx, root, task);
+  parse_parity(ctx, root, task);
   parse_symbols(ctx, root, task);
   std::set<std::string> names(task.symbols.begin(), task.symbols.end());
   parse_tensors(ctx, root, task, names);

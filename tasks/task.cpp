@@ -11,6 +11,7 @@ namespace crucible::tasks {
 namespace {
 
 constexpr std::array<std::string_view, 3> kRoleNames{"in", "out", "inout"};
+constexpr std::array<std::string_view, 2> kParityKindNames{"composite", "kernel"};
 constexpr std::array<std::string_view, 11> kGeneratorNames{
     "randn",   "uniform",  "constant",    "ones",       "zeros", "positions",
     "routing", "captured", "permutation", "rope_cache", "list"};
@@ -30,6 +31,17 @@ std::string_view role_name(Role role) { return kRoleNames.at(static_cast<std::si
 std::optional<Role> role_from_name(std::string_view name) {
   for (std::size_t i = 0; i < kRoleNames.size(); ++i) {
     if (kRoleNames[i] == name) return static_cast<Role>(i);
+  }
+  return std::nullopt;
+}
+
+std::string_view parity_kind_name(ParityKind kind) {
+  return kParityKindNames.at(static_cast<std::size_t>(kind));
+}
+
+std::optional<ParityKind> parity_kind_from_name(std::string_view name) {
+  for (std::size_t i = 0; i < kParityKindNames.size(); ++i) {
+    if (kParityKindNames[i] == name) return static_cast<ParityKind>(i);
   }
   return std::nullopt;
 }

@@ -128,6 +128,34 @@ struct Roofline {
   core::Expr flops_expr;
 };
 
+// The production library a task's reference is measured against by the parity benchmark
+// (`[parity]`, bench/gpu/parity.py): Python calls in a module of the task folder. Never shown to
+// agents.
+enum class ParityKind {
+  kComposite,  // a PyTorch composition of the op, timed eagerly and under torch.compile
+  kKernel,     // one named library kernel, timed eagerly; its output held to the check first
+};
+std::string_view parity_kind_name(ParityKind kind);  // "composite", "kernel"
+std::optional<ParityKind> parity_kind_from_name(std::string_view name);
+
+struct ParityAnchor {
+  std::string name;         // label in reports: "FlashAttention-2 varlen"
+  std::string description;  // what the library is: "cuBLAS via torch.mm"
+  ParityKind kind = ParityKind::kComposite;
+  std::string function;  // the module's function making the call: fn(torch, t, s, sym)
+};
+
+struct Parity {
+  std::string module;                 // as written, relative to the task folder: "parity.py"
+  std::filesystem::path module_path;  // resolved absolute path (checked to exist)
+  // Module functions, or empty: `prepare(torch, t, s, sym)` runs once per input copy, untimed,
+  // before any call; `check(torch, t, s)` gives the exact outputs a kernel anchor is held to
+  // (required when there is a kernel anchor).
+  std::string prepare;
+  std::string check;
+  std::vector<ParityAnchor> anchors;  // at least one; at most one kComposite; names unique
+};
+
 struct Task {
   std::string id, category, module, title, description;
   // The checker that judges all outputs of a case together (one of known_checkers()), for
@@ -146,6 +174,9 @@ struct Task {
   // known_reference_libraries()), or empty: the reference source is launched. With a library,
   // the source is the starting point shown to agents, held to the same oracle.
   std::string reference_library;
+  // What the parity benchmark measures the reference against; absent when the manifest has no
+  // [parity] table (the registry's tests require one of every shipped task).
+  std::optional<Parity> parity;
   std::filesystem::path manifest_path;  // absolute path of task.toml
 
   // The task's folder (tasks/<category>/<name>/) and the correct example solution in it.

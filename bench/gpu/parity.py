@@ -13,18 +13,27 @@ Library times are kernel times from torch.profiler (the sum of the GPU kernels o
 host time), median over calls, each call on its own copy of the inputs with a 2 x L2 read
 between calls (the conditions crucible times its kernels under). PyTorch eager and
 torch.compile (inductor, default mode) are both measured; the best of the two is the library
-time. Paged decode attention is compared with PyTorch's FlashAttention-2 and memory-efficient
-attention kernels over the same contexts gathered into their packed varlen layout (the gather is
-not timed); linear with torch.mm (cuBLAS). The floor is crucible's roofline floor of the case
-(bytes / bandwidth, FLOPs / peak).
+time. What each task is measured against is the task's own: the [parity] table of its task.toml
+(docs/tasks.md) names the library calls, which live in a Python module of the task folder
+(tasks/<category>/<name>/parity.py), imported from there. A "composite" anchor (a PyTorch
+composition of the op) is timed eagerly and under torch.compile; "kernel" anchors are named
+library kernels, each timed eagerly after its output is held to the task's check (paged decode
+attention: PyTorch's FlashAttention-2 and memory-efficient attention kernels over the same
+contexts gathered into their packed varlen layout by the task's untimed `prepare`; linear:
+torch.mm, cuBLAS). The floor is crucible's roofline floor of the case (bytes / bandwidth,
+FLOPs / peak).
 """
 import argparse
+import importlib.util
 import json
 import os
 import pathlib
 import statistics
 import subprocess
 import sys
+import tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64",
                 "fp8_e4m3": "float8_e4m3fn", "i32": "int32", "i64": "int64", "u8": "uint8",
@@ -108,187 +117,49 @@ def fill(torch, values, shape, dtype, device):
     return t.to(dtype)
 
 
-# ---- the ops in PyTorch (vLLM semantics) ------------------------------------------------------
+# ---- the anchors: each task's library calls, in its folder -----------------------------------
 
-def op_rms_norm(torch, t, s, sym):
-    x = t["input"].float()
-    t["out"].copy_((x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + s["epsilon"])).to(
-        t["input"].dtype) * t["weight"])
-
-
-def op_fused_add_rms_norm(torch, t, s, sym):
-    r = (t["input"].float() + t["residual"].float()).to(t["residual"].dtype)
-    t["residual"].copy_(r)
-    x = r.float()
-    t["input"].copy_((x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + s["epsilon"])).to(
-        r.dtype) * t["weight"])
+def import_parity_module(manifest, data):
+    """The module a task's [parity] table names, imported from the task folder (`manifest` is the
+    task.toml's path, `data` its parsed text)."""
+    path = pathlib.Path(manifest).parent / data["parity"]["module"]
+    spec = importlib.util.spec_from_file_location(
+        "crucible_parity_" + data["id"].replace("/", "__"), path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def op_silu_and_mul(torch, t, s, sym):
-    x = t["input"].reshape(t["input"].shape[0], 2, -1)  # [tokens, 2, d]: gate half, then up
-    t["out"].copy_(torch.nn.functional.silu(x[:, 0].float()).to(x.dtype) * x[:, 1])
+def load_anchors(root=ROOT, only=None):
+    """The [parity] table of every task (tasks/*/*/task.toml), with its module imported from the
+    task folder: {task id: {"composite": fn or None, "kernels": {name: fn}, "prepare": fn or
+    None, "check": fn or None, "table": the [parity] table}}. Tasks without [parity] are left
+    out (the registry's tests require one of every task)."""
+    anchors = {}
+    for manifest in sorted(pathlib.Path(root).glob("tasks/*/*/task.toml")):
+        with manifest.open("rb") as f:
+            data = tomllib.load(f)
+        table = data.get("parity")
+        task = data.get("id")
+        if table is None or (only and task not in only):
+            continue
+        module = import_parity_module(manifest, data)
+        entry = {"composite": None, "kernels": {}, "table": table,
+                 "prepare": getattr(module, table["prepare"]) if "prepare" in table else None,
+                 "check": getattr(module, table["check"]) if "check" in table else None}
+        for anchor in table["anchors"]:
+            function = getattr(module, anchor["function"])
+            if anchor["kind"] == "composite":
+                entry["composite"] = function
+            else:
+                entry["kernels"][anchor["name"]] = function
+        anchors[task] = entry
+    return anchors
 
 
-def op_fp8_quant(torch, t, s, sym):
-    x = t["input"].float()
-    scale = (x.abs().amax(-1, keepdim=True) / 448.0).clamp(min=1.0 / (448.0 * 512.0))
-    t["scale"].copy_(scale)
-    t["out"].copy_((x / scale).clamp(-448, 448).to(torch.float8_e4m3fn))
-
-
-def op_rotary(torch, t, s, sym):
-    pos = t["positions"]
-    head = int(s.get("head_size", sym.get("head_size", 128)))
-    cache = t["cos_sin_cache"].index_select(0, pos)
-    cos, sin = cache.chunk(2, dim=-1)
-    neox = int(s.get("is_neox", 1)) == 1
-    for name in ("query", "key"):
-        x = t[name]
-        xs = x.view(x.shape[0], -1, head)
-        if neox:
-            x1, x2 = xs[..., : head // 2], xs[..., head // 2:]
-            c, sn = cos[:, None, :], sin[:, None, :]
-            out = torch.cat([x1 * c - x2 * sn, x2 * c + x1 * sn], dim=-1)
-        else:
-            x1, x2 = xs[..., 0::2], xs[..., 1::2]
-            c, sn = cos[:, None, :], sin[:, None, :]
-            out = torch.stack([x1 * c - x2 * sn, x2 * c + x1 * sn], dim=-1).flatten(-2)
-        xs.copy_(out)
-
-
-def op_reshape_and_cache_flash(torch, t, s, sym):
-    slots = t["slot_mapping"]
-    valid = slots >= 0
-    kc, vc = t["key_cache"], t["value_cache"]
-    flat_k = kc.view(-1, *kc.shape[2:])
-    flat_v = vc.view(-1, *vc.shape[2:])
-    idx = slots[valid]
-    flat_k.index_copy_(0, idx, t["key"][valid])
-    flat_v.index_copy_(0, idx, t["value"][valid])
-
-
-def op_topk_softmax(torch, t, s, sym):
-    k = t["topk_weights"].shape[-1]
-    probs = torch.softmax(t["gating_output"].float(), dim=-1)
-    w, i = probs.topk(k, dim=-1)
-    t["topk_weights"].copy_(w)
-    t["topk_indices"].copy_(i.to(t["topk_indices"].dtype))
-    if "token_expert_indices" in t:
-        n = probs.shape[0]
-        ar = torch.arange(k, device=probs.device, dtype=torch.int32)[None, :] * n
-        t["token_expert_indices"].copy_(ar + torch.arange(n, device=probs.device,
-                                                          dtype=torch.int32)[:, None])
-
-
-def op_grouped_topk(torch, t, s, sym):
-    gating = t["gating_output"].float()
-    scores = gating.sigmoid()
-    choice = scores + t["e_score_correction_bias"].float()[None, :]
-    n, e = choice.shape
-    groups = int(sym.get("num_expert_group", s.get("num_expert_group", 8)))
-    topk_group = int(sym.get("topk_group", s.get("topk_group", 4)))
-    k = t["topk_weights"].shape[-1]
-    group_scores = choice.view(n, groups, -1).topk(2, dim=-1)[0].sum(-1)
-    keep = group_scores.topk(topk_group, dim=-1)[1]
-    mask = torch.zeros_like(group_scores).scatter_(1, keep, 1)
-    mask = mask[:, :, None].expand(n, groups, e // groups).reshape(n, e)
-    ids = choice.masked_fill(mask == 0, float("-inf")).topk(k, dim=-1)[1]
-    w = scores.gather(1, ids)
-    w = w / w.sum(-1, keepdim=True) * float(s.get("routed_scaling_factor", 2.5))
-    t["topk_weights"].copy_(w)
-    name = "topk_ids" if "topk_ids" in t else "topk_indices"
-    t[name].copy_(ids.to(t[name].dtype))
-
-
-def op_linear(torch, t, s, sym):
-    # F.linear without a bias is this matrix product; PyTorch hands it to cuBLAS(Lt).
-    torch.mm(t["input"], t["weight"].t(), out=t["out"])
-
-
-def prepare_paged_attention(torch, t, s, sym):
-    """Gathers each sequence's context from the paged cache into the packed layout of
-    FlashAttention's varlen call (untimed: the library gets contiguous keys and values, the
-    reference reads them through the block table)."""
-    block = t["key_cache"].shape[1]
-    lens = t["seq_lens"].long().tolist()
-    keys, values = [], []
-    for s_i, n in enumerate(lens):
-        blocks = t["block_tables"][s_i, : (n + block - 1) // block].long()
-        keys.append(t["key_cache"][blocks].flatten(0, 1)[:n])
-        values.append(t["value_cache"][blocks].flatten(0, 1)[:n])
-    t["_k"] = torch.cat(keys).contiguous()
-    t["_v"] = torch.cat(values).contiguous()
-    cu = [0]
-    for n in lens:
-        cu.append(cu[-1] + n)
-    t["_cu_k"] = torch.tensor(cu, dtype=torch.int32, device=t["query"].device)
-    t["_cu_q"] = torch.arange(len(lens) + 1, dtype=torch.int32, device=t["query"].device)
-    t["_max_k"] = max(lens)
-    # The memory-efficient kernel has no grouped-query heads: it gets keys and values repeated
-    # per query head (also untimed).
-    group = t["query"].shape[1] // t["_k"].shape[1]
-    t["_ke"] = t["_k"].repeat_interleave(group, dim=1)[None].contiguous()
-    t["_ve"] = t["_v"].repeat_interleave(group, dim=1)[None].contiguous()
-
-
-def attention_check(torch, t, s):
-    """The exact attention of the prepared contexts in fp32: what a library kernel's output is
-    checked against before it is timed (a mis-specified call must not yield a time)."""
-    scale = float(s.get("scale", 1.0 / (t["query"].shape[-1] ** 0.5)))
-    cu = t["_cu_k"].tolist()
-    heads = t["query"].shape[1]
-    outs = []
-    for i in range(len(cu) - 1):
-        k = t["_k"][cu[i]:cu[i + 1]].float()
-        v = t["_v"][cu[i]:cu[i + 1]].float()
-        group = heads // k.shape[1]
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
-        scores = torch.einsum("hd,nhd->hn", t["query"][i].float(), k) * scale
-        outs.append(torch.einsum("hn,nhd->hd", torch.softmax(scores, dim=-1), v))
-    return torch.stack(outs)
-
-
-def op_paged_attention_flash(torch, t, s, sym):
-    # FlashAttention-2 (PyTorch's own build) over the packed varlen layout, one query a sequence.
-    # Only the attention kernel runs here: its output is the call's result (no copy timed).
-    return torch.ops.aten._flash_attention_forward(
-        t["query"], t["_k"], t["_v"], t["_cu_q"], t["_cu_k"], 1, t["_max_k"], 0.0, False, False,
-        scale=float(s.get("scale", 1.0 / (t["query"].shape[-1] ** 0.5))))[0]
-
-
-def op_paged_attention_efficient(torch, t, s, sym):
-    # The memory-efficient (CUTLASS) attention kernel over the same packed layout. It has no
-    # grouped-query heads, so it reads keys and values repeated per query head (G times the
-    # bytes): not like for like, listed for completeness.
-    q = t["query"][None]
-    return torch.ops.aten._efficient_attention_forward(
-        q, t["_ke"], t["_ve"], None, t["_cu_q"], t["_cu_k"], 1, t["_max_k"], 0.0, 0, False,
-        scale=float(s.get("scale", 1.0 / (q.shape[-1] ** 0.5))))[0][0]
-
-
-OPS = {
-    "llm/rms_norm": op_rms_norm,
-    "llm/fused_add_rms_norm": op_fused_add_rms_norm,
-    "llm/silu_and_mul": op_silu_and_mul,
-    "llm/dynamic_per_token_scaled_fp8_quant": op_fp8_quant,
-    "llm/rotary_embedding": op_rotary,
-    "llm/reshape_and_cache_flash": op_reshape_and_cache_flash,
-    "llm/topk_softmax": op_topk_softmax,
-    "llm/grouped_topk": op_grouped_topk,
-    "llm/linear": op_linear,
-}
-# Tasks whose library is not a PyTorch composition: named kernels, each timed eagerly (there is
-# nothing for torch.compile to fuse), the best kept. `prepare` runs once per input copy, untimed.
-LIBRARY_KERNELS = {
-    "llm/paged_decode_attention": {
-        "prepare": prepare_paged_attention,
-        "kernels": {"FlashAttention-2 varlen": op_paged_attention_flash,
-                    "memory-efficient attention (kv heads repeated)":
-                        op_paged_attention_efficient},
-        "check": attention_check,
-    },
-}
+# A kernel anchor's output may differ from the task's check by at most this much (absolute) before
+# it is timed: a mis-specified call must not yield a time.
+KERNEL_CHECK_ATOL = 2e-2
 
 
 # ---- timing -----------------------------------------------------------------------------------
@@ -365,15 +236,19 @@ def main():
 
     flush_names = flush_kernel_names(torch, flush)
     torch._dynamo.config.recompile_limit = 64
+    anchors = load_anchors(only=args.tasks)
     rows = []
     for task in task_ids():
         if args.tasks and task not in args.tasks:
             continue
         view = crucible_json("tasks", "show", task, "--json")
-        op = OPS.get(task)
+        entry = anchors.get(task, {"composite": None, "kernels": {}, "prepare": None,
+                                   "check": None})
+        op = entry["composite"]
         torch._dynamo.reset()
-        if op is None and task not in LIBRARY_KERNELS:
-            print(f"{task}: no library implementation in this script", file=sys.stderr)
+        if op is None and not entry["kernels"]:
+            print(f"{task}: no [parity] table in its task.toml: no library to measure against",
+                  file=sys.stderr)
         for case in view["cases"]:
             key = (task, case["name"])
             row = {"task": task, "case": case["name"], "symbols": case["symbols"],
@@ -387,9 +262,14 @@ def main():
                 if "reference_library" in crucible[key]:
                     row["reference_library"] = crucible[key]["reference_library"]
             scalars = case.get("scalars", {})
-            if op is not None:
+            if op is not None or entry["kernels"]:
                 copies = [make_inputs(torch, view, case, device) for _ in range(4)]
-
+                if entry["prepare"] is not None:  # once per input copy, untimed
+                    for t in copies:
+                        entry["prepare"](torch, t, scalars, case["symbols"])
+            # Library times by name: the composite's "eager" and "torch.compile", each kernel's.
+            timed = {}
+            if op is not None:
                 def eager(t):
                     op(torch, t, scalars, case["symbols"])
 
@@ -406,16 +286,12 @@ def main():
                                                         flush, flush_names)
                 except Exception as error:  # report, do not hide
                     row["compile_error"] = str(error).splitlines()[0][:200]
-                library = [v for v in (row.get("eager_ns"), row.get("compile_ns")) if v]
-                if library:
-                    row["library_ns"] = min(library)
-                    row["library"] = ("eager" if row["library_ns"] == row.get("eager_ns")
-                                      else "torch.compile")
-            elif task in LIBRARY_KERNELS:
-                entry = LIBRARY_KERNELS[task]
-                copies = [make_inputs(torch, view, case, device) for _ in range(4)]
-                for t in copies:
-                    entry["prepare"](torch, t, scalars, case["symbols"])
+                for name, field in (("eager", "eager_ns"), ("torch.compile", "compile_ns")):
+                    if row.get(field):
+                        timed[name] = row[field]
+            if entry["kernels"]:
+                # Named library kernels, each timed eagerly (nothing for torch.compile to fuse),
+                # each output first held to the task's check.
                 row["kernels_ns"] = {}
                 want = entry["check"](torch, copies[0], scalars)
                 for name, kernel in entry["kernels"].items():
@@ -425,8 +301,8 @@ def main():
                         got = run(copies[0]).float()
                         error = (got - want).abs().max().item()
                         row.setdefault("kernel_max_abs_error", {})[name] = error
-                        if not error <= 2e-2:
-                            raise RuntimeError(f"output differs from fp32 attention by {error}")
+                        if not error <= KERNEL_CHECK_ATOL:
+                            raise RuntimeError(f"output differs from the task's check by {error}")
                         row["kernels_ns"][name] = kernel_times_ns(torch, run, copies, args.calls,
                                                                   flush, flush_names)
                     except Exception as error:  # report, do not hide
@@ -434,10 +310,11 @@ def main():
                             str(error).splitlines()[0][:200]
                         print(f"{task} {case['name']}: {name} failed: "
                               f"{row['kernel_errors'][name]}", file=sys.stderr)
-                timed = {k: v for k, v in row["kernels_ns"].items() if v}
-                if timed:
-                    row["library"] = min(timed, key=timed.get)
-                    row["library_ns"] = timed[row["library"]]
+                timed.update({k: v for k, v in row["kernels_ns"].items() if v})
+            if timed:
+                # The best library; a tie goes to the first measured (eager before compile).
+                row["library"] = min(timed, key=timed.get)
+                row["library_ns"] = timed[row["library"]]
             if row.get("reference_ns") and row.get("library_ns"):
                 row["reference_over_library"] = row["reference_ns"] / row["library_ns"]
             if row.get("reference_ns") and row.get("floor_ns"):

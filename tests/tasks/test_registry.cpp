@@ -2,6 +2,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "tasks/registry.hpp"
 
@@ -28,6 +31,47 @@ TEST_CASE("registry: every manifest in the repository loads without a problem") 
   CHECK_FALSE(loaded->all().empty());
   CHECK(std::is_sorted(loaded->all().begin(), loaded->all().end(),
                        [](const Task& a, const Task& b) { return a.id < b.id; }));
+}
+
+TEST_CASE("registry: every task declares its parity anchors, in a module of its folder") {
+  // What bench/gpu/parity.py measures a task's reference against lives in the task: a new task
+  // cannot forget it. tests/tasks/test_parity.py checks that the named functions exist.
+  for (const Task& task : real_registry().all()) {
+    CAPTURE(task.id);
+    REQUIRE_MESSAGE(task.parity.has_value(),
+                    task.id << ": task.toml has no [parity] table (docs/tasks.md, copy "
+                               "tasks/llm/rms_norm's)");
+    CHECK_FALSE(task.parity->anchors.empty());
+    CHECK(task.parity->module_path.parent_path() == task.folder());
+    CHECK(std::filesystem::is_regular_file(task.parity->module_path));
+  }
+}
+
+TEST_CASE("llm/rms_norm: measured against PyTorch's composite, eager and compiled") {
+  const Task* task = real_registry().find("llm/rms_norm");
+  REQUIRE(task != nullptr);
+  REQUIRE(task->parity.has_value());
+  CHECK(task->parity->module == "parity.py");
+  CHECK(task->parity->prepare.empty());
+  CHECK(task->parity->check.empty());
+  REQUIRE(task->parity->anchors.size() == 1);
+  CHECK(task->parity->anchors[0].kind == ParityKind::kComposite);
+  CHECK(task->parity->anchors[0].function == "rms_norm");
+}
+
+TEST_CASE("llm/paged_decode_attention: measured against FlashAttention-2 and efficient attention") {
+  const Task* task = real_registry().find("llm/paged_decode_attention");
+  REQUIRE(task != nullptr);
+  REQUIRE(task->parity.has_value());
+  CHECK(task->parity->prepare == "prepare");
+  CHECK(task->parity->check == "check");
+  std::vector<std::string> names;
+  for (const auto& anchor : task->parity->anchors) {
+    CHECK(anchor.kind == ParityKind::kKernel);
+    names.push_back(anchor.name);
+  }
+  CHECK(names == std::vector<std::string>{"FlashAttention-2 varlen",
+                                          "memory-efficient attention (kv heads repeated)"});
 }
 
 TEST_CASE("registry: find returns the task by id and nullptr for an unknown id") {

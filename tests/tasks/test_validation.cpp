@@ -216,7 +216,7 @@ const BadManifest kBadManifests[] = {
      "science, recsys, world)"},
     {"unknown top-level key", "title = \"Toy\"", "title = \"Toy\"\ncolour = \"red\"",
      "colour: unknown key (known: id, category, module, title, description, reference, symbols, "
-     "tensors, scalars, tolerance, roofline, visible_cases, hidden_cases, checker)"},
+     "tensors, scalars, tolerance, roofline, visible_cases, hidden_cases, checker, parity)"},
     {"scalar without a value or default", "default = 2.0\n", "",
      "visible_cases[0].scalars: missing value for scalar 'alpha' (it has no default)"},
     {"integer scalar given a fraction", "dtype = \"f32\"\ndefault = 2.0",
@@ -231,6 +231,103 @@ const BadManifest kBadManifests[] = {
     {"wrong value type", "title = \"Toy\"", "title = 3", "title: must be a string, got integer"},
     {"TOML syntax error", "title = \"Toy\"", "title = \"Toy", ":4:", true},
 };
+
+// A [parity] table for the toy task; each row of kBadParity breaks it in one place. It goes
+// before [reference], where a row may also replace it with a plain key.
+constexpr const char* kParity = R"toml([parity]
+module = "parity.py"
+
+[[parity.anchors]]
+name = "PyTorch"
+kind = "composite"
+function = "scale"
+description = "PyTorch eager and torch.compile of the composite"
+)toml";
+
+constexpr const char* kKernelAnchor = R"toml(
+[[parity.anchors]]
+name = "Library kernel"
+kind = "kernel"
+function = "library_scale"
+description = "a named library kernel"
+)toml";
+
+// The toy manifest with `parity` (a [parity] table, or any text) before its [reference].
+std::string with_parity(const std::string& parity) {
+  return replaced(kValid, "[reference]\n", parity + "\n[reference]\n");
+}
+
+const BadManifest kBadParity[] = {
+    {"parity that is not a table", kParity, "parity = \"parity.py\"\n",
+     "parity: must be a table, got string"},
+    {"unknown parity key", "module = \"parity.py\"", "module = \"parity.py\"\ntimeout = 3",
+     "parity.timeout: unknown key (known: module, prepare, check, anchors)"},
+    {"parity without a module", "module = \"parity.py\"\n", "",
+     "parity.module: missing (a string is required)"},
+    {"parity module that does not exist", "module = \"parity.py\"", "module = \"anchors.py\"",
+     "parity.module: parity module 'anchors.py' does not exist (looked at "
+     "tasks/llm/toy/anchors.py)"},
+    {"parity module outside the task folder", "module = \"parity.py\"",
+     "module = \"../rms_norm/parity.py\"",
+     "parity.module: must be a .py file in the task folder (e.g. \"parity.py\"), got "
+     "'../rms_norm/parity.py'"},
+    {"parity module that is not Python", "module = \"parity.py\"", "module = \"parity.cu\"",
+     "parity.module: must be a .py file in the task folder (e.g. \"parity.py\"), got "
+     "'parity.cu'"},
+    {"parity without anchors", kParity, "[parity]\nmodule = \"parity.py\"\n",
+     "parity.anchors: missing (an array is required)"},
+    {"parity with an empty anchor list", kParity,
+     "[parity]\nmodule = \"parity.py\"\nanchors = []\n",
+     "parity.anchors: at least one anchor is required"},
+    {"unknown anchor key", "kind = \"composite\"", "kind = \"composite\"\nmode = \"max-autotune\"",
+     "parity.anchors[0].mode: unknown key (known: name, description, kind, function)"},
+    {"unknown anchor kind", "kind = \"composite\"", "kind = \"fused\"",
+     "parity.anchors[0].kind: unknown kind 'fused' (known: composite, kernel)"},
+    {"anchor without a kind", "kind = \"composite\"\n", "",
+     "parity.anchors[0].kind: missing (a string is required)"},
+    {"anchor function that is not a name", "function = \"scale\"", "function = \"scale-op\"",
+     "parity.anchors[0].function: 'scale-op' is not a function name ([A-Za-z_][A-Za-z0-9_]*)"},
+    {"anchor without a function", "function = \"scale\"\n", "",
+     "parity.anchors[0].function: missing (a string is required)"},
+    {"anchor without a description",
+     "description = \"PyTorch eager and torch.compile of the composite\"\n", "",
+     "parity.anchors[0].description: missing (a string is required)"},
+    {"anchor with an empty name", "name = \"PyTorch\"", "name = \"\"",
+     "parity.anchors[0].name: must not be empty"},
+    {"prepare that is not a name", "module = \"parity.py\"",
+     "module = \"parity.py\"\nprepare = \"gather contexts\"",
+     "parity.prepare: 'gather contexts' is not a function name ([A-Za-z_][A-Za-z0-9_]*)"},
+    {"two composite anchors", "description = \"PyTorch eager and torch.compile of the composite\"",
+     "description = \"eager\"\n\n[[parity.anchors]]\nname = \"PyTorch again\"\nkind = "
+     "\"composite\"\nfunction = \"scale\"\ndescription = \"the same composite\"",
+     "parity.anchors: at most one anchor of kind \"composite\" (got 2)"},
+    {"kernel anchor without a check", "kind = \"composite\"", "kind = \"kernel\"",
+     "parity.check: missing: a \"kernel\" anchor's output is held to the check's before it is "
+     "timed (a function name)"},
+    {"duplicate anchor name", "module = \"parity.py\"",
+     "module = \"parity.py\"\ncheck = \"exact\"\n\n[[parity.anchors]]\nname = \"PyTorch\"\n"
+     "kind = \"kernel\"\nfunction = \"library_scale\"\ndescription = \"a kernel\"",
+     "parity.anchors[1].name: duplicate anchor name 'PyTorch' (also parity.anchors[0])"},
+};
+
+// Loads `manifest` as the toy task (with tasks/llm/toy/parity.py present) and checks that the
+// errors hold the row's line.
+void check_bad_manifest(const BadManifest& row, const std::string& manifest) {
+  const std::string problem = row.problem;
+  CAPTURE(problem);
+  ScratchHome home;
+  home.write("tasks/llm/toy/parity.py", "def scale(torch, t, s, sym):\n    pass\n");
+  home.write(kFile, manifest);
+  const auto errors = load_errors(home);
+  REQUIRE_MESSAGE(!errors.empty(), "loaded although: " << row.problem);
+  const std::string expected =
+      std::string(row.prefix && row.expected[0] == ':' ? "" : ": ") + row.expected;
+  const std::string line_start = std::string(kFile) + expected;
+  const bool found = std::any_of(errors.begin(), errors.end(), [&](const std::string& line) {
+    return row.prefix ? line.rfind(line_start, 0) == 0 : line == line_start;
+  });
+  CHECK_MESSAGE(found, "expected:\n  " << line_start << "\ngot:\n" << joined(errors));
+}
 
 }  // namespace
 
@@ -248,19 +345,50 @@ TEST_CASE("validation: the unbroken toy manifest loads") {
 }
 
 TEST_CASE("validation: each broken manifest gives its exact message with file and key") {
-  for (const auto& row : kBadManifests) {
-    CAPTURE(row.problem);
-    ScratchHome home;
-    home.write(kFile, replaced(kValid, row.from, row.to));
-    const auto errors = load_errors(home);
-    REQUIRE_MESSAGE(!errors.empty(), "loaded although: " << row.problem);
-    const std::string expected =
-        std::string(row.prefix && row.expected[0] == ':' ? "" : ": ") + row.expected;
-    const std::string line_start = std::string(kFile) + expected;
-    const bool found = std::any_of(errors.begin(), errors.end(), [&](const std::string& line) {
-      return row.prefix ? line.rfind(line_start, 0) == 0 : line == line_start;
-    });
-    CHECK_MESSAGE(found, "expected:\n  " << line_start << "\ngot:\n" << joined(errors));
+  for (const auto& row : kBadManifests) check_bad_manifest(row, replaced(kValid, row.from, row.to));
+}
+
+TEST_CASE("validation: a manifest without [parity] loads, with no anchors") {
+  ScratchHome home;
+  home.write(kFile, kValid);
+  auto loaded = Registry::load(home.root());
+  INFO((loaded ? std::string() : loaded.error().message));
+  REQUIRE(loaded.ok());
+  CHECK_FALSE(loaded->find("llm/toy")->parity.has_value());
+}
+
+TEST_CASE("validation: a [parity] table loads with its module resolved in the task folder") {
+  ScratchHome home;
+  home.write("tasks/llm/toy/parity.py", "def scale(torch, t, s, sym):\n    pass\n");
+  home.write(kFile, with_parity(replaced(kParity, "module = \"parity.py\"",
+                                         "module = \"parity.py\"\nprepare = \"gather\"\n"
+                                         "check = \"exact\"") +
+                                kKernelAnchor));
+  auto loaded = Registry::load(home.root());
+  INFO((loaded ? std::string() : loaded.error().message));
+  REQUIRE(loaded.ok());
+  const auto& parity = loaded->find("llm/toy")->parity;
+  REQUIRE(parity.has_value());
+  CHECK(parity->module == "parity.py");
+  CHECK(fs::equivalent(parity->module_path, home.root() / "tasks/llm/toy/parity.py"));
+  CHECK(parity->prepare == "gather");
+  CHECK(parity->check == "exact");
+  REQUIRE(parity->anchors.size() == 2);
+  CHECK(parity->anchors[0].name == "PyTorch");
+  CHECK(parity->anchors[0].kind == ParityKind::kComposite);
+  CHECK(parity->anchors[0].function == "scale");
+  CHECK(parity->anchors[0].description == "PyTorch eager and torch.compile of the composite");
+  CHECK(parity->anchors[1].name == "Library kernel");
+  CHECK(parity->anchors[1].kind == ParityKind::kKernel);
+  CHECK(parity->anchors[1].function == "library_scale");
+  CHECK(parity_kind_name(ParityKind::kKernel) == "kernel");
+  CHECK(parity_kind_from_name("composite") == ParityKind::kComposite);
+  CHECK_FALSE(parity_kind_from_name("fused").has_value());
+}
+
+TEST_CASE("validation: each broken [parity] table gives its exact message with file and key") {
+  for (const auto& row : kBadParity) {
+    check_bad_manifest(row, with_parity(replaced(kParity, row.from, row.to)));
   }
 }
 

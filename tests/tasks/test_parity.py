@@ -1,0 +1,181 @@
+"""Every task's parity anchors (the [parity] table of its task.toml, its calls in the task
+folder's module) as bench/gpu/parity.py loads them: each named function exists and is callable;
+with PyTorch, each composite runs on CPU on its task's smallest visible case and writes every
+output, `prepare` and `check` run there too, and library kernels run where CUDA is.
+
+Run: python3 -m pytest -q -rs tests/tasks/test_parity.py (CTest: test_parity_anchors).
+"""
+import importlib.util
+import math
+import pathlib
+import tomllib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MANIFESTS = sorted(ROOT.glob("tasks/*/*/task.toml"))
+
+# Inputs of more elements than this (all tensors of the case together) are not built on CPU.
+CPU_ELEMENT_LIMIT = 1 << 26
+TORCH_REASON = "PyTorch is not installed (scripts/setup installs it): the anchors are not run"
+
+
+def _load_parity_script():
+    spec = importlib.util.spec_from_file_location("crucible_bench_parity",
+                                                  ROOT / "bench" / "gpu" / "parity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+parity = _load_parity_script()
+
+
+def _manifest(path):
+    with path.open("rb") as f:
+        return tomllib.load(f)
+
+
+def _task_id(path):
+    return str(path.parent.relative_to(ROOT / "tasks"))
+
+
+def _anchors(kind):
+    """(manifest, anchor) pairs of every task's anchors of this kind, for parametrize."""
+    pairs = []
+    for path in MANIFESTS:
+        for anchor in _manifest(path).get("parity", {}).get("anchors", []):
+            if anchor.get("kind") == kind:
+                pairs.append(pytest.param(path, anchor,
+                                          id=f"{_task_id(path)}:{anchor.get('function')}"))
+    return pairs
+
+
+def _smallest_case(data):
+    """The view bench/gpu/parity.py builds inputs from (`crucible tasks show --json`: tensors,
+    and per case its symbols, scalars with defaults and every input's effective generator), for
+    the visible case with the fewest elements, and that count."""
+    tensors = data["tensors"]
+    defaults = {s["name"]: s["default"] for s in data.get("scalars", []) if "default" in s}
+
+    def elements(case):
+        total = 0
+        for spec in tensors:
+            n = 1
+            for d in spec["shape"]:
+                n *= case["symbols"][d] if isinstance(d, str) else d
+            total += n
+        return total
+
+    case = min(data["visible_cases"], key=elements)
+    values = {spec["name"]: spec["values"] for spec in tensors if "values" in spec}
+    values.update(case.get("values", {}))
+    view = {"tensors": [{"name": s["name"], "dtype": s["dtype"], "shape": s["shape"]}
+                        for s in tensors]}
+    built = {"name": case["name"], "symbols": case["symbols"],
+             "scalars": {**defaults, **case.get("scalars", {})}, "values": values}
+    return view, built, elements(case)
+
+
+def _inputs(torch, data, device):
+    """Inputs of the task's smallest visible case on `device`, outputs poisoned (NaN, or the
+    integer dtype's minimum) so that an element left unwritten is seen; skips a case too large
+    to build on CPU."""
+    view, case, count = _smallest_case(data)
+    if device == "cpu" and count > CPU_ELEMENT_LIMIT:
+        pytest.skip(f"smallest visible case '{case['name']}' has {count} elements, more than "
+                    f"{CPU_ELEMENT_LIMIT} on CPU")
+    t = parity.make_inputs(torch, view, case, device)
+    for spec in data["tensors"]:
+        if spec["role"] == "out":
+            x = t[spec["name"]]
+            x.fill_(math.nan if x.dtype.is_floating_point else torch.iinfo(x.dtype).min)
+    return t, case
+
+
+def _module(path):
+    return parity.import_parity_module(path, _manifest(path))
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=_task_id)
+def test_every_task_declares_anchors_that_its_module_defines(path):
+    data = _manifest(path)
+    assert "parity" in data, f"{path.relative_to(ROOT)} has no [parity] table (docs/tasks.md)"
+    table = data["parity"]
+    module = _module(path)
+    named = [table[key] for key in ("prepare", "check") if key in table]
+    named += [anchor["function"] for anchor in table["anchors"]]
+    for name in named:
+        assert callable(getattr(module, name, None)), \
+            f"{table['module']} of {data['id']} has no function {name!r}"
+
+
+def test_the_benchmark_loads_every_task_anchor_by_kind():
+    anchors = parity.load_anchors()
+    assert set(anchors) == {_manifest(path)["id"] for path in MANIFESTS}
+    for task, entry in anchors.items():
+        assert entry["composite"] is not None or entry["kernels"], task
+        assert all(callable(f) for f in entry["kernels"].values()), task
+        if entry["kernels"]:
+            assert callable(entry["check"]), task
+    # The composite of a task, and the named kernels of paged attention as reports name them.
+    assert anchors["llm/rms_norm"]["composite"].__name__ == "rms_norm"
+    assert list(anchors["llm/paged_decode_attention"]["kernels"]) == [
+        "FlashAttention-2 varlen", "memory-efficient attention (kv heads repeated)"]
+
+
+def test_only_limits_the_tasks_loaded():
+    assert list(parity.load_anchors(only=["llm/linear"])) == ["llm/linear"]
+
+
+@pytest.mark.parametrize("path,anchor", _anchors("composite"))
+def test_composite_writes_every_output_on_the_smallest_case_on_cpu(path, anchor):
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    data = _manifest(path)
+    module = _module(path)
+    t, case = _inputs(torch, data, "cpu")
+    if "prepare" in data["parity"]:
+        getattr(module, data["parity"]["prepare"])(torch, t, case["scalars"], case["symbols"])
+    getattr(module, anchor["function"])(torch, t, case["scalars"], case["symbols"])
+    for spec in data["tensors"]:
+        if spec["role"] == "in":
+            continue
+        x = t[spec["name"]]
+        if x.dtype.is_floating_point:
+            bad = int((~torch.isfinite(x.float())).sum())
+            assert bad == 0, f"{spec['name']}: {bad} elements not finite (unwritten or NaN)"
+        elif spec["role"] == "out":
+            bad = int((x == torch.iinfo(x.dtype).min).sum())
+            assert bad == 0, f"{spec['name']}: {bad} elements unwritten"
+
+
+@pytest.mark.parametrize("path", [p for p in MANIFESTS
+                                  if "check" in _manifest(p).get("parity", {})], ids=_task_id)
+def test_prepare_and_check_give_the_output_shape_on_cpu(path):
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    data = _manifest(path)
+    table = data["parity"]
+    module = _module(path)
+    t, case = _inputs(torch, data, "cpu")
+    if "prepare" in table:
+        getattr(module, table["prepare"])(torch, t, case["scalars"], case["symbols"])
+    want = getattr(module, table["check"])(torch, t, case["scalars"])
+    out = next(spec["name"] for spec in data["tensors"] if spec["role"] == "out")
+    assert tuple(want.shape) == tuple(t[out].shape)
+    assert bool(torch.isfinite(want).all())
+
+
+@pytest.mark.parametrize("path,anchor", _anchors("kernel"))
+def test_kernel_matches_the_check_on_the_smallest_case(path, anchor):
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    if not torch.cuda.is_available():
+        pytest.skip(f"'{anchor['name']}' is a GPU-only library kernel and CUDA is not available")
+    data = _manifest(path)
+    table = data["parity"]
+    module = _module(path)
+    t, case = _inputs(torch, data, "cuda")
+    if "prepare" in table:
+        getattr(module, table["prepare"])(torch, t, case["scalars"], case["symbols"])
+    want = getattr(module, table["check"])(torch, t, case["scalars"])
+    got = getattr(module, anchor["function"])(torch, t, case["scalars"], case["symbols"])
+    assert float((got.float() - want).abs().max()) <= parity.KERNEL_CHECK_ATOL
