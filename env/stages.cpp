@@ -9,6 +9,7 @@
 
 #include "action/plan_context.hpp"
 #include "core/log.hpp"
+#include "runner/judge/timing_stats.hpp"
 
 namespace crucible::env {
 
@@ -42,19 +43,15 @@ std::string log_summary(const std::string& log) {
 std::optional<double> weighted_geomean_of(const core::Value& timing, const std::string& field) {
   const auto cases = timing.find("cases");
   if (cases == timing.end() || !cases->is_array() || cases->empty()) return std::nullopt;
-  double log_sum = 0.0;
-  double weights = 0.0;
+  std::vector<std::pair<double, double>> value_weight;
   for (const auto& c : *cases) {
     const auto it = c.find(field);
     if (it == c.end()) return std::nullopt;
     const core::Value& value = it->is_object() ? it->value("median_ns", core::Value()) : *it;
-    if (!value.is_number() || value.get<double>() <= 0.0) return std::nullopt;
-    const double weight = c.value("weight", 1.0);
-    log_sum += weight * std::log(value.get<double>());
-    weights += weight;
+    if (!value.is_number()) return std::nullopt;
+    value_weight.emplace_back(value.get<double>(), c.value("weight", 1.0));
   }
-  if (weights <= 0.0) return std::nullopt;
-  return std::exp(log_sum / weights);
+  return runner::weighted_geomean(value_weight);
 }
 
 }  // namespace

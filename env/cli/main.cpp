@@ -21,6 +21,7 @@
 #include "env/cli/eval.hpp"
 #include "env/cli/replay.hpp"
 #include "env/cli/report.hpp"
+#include "env/cli/task_tools.hpp"
 #include "env/server.hpp"
 #include "env/stages.hpp"
 #include "env/trajectory_log.hpp"
@@ -363,6 +364,82 @@ env::Pipeline local_pipeline(const std::filesystem::path& home,
   return pipeline;
 }
 
+// `crucible tasks new`: the folder and reference of a new task, copied from another.
+int run_tasks_new(const std::string& home_flag, const std::string& id, const std::string& from) {
+  const auto home = resolve_home(home_flag);
+  auto registry = load_registry(home);
+  if (!registry) return kExitUsage;
+  auto written = env::create_task(home, *registry, id, from);
+  if (!written) {
+    std::cerr << "crucible tasks new: " << written.error().message << "\n";
+    return kExitUsage;
+  }
+  std::cout << "created " << id << " as a copy of " << from << ":\n";
+  for (const auto& path : *written) std::cout << "  " << path.string() << "\n";
+  std::cout << "next: re-run cmake (the oracle and its test are found by glob), follow the "
+               "checklist of docs/tasks.md, and run `crucible tasks check "
+            << id << "` after each step\n";
+  return 0;
+}
+
+// `crucible tasks check`: every task named (or all) held to what can be checked here.
+int run_tasks_check(const std::string& home_flag, const std::vector<std::string>& ids, bool all,
+                    const env::PipelineOptions& pipeline_options) {
+  const auto home = resolve_home(home_flag);
+  auto registry = load_registry(home);
+  if (!registry) return kExitUsage;
+  std::vector<const tasks::Task*> selected;
+  if (all) {
+    for (const auto& task : registry->all()) selected.push_back(&task);
+  }
+  for (const auto& id : ids) {
+    const auto* task = registry->find(id);
+    if (task == nullptr) {
+      std::cerr << "crucible tasks check: unknown task '" << id
+                << "'; `crucible tasks list` shows them\n";
+      return kExitUsage;
+    }
+    selected.push_back(task);
+  }
+  if (selected.empty()) {
+    std::cerr << "crucible tasks check: name task ids or give --all\n";
+    return kExitUsage;
+  }
+  sandbox::CompilePoolOptions compile_options = pipeline_options.compile_options;
+  compile_options.worker_exe = sandbox::default_worker_path();
+  if (compile_options.workers == 0) compile_options.workers = 2;
+  auto pool = sandbox::CompilePool::start(compile_options);
+  env::CheckTools tools;
+  tools.home = home;
+  if (pool) {
+    tools.compile = pool->get();
+  } else {
+    std::cerr << "crucible tasks check: the compile workers did not start: " << pool.error().message
+              << "\n";
+    return kExitUsage;
+  }
+  const auto gpus = runner::probe_gpus();
+  std::optional<env::Pipeline> pipeline;
+  if (gpus.gpus.empty()) {
+    tools.no_gpu_reason = gpus.reason + " (run on a GPU machine to score them)";
+  } else {
+    pipeline.emplace(local_pipeline(home, pipeline_options));
+    tools.score_on_gpu = [&](const tasks::Task& task, const std::string& source) {
+      env::StepJob job{&task, source, nullptr, 1, {}};
+      return pipeline->run(job);
+    };
+  }
+  std::size_t failed = 0;
+  for (const auto* task : selected) {
+    const auto lines = env::check_task(*task, tools);
+    std::cout << env::format_check(*task, lines) << std::flush;
+    if (!env::check_passed(lines)) ++failed;
+  }
+  std::cout << selected.size() - failed << " of " << selected.size() << " tasks passed"
+            << (gpus.gpus.empty() ? " (the GPU checks were skipped: no GPU here)" : "") << "\n";
+  return failed == 0 ? 0 : 1;
+}
+
 // A reward spec from a JSON text or from a file holding one; null for "".
 core::Result<core::Value> read_reward_json(const std::string& text) {
   if (text.empty()) return core::Value(nullptr);
@@ -675,7 +752,7 @@ int main(int argc, char** argv) {
   serve_cmd->add_flag("--no-compile", no_compile, "start no compile workers (steps: infra_error)");
   add_measure_options(serve_cmd, pipeline_options);
 
-  auto* tasks_cmd = app.add_subcommand("tasks", "list tasks or show one as an agent sees it");
+  auto* tasks_cmd = app.add_subcommand("tasks", "list, show, create (new) and check tasks");
   tasks_cmd->require_subcommand(1);
   auto* list_cmd = tasks_cmd->add_subcommand("list", "one line per task");
   std::string show_id;
@@ -683,6 +760,21 @@ int main(int argc, char** argv) {
   show_cmd->add_option("id", show_id, "task id, e.g. llm/rms_norm")->required();
   bool show_json = false;
   show_cmd->add_flag("--json", show_json, "print the agent view as JSON");
+  std::string new_id;
+  std::string new_from = "llm/rms_norm";
+  auto* new_cmd = tasks_cmd->add_subcommand(
+      "new", "create a task folder and its reference kernel as a copy of another task");
+  new_cmd->add_option("id", new_id, "the new task's id, <category>/<name>")->required();
+  new_cmd->add_option("--from", new_from, "the task to copy")->capture_default_str();
+  std::vector<std::string> check_ids;
+  bool check_all = false;
+  env::PipelineOptions check_pipeline;
+  auto* check_cmd = tasks_cmd->add_subcommand(
+      "check",
+      "hold tasks to every check this machine can run (manifest, plans, NVRTC, oracle, parity "
+      "anchors; on a GPU machine the reference and solution scored); exit 1 if any fails");
+  check_cmd->add_option("ids", check_ids, "task ids");
+  check_cmd->add_flag("--all", check_all, "check every task");
 
   std::string export_in;
   std::string export_out;
@@ -795,6 +887,8 @@ int main(int argc, char** argv) {
     if (!cache_dir.empty()) pipeline_options.compile_options.cache_dir = cache_dir;
     return serve(home_flag, options, pipeline_options);
   }
+  if (*new_cmd) return run_tasks_new(home_flag, new_id, new_from);
+  if (*check_cmd) return run_tasks_check(home_flag, check_ids, check_all, check_pipeline);
   if (*tasks_cmd) {
     auto registry = load_registry(resolve_home(home_flag));
     if (!registry) return kExitUsage;

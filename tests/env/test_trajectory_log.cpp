@@ -179,6 +179,9 @@ TEST_CASE(
       any = true;
     }
     ::close(pipe_fds[0]);
+    // Killed before its header was written (a loaded machine): nothing was acknowledged, and
+    // the next open starts the file afresh.
+    if (!any && (!fs::exists(path) || fs::file_size(path) < 16)) continue;
     env::LogReadReport report;
     const auto records = read_all(path, &report);
     if (any) CHECK(records.size() >= acknowledged + 1);
