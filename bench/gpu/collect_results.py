@@ -81,7 +81,24 @@ def corpus(folder, facts):
             "expected_status": "first line of each tests/gpu/kernels/*.cu ('// expect: ...')",
             "rows": rows,
             "tasks_served_end_to_end": served,
+            "tasks_check": tasks_check(folder),
             "references_against_oracles": oracle_summary(folder)}
+
+
+def tasks_check(folder):
+    """`crucible tasks check --all` on the GPU machine: per task, its check lines."""
+    path = folder / "tasks_check.txt"
+    if not path.exists():
+        return None
+    tasks, current = {}, None
+    for line in path.read_text().splitlines():
+        if re.match(r"^[a-z0-9_]+/[a-z0-9_]+$", line):
+            current = tasks.setdefault(line, [])
+        elif current is not None and line.startswith("  "):
+            current.append(line.strip())
+    summary = [line for line in path.read_text().splitlines()
+               if "tasks passed" in line or line.startswith("tasks check exit")]
+    return {"summary": summary, "tasks": tasks}
 
 
 def hacks(folder, facts, eval_rows):

@@ -37,6 +37,10 @@ if want tests; then
     run timeout 300 $B/$suite 2>&1 | grep -v "^20[0-9][0-9]-" > "$R/$suite.txt"
     echo "exit $?"; grep -E "^\| |^[a-z_]+ +[a-z_]+ +|ERROR|FAILED|test cases|assertions" "$R/$suite.txt" | tail -45
   done
+  # Every task's checks, including scoring reference and example solution on this GPU.
+  step "crucible tasks check --all"
+  run timeout 300 $B/crucible --home "$PWD" tasks check --all > "$R/tasks_check.txt" 2>&1
+  echo "tasks check exit $?" | tee -a "$R/tasks_check.txt"; tail -2 "$R/tasks_check.txt"
 fi
 if want bench; then
   # The default (a case is timed until its median's 95 % CI is within 1 %, at most 1 s), then
