@@ -14,15 +14,17 @@ def _conv(torch, t, s):
 
 
 def check(torch, t, s):
-    """The convolution in fp32 (NCHW-shaped, as conv2d returns it)."""
+    """The convolution in fp32, NHWC like out."""
     x = t["input"].permute(0, 3, 1, 2).float()
     c, k = t["weight"].shape[0], t["weight"].shape[-1]
-    return torch.nn.functional.conv2d(x, t["weight"].view(c, 1, k, k).float(),
-                                      t["bias"].float(), padding=k // 2, groups=c)
+    y = torch.nn.functional.conv2d(x, t["weight"].view(c, 1, k, k).float(), t["bias"].float(),
+                                   padding=k // 2, groups=c)
+    return y.permute(0, 2, 3, 1)
 
 
 def cudnn_conv2d(torch, t, s, sym):
-    return _conv(torch, t, s)
+    # conv2d's channels_last result seen as NHWC: a view, nothing copied.
+    return _conv(torch, t, s).permute(0, 2, 3, 1)
 
 
 def depthwise_conv2d(torch, t, s, sym):
