@@ -126,6 +126,8 @@ def import_parity_module(manifest, data):
     spec = importlib.util.spec_from_file_location(
         "crucible_parity_" + data["id"].replace("/", "__"), path)
     module = importlib.util.module_from_spec(spec)
+    # Registered by name: torch.compile re-imports the module of a function it traces.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
