@@ -7,20 +7,20 @@
 //   out[n, h, w, c] = bias[c] + sum_{i, j < K} weight[c, i, j] * input[n, h + i - K/2, w + j - K/2,
 //   c]
 //
-// Launch plan. A block owns one image's tile of rows (as many rows as make 64 strips of 4
-// output columns) and a group of channels: 64 (eight 16-byte vectors) when channels is a
-// multiple of 8, else 8 single channels. blockIdx.y is the channel group. The block stages its
+// Launch plan. A block owns one image's tile of rows (as many rows as make 32 strips of 4
+// output columns) and a group of channels: 32 (four 16-byte vectors) when channels is a
+// multiple of 8, else 4 single channels. blockIdx.y is the channel group; 128 threads. The block stages its
 // channels' filters transposed into shared memory ([tap][channel]: one vector load per tap),
 // then each thread computes 4 adjacent output pixels of one channel vector. K is a template
 // argument (3, 5 or 7), so every tap loop is unrolled.
 //
 // clang-format off
-// @launch if (channels % 8 == 0 && kernel_size == 3) depthwise_conv2d_kernel<3, 8><<<dim3(batch * cdiv(height, max(1, 64 / cdiv(width, 4))), cdiv(channels, 64)), 256>>>(out, input, weight, bias, batch, height, width, channels)
-// @launch if (channels % 8 == 0 && kernel_size == 5) depthwise_conv2d_kernel<5, 8><<<dim3(batch * cdiv(height, max(1, 64 / cdiv(width, 4))), cdiv(channels, 64)), 256>>>(out, input, weight, bias, batch, height, width, channels)
-// @launch if (channels % 8 == 0 && kernel_size == 7) depthwise_conv2d_kernel<7, 8><<<dim3(batch * cdiv(height, max(1, 64 / cdiv(width, 4))), cdiv(channels, 64)), 256>>>(out, input, weight, bias, batch, height, width, channels)
-// @launch if (channels % 8 != 0 && kernel_size == 3) depthwise_conv2d_kernel<3, 1><<<dim3(batch * cdiv(height, max(1, 64 / cdiv(width, 4))), cdiv(channels, 8)), 256>>>(out, input, weight, bias, batch, height, width, channels)
-// @launch if (channels % 8 != 0 && kernel_size == 5) depthwise_conv2d_kernel<5, 1><<<dim3(batch * cdiv(height, max(1, 64 / cdiv(width, 4))), cdiv(channels, 8)), 256>>>(out, input, weight, bias, batch, height, width, channels)
-// @launch if (channels % 8 != 0 && kernel_size == 7) depthwise_conv2d_kernel<7, 1><<<dim3(batch * cdiv(height, max(1, 64 / cdiv(width, 4))), cdiv(channels, 8)), 256>>>(out, input, weight, bias, batch, height, width, channels)
+// @launch if (channels % 8 == 0 && kernel_size == 3) depthwise_conv2d_kernel<3, 8><<<dim3(batch * cdiv(height, max(1, 32 / cdiv(width, 4))), cdiv(channels, 32)), 128>>>(out, input, weight, bias, batch, height, width, channels)
+// @launch if (channels % 8 == 0 && kernel_size == 5) depthwise_conv2d_kernel<5, 8><<<dim3(batch * cdiv(height, max(1, 32 / cdiv(width, 4))), cdiv(channels, 32)), 128>>>(out, input, weight, bias, batch, height, width, channels)
+// @launch if (channels % 8 == 0 && kernel_size == 7) depthwise_conv2d_kernel<7, 8><<<dim3(batch * cdiv(height, max(1, 32 / cdiv(width, 4))), cdiv(channels, 32)), 128>>>(out, input, weight, bias, batch, height, width, channels)
+// @launch if (channels % 8 != 0 && kernel_size == 3) depthwise_conv2d_kernel<3, 1><<<dim3(batch * cdiv(height, max(1, 32 / cdiv(width, 4))), cdiv(channels, 4)), 128>>>(out, input, weight, bias, batch, height, width, channels)
+// @launch if (channels % 8 != 0 && kernel_size == 5) depthwise_conv2d_kernel<5, 1><<<dim3(batch * cdiv(height, max(1, 32 / cdiv(width, 4))), cdiv(channels, 4)), 128>>>(out, input, weight, bias, batch, height, width, channels)
+// @launch if (channels % 8 != 0 && kernel_size == 7) depthwise_conv2d_kernel<7, 1><<<dim3(batch * cdiv(height, max(1, 32 / cdiv(width, 4))), cdiv(channels, 4)), 128>>>(out, input, weight, bias, batch, height, width, channels)
 // clang-format on
 //
 // Design notes (why, for whoever optimises this next):
@@ -33,8 +33,11 @@
 //   are adjacent, so DRAM sees the input about once.
 // - The filter layout [C][K][K] (PyTorch's) strides a channel vector's taps by K^2; the block's
 //   transpose into shared memory turns each tap of 8 channels into one 16-byte load.
-// - The strip width 4 keeps accumulators (32), filters (8 K) and one input vector in ~110
-//   registers: two 256-thread blocks per SM.
+// - Channel groups of 32 divide every production width (96 to 1024) with no idle lanes, and
+//   128-thread blocks over tiles of ~32 strips give the 14 x 14 stage hundreds of blocks
+//   (with 64-channel groups and 256 threads it had 96 blocks for 132 SMs).
+// - The strip width 4 keeps accumulators (32), filters (8 K) and a row's K + 3 raw input
+//   vectors in registers.
 
 #include <cuda_fp16.h>
 
@@ -58,6 +61,46 @@ __device__ __forceinline__ void load_channels(float (&x)[kVec], const __half* sr
     }
   } else {
     x[0] = __half2float(*src);
+  }
+}
+
+// A pixel's kVec channels as loaded, before conversion (zero-initialised: the padding).
+template <int kVec>
+struct RawChannels;
+
+template <>
+struct RawChannels<8> {
+  uint4 bits = make_uint4(0u, 0u, 0u, 0u);
+};
+
+template <>
+struct RawChannels<1> {
+  __half bits = __ushort_as_half(0);
+};
+
+template <int kVec>
+__device__ __forceinline__ RawChannels<kVec> load_raw(const __half* src) {
+  RawChannels<kVec> raw;
+  if constexpr (kVec == 8) {
+    raw.bits = *reinterpret_cast<const uint4*>(src);
+  } else {
+    raw.bits = *src;
+  }
+  return raw;
+}
+
+template <int kVec>
+__device__ __forceinline__ void to_floats(float (&x)[kVec], const RawChannels<kVec>& raw) {
+  if constexpr (kVec == 8) {
+    const __half2* pairs = reinterpret_cast<const __half2*>(&raw.bits);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(pairs[i]);
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    }
+  } else {
+    x[0] = __half2float(raw.bits);
   }
 }
 
@@ -87,7 +130,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float biases[kGroupChannels];
 
   const int strips = (width + kTileW - 1) / kTileW;
-  const int rows_per_tile = max(1, 64 / strips);
+  const int rows_per_tile = max(1, kItemSlots / strips);
   const int h_tiles = (height + rows_per_tile - 1) / rows_per_tile;
   const int image = blockIdx.x / h_tiles;
   const int h0 = (blockIdx.x % h_tiles) * rows_per_tile;
@@ -132,16 +175,20 @@ __global__ void __launch_bounds__(kThreads)
       for (int kw = 0; kw < K; ++kw)
         load_channels<kVec>(taps[kw], &filters[kh * K + kw][vector * kVec]);
       const __half* in_row = image_in + ih * row_stride;
+      // Every input vector of the row is loaded before any is used, so the K + 3 loads of a
+      // row are in flight together (the bounds checks would otherwise keep the compiler from
+      // hoisting them above the FMAs of the previous columns).
+      RawChannels<kVec> raw[kTileW + K - 1];
 #pragma unroll
       for (int j = 0; j < kTileW + K - 1; ++j) {
         const int iw = w0 + j - kPad;
-        float x[kVec];
-        if (iw >= 0 && iw < width) {
-          load_channels<kVec>(x, in_row + static_cast<long long>(iw) * channels);
-        } else {
+        raw[j] = (iw >= 0 && iw < width) ? load_raw<kVec>(in_row + static_cast<long long>(iw) * channels)
+                                         : RawChannels<kVec>{};
+      }
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) x[e] = 0.0f;
-        }
+      for (int j = 0; j < kTileW + K - 1; ++j) {
+        float x[kVec];
+        to_floats<kVec>(x, raw[j]);
 #pragma unroll
         for (int t = 0; t < kTileW; ++t) {
           const int kw = j - t;

@@ -30,8 +30,11 @@
 //   loop does two shared loads and two FMAs per element, no division or transcendental. An
 //   element-indexed table (rather than one per frequency) removes the c -> (axis, j) mapping
 //   from the hot loop; it costs 8 tokens x 256 x 8 bytes = 16 KiB of shared memory.
-// - omega_j = 10000^(-j / half) in double, then theta = p * omega rounded once to fp32 and
-//   sincosf (full range reduction; |theta| < 64 here): the angle is within an ulp of exact.
+// - omega_j = 10000^(-j / half) in double, rounded to fp32 once per block (half values), then
+//   theta = p * omega_j in fp32 and sincosf (full range reduction; |theta| < 64 here): within
+//   a few ulps of exact. A double pow per table entry (8 x head_dim per block) cost more than
+//   the block's streaming, since a launch is about one wave of blocks.
+// - The first four chunks of each thread are loaded before the table is built.
 // - q and k heads of a token are contiguous ([3, num_heads, head_dim] per token, slots 0 and
 //   1), so a token's work is one flat run of 2 * num_heads * head_dim elements.
 
@@ -72,35 +75,19 @@ __device__ __forceinline__ void rope_3d_block(__nv_bfloat16* __restrict__ qkv,
   const int half = s / 2;
   const long long plane = static_cast<long long>(grid_h) * grid_w;
 
-  for (int i = threadIdx.x; i < kTokensPerBlock * head_dim; i += kThreads) {
-    const int tk = i / head_dim;
-    const int c = i - tk * head_dim;
-    float2 cs = make_float2(1.0f, 0.0f);
-    const long long token = first + tk;
-    if (c < 3 * s && token < total) {
-      const int axis = c / s;
-      const int j = (c - axis * s) % half;
-      const long long n = token_ids[token];
-      const long long p = axis == 0 ? n / plane : axis == 1 ? (n % plane) / grid_w : n % grid_w;
-      const double omega = pow(10000.0, -static_cast<double>(j) / half);
-      const float theta = static_cast<float>(static_cast<double>(p) * omega);
-      sincosf(theta, &cs.y, &cs.x);
-    }
-    table[tk][c] = cs;
-  }
-  __syncthreads();
-
   const long long remaining = total - first;
   const int tokens = remaining < kTokensPerBlock ? static_cast<int>(remaining) : kTokensPerBlock;
   const int chunks_per_token = 2 * num_heads * head_dim / kElems;
   const int chunks = tokens * chunks_per_token;
   const long long token_stride = 3LL * num_heads * head_dim;
 
-  for (int base = threadIdx.x; base < chunks; base += kThreads * kBatch) {
-    Bits bits[kBatch];
-    __nv_bfloat16* where[kBatch];
-    int tk_of[kBatch];
-    int c_of[kBatch];
+  // The first batch of chunks is loaded before the angle table is built, so its DRAM latency
+  // overlaps the table's arithmetic and barriers.
+  Bits bits[kBatch];
+  __nv_bfloat16* where[kBatch];
+  int tk_of[kBatch];
+  int c_of[kBatch];
+  auto load_batch = [&](int base) {
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int i = base + b * kThreads;
@@ -114,6 +101,33 @@ __device__ __forceinline__ void rope_3d_block(__nv_bfloat16* __restrict__ qkv,
         bits[b] = *reinterpret_cast<const Bits*>(where[b]);
       }
     }
+  };
+  load_batch(threadIdx.x);
+
+  // omega_j = 10000^(-j / half) in double, once per block.
+  __shared__ float omega[kMaxHeadDim / 6 + 1];
+  for (int j = threadIdx.x; j < half; j += kThreads) {
+    omega[j] = static_cast<float>(pow(10000.0, -static_cast<double>(j) / half));
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTokensPerBlock * head_dim; i += kThreads) {
+    const int tk = i / head_dim;
+    const int c = i - tk * head_dim;
+    float2 cs = make_float2(1.0f, 0.0f);
+    const long long token = first + tk;
+    if (c < 3 * s && token < total) {
+      const int axis = c / s;
+      const int j = (c - axis * s) % half;
+      const long long n = token_ids[token];
+      const long long p = axis == 0 ? n / plane : axis == 1 ? (n % plane) / grid_w : n % grid_w;
+      sincosf(static_cast<float>(p) * omega[j], &cs.y, &cs.x);
+    }
+    table[tk][c] = cs;
+  }
+  __syncthreads();
+
+  for (int base = threadIdx.x; base < chunks; base += kThreads * kBatch) {
+    if (base != threadIdx.x) load_batch(base);
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       if (where[b] == nullptr) continue;
@@ -133,14 +147,14 @@ __device__ __forceinline__ void rope_3d_block(__nv_bfloat16* __restrict__ qkv,
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 4)
     rope_3d_vec8_kernel(__nv_bfloat16* __restrict__ qkv, const long long* __restrict__ token_ids,
                         int batch, int num_tokens, int num_heads, int head_dim, int grid_h,
                         int grid_w) {
   rope_3d_block<8>(qkv, token_ids, batch, num_tokens, num_heads, head_dim, grid_h, grid_w);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 4)
     rope_3d_vec2_kernel(__nv_bfloat16* __restrict__ qkv, const long long* __restrict__ token_ids,
                         int batch, int num_tokens, int num_heads, int head_dim, int grid_h,
                         int grid_w) {
