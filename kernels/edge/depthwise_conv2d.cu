@@ -9,9 +9,9 @@
 //
 // Launch plan. A block owns one image's tile of rows (as many rows as make 32 strips of 4
 // output columns) and a group of channels: 32 (four 16-byte vectors) when channels is a
-// multiple of 8, else 4 single channels. blockIdx.y is the channel group; 128 threads. The block stages its
-// channels' filters transposed into shared memory ([tap][channel]: one vector load per tap),
-// then each thread computes 4 adjacent output pixels of one channel vector. K is a template
+// multiple of 8, else 4 single channels. blockIdx.y is the channel group; 128 threads. The block
+// stages its channels' filters transposed into shared memory ([tap][channel]: one vector load per
+// tap), then each thread computes 4 adjacent output pixels of one channel vector. K is a template
 // argument (3, 5 or 7), so every tap loop is unrolled.
 //
 // clang-format off
@@ -43,26 +43,10 @@
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 128;
 constexpr int kTileW = 4;         // output columns per thread
-constexpr int kGroupVectors = 8;  // channel vectors per block
+constexpr int kGroupVectors = 4;  // channel vectors per block
 constexpr int kItemSlots = kThreads / kGroupVectors;
-
-template <int kVec>
-__device__ __forceinline__ void load_channels(float (&x)[kVec], const __half* src) {
-  if constexpr (kVec == 8) {
-    const uint4 bits = *reinterpret_cast<const uint4*>(src);
-    const __half2* pairs = reinterpret_cast<const __half2*>(&bits);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(pairs[i]);
-      x[2 * i] = f.x;
-      x[2 * i + 1] = f.y;
-    }
-  } else {
-    x[0] = __half2float(*src);
-  }
-}
 
 // A pixel's kVec channels as loaded, before conversion (zero-initialised: the padding).
 template <int kVec>
@@ -71,6 +55,11 @@ struct RawChannels;
 template <>
 struct RawChannels<8> {
   uint4 bits = make_uint4(0u, 0u, 0u, 0u);
+};
+
+template <>
+struct RawChannels<4> {
+  uint2 bits = make_uint2(0u, 0u);
 };
 
 template <>
@@ -83,6 +72,8 @@ __device__ __forceinline__ RawChannels<kVec> load_raw(const __half* src) {
   RawChannels<kVec> raw;
   if constexpr (kVec == 8) {
     raw.bits = *reinterpret_cast<const uint4*>(src);
+  } else if constexpr (kVec == 4) {
+    raw.bits = *reinterpret_cast<const uint2*>(src);
   } else {
     raw.bits = *src;
   }
@@ -91,10 +82,10 @@ __device__ __forceinline__ RawChannels<kVec> load_raw(const __half* src) {
 
 template <int kVec>
 __device__ __forceinline__ void to_floats(float (&x)[kVec], const RawChannels<kVec>& raw) {
-  if constexpr (kVec == 8) {
+  if constexpr (kVec > 1) {
     const __half2* pairs = reinterpret_cast<const __half2*>(&raw.bits);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kVec / 2; ++i) {
       const float2 f = __half22float2(pairs[i]);
       x[2 * i] = f.x;
       x[2 * i + 1] = f.y;
@@ -106,12 +97,12 @@ __device__ __forceinline__ void to_floats(float (&x)[kVec], const RawChannels<kV
 
 template <int kVec>
 __device__ __forceinline__ void store_channels(__half* dst, const float (&y)[kVec]) {
-  if constexpr (kVec == 8) {
-    uint4 bits;
-    __half2* pairs = reinterpret_cast<__half2*>(&bits);
+  if constexpr (kVec > 1) {
+    RawChannels<kVec> raw;
+    __half2* pairs = reinterpret_cast<__half2*>(&raw.bits);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) pairs[i] = __floats2half2_rn(y[2 * i], y[2 * i + 1]);
-    *reinterpret_cast<uint4*>(dst) = bits;
+    for (int i = 0; i < kVec / 2; ++i) pairs[i] = __floats2half2_rn(y[2 * i], y[2 * i + 1]);
+    *reinterpret_cast<decltype(raw.bits)*>(dst) = raw.bits;
   } else {
     *dst = __float2half_rn(y[0]);
   }
@@ -172,8 +163,9 @@ __global__ void __launch_bounds__(kThreads)
       if (ih < 0 || ih >= height) continue;
       float taps[K][kVec];
 #pragma unroll
-      for (int kw = 0; kw < K; ++kw)
-        load_channels<kVec>(taps[kw], &filters[kh * K + kw][vector * kVec]);
+      for (int kw = 0; kw < K; ++kw) {
+        to_floats<kVec>(taps[kw], load_raw<kVec>(&filters[kh * K + kw][vector * kVec]));
+      }
       const __half* in_row = image_in + ih * row_stride;
       // Every input vector of the row is loaded before any is used, so the K + 3 loads of a
       // row are in flight together (the bounds checks would otherwise keep the compiler from
@@ -182,8 +174,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kTileW + K - 1; ++j) {
         const int iw = w0 + j - kPad;
-        raw[j] = (iw >= 0 && iw < width) ? load_raw<kVec>(in_row + static_cast<long long>(iw) * channels)
-                                         : RawChannels<kVec>{};
+        raw[j] = (iw >= 0 && iw < width)
+                     ? load_raw<kVec>(in_row + static_cast<long long>(iw) * channels)
+                     : RawChannels<kVec>{};
       }
 #pragma unroll
       for (int j = 0; j < kTileW + K - 1; ++j) {
