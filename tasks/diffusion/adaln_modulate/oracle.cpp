@@ -1,7 +1,7 @@
 // Oracle of diffusion/adaln_modulate: LayerNorm without affine, then * (1 + scale[b]) + shift[b].
-#include <cmath>
-
 #include "tasks/oracle.hpp"
+
+#include <cmath>
 
 namespace crucible::tasks {
 namespace {

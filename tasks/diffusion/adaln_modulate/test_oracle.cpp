@@ -67,7 +67,8 @@ TEST_CASE("adaln_modulate oracle: zero scale and shift give the plain LayerNorm,
   CHECK(square == doctest::Approx(1.0).epsilon(1e-5));
 }
 
-TEST_CASE("adaln_modulate oracle: on a generated case, token rows of a sample share its modulation") {
+TEST_CASE(
+    "adaln_modulate oracle: on a generated case, token rows of a sample share its modulation") {
   // (out - shift[b]) / (1 + scale[b]) is the normalised row: mean 0 and variance ~1 on every row.
   const tasks::Task& task = oracle_test::repository_task("diffusion/adaln_modulate");
   const tasks::Case& c = oracle_test::case_named(task, "h_width_1000");

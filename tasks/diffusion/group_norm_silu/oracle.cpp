@@ -1,8 +1,8 @@
 // Oracle of diffusion/group_norm_silu: GroupNorm over (C/G, H, W) per sample, affine per channel,
 // then SiLU.
-#include <cmath>
-
 #include "tasks/oracle.hpp"
+
+#include <cmath>
 
 namespace crucible::tasks {
 namespace {

@@ -47,7 +47,7 @@ TEST_CASE("group_norm_silu oracle: hand-computed groups, statistics over channel
   const auto& out = a.at("out").values;
   // Group 1 with epsilon 0.5: 1/std = 1/sqrt(4.5), so it is computed separately.
   const double s1 = 1.0 / std::sqrt(4.5);
-  const double channel2 = -2 * s1;      // weight 1, bias 0
+  const double channel2 = -2 * s1;       // weight 1, bias 0
   const double channel3 = 2 * s1 + 0.5;  // weight 1, bias 0.5
   CHECK(out[0] == doctest::Approx(silu(-1.0)).epsilon(1e-15));
   CHECK(out[1] == doctest::Approx(silu(-0.5)).epsilon(1e-15));
@@ -88,9 +88,9 @@ TEST_CASE("group_norm_silu oracle: each group is standardised by its own statist
   for (std::size_t i = 0; i < input.size(); ++i) {
     input[i] = std::sin(0.7 * static_cast<double>(i)) * 3.0 + static_cast<double>(i % 5);
   }
-  const Tensors t = group_norm_silu(1, channels, groups, 2, 3, input,
-                                    std::vector<double>(channels, 1.0),
-                                    std::vector<double>(channels, 0.0), 0.0);
+  const Tensors t =
+      group_norm_silu(1, channels, groups, 2, 3, input, std::vector<double>(channels, 1.0),
+                      std::vector<double>(channels, 0.0), 0.0);
   const auto& out = t.at("out").values;
   const std::int64_t group_elems = channels / groups * hw;
   for (std::int64_t g = 0; g < groups; ++g) {

@@ -1,9 +1,9 @@
 // Oracle of diffusion/qk_rmsnorm_rope: per-head RMSNorm of query and key, then the interleaved
 // rotation by the table row of each token's position in its sequence.
+#include "tasks/oracle.hpp"
+
 #include <cmath>
 #include <vector>
-
-#include "tasks/oracle.hpp"
 
 namespace crucible::tasks {
 namespace {
@@ -42,8 +42,7 @@ core::Status qk_rmsnorm_rope(const OracleCall& call) {
   const std::int64_t rows = batch * seq_len * heads;
   norm_rope(call.tensor("query"), call.tensor("q_weight"), table, rows, seq_len, heads, dim,
             epsilon);
-  norm_rope(call.tensor("key"), call.tensor("k_weight"), table, rows, seq_len, heads, dim,
-            epsilon);
+  norm_rope(call.tensor("key"), call.tensor("k_weight"), table, rows, seq_len, heads, dim, epsilon);
   return {};
 }
 

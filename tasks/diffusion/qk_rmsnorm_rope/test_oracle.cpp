@@ -36,8 +36,8 @@ TEST_CASE("qk_rmsnorm_rope oracle: hand-computed head, interleaved pairs, own we
   // One token, one head of 4: x = (1, 1, 1, 1) has rms 1 (epsilon 0). The query is scaled by
   // (1, 2, 3, 4), the key by (2, 2, 2, 2). Pair 0 is rotated by 90 degrees (c 0, t 1), pair 1 by
   // 0 (c 1, t 0): table row (c0, c1, t0, t1) = (0, 1, 1, 0).
-  const Tensors out = qk(1, 1, 1, 4, {1, 1, 1, 1}, {1, 1, 1, 1}, {1, 2, 3, 4}, {2, 2, 2, 2},
-                         {0, 1, 1, 0}, 0.0);
+  const Tensors out =
+      qk(1, 1, 1, 4, {1, 1, 1, 1}, {1, 1, 1, 1}, {1, 2, 3, 4}, {2, 2, 2, 2}, {0, 1, 1, 0}, 0.0);
   const auto& q = out.at("query").values;
   const auto& k = out.at("key").values;
   // Pair (a, b) rotated by 90 degrees: (-b, a). Query n = (1, 2, 3, 4) -> (-2, 1, 3, 4).
@@ -53,8 +53,7 @@ TEST_CASE("qk_rmsnorm_rope oracle: the table row is the token's position within 
   const auto& q = out.at("query").values;
   const auto& k = out.at("key").values;
   const double r = 1.0 / std::sqrt(12.5);  // rms of (3, 4)
-  const std::vector<double> want_q = {-3 * r, -4 * r, -4 * r, 3 * r,
-                                      -3 * r, -4 * r, -4 * r, 3 * r};
+  const std::vector<double> want_q = {-3 * r, -4 * r, -4 * r, 3 * r, -3 * r, -4 * r, -4 * r, 3 * r};
   const double s = std::sqrt(2.0);  // 1 / rms of (0, 1)
   const std::vector<double> want_k = {0, -s, -s, 0, 0, -s, -s, 0};
   for (int i = 0; i < 8; ++i) {
@@ -67,8 +66,7 @@ TEST_CASE("qk_rmsnorm_rope oracle: the table row is the token's position within 
 TEST_CASE("qk_rmsnorm_rope oracle: epsilon bounds the scale of tiny heads") {
   // x = (1e-3, 0): mean square 5e-7; with epsilon 1e-6 the scale is 1 / sqrt(1.5e-6), not
   // 1 / sqrt(5e-7) (the identity rotation keeps the normalised values).
-  const Tensors out =
-      qk(1, 1, 1, 2, {1e-3, 0}, {1e-3, 0}, {1, 1}, {1, 1}, {1, 0}, 1e-6);
+  const Tensors out = qk(1, 1, 1, 2, {1e-3, 0}, {1e-3, 0}, {1, 1}, {1, 1}, {1, 0}, 1e-6);
   CHECK(out.at("query").values[0] == doctest::Approx(1e-3 / std::sqrt(1.5e-6)).epsilon(1e-12));
   CHECK(out.at("query").values[1] == 0.0);
 }
@@ -96,8 +94,8 @@ TEST_CASE("qk_rmsnorm_rope oracle: on a generated case the rotation keeps each p
       const double a = input[r * dim + 2 * k] * inv_rms * w[2 * k];
       const double b = input[r * dim + 2 * k + 1] * inv_rms * w[2 * k + 1];
       const double before = a * a + b * b;
-      const double after = q[r * dim + 2 * k] * q[r * dim + 2 * k] +
-                           q[r * dim + 2 * k + 1] * q[r * dim + 2 * k + 1];
+      const double after =
+          q[r * dim + 2 * k] * q[r * dim + 2 * k] + q[r * dim + 2 * k + 1] * q[r * dim + 2 * k + 1];
       // The table is fp32: cos^2 + sin^2 is 1 within a few fp32 ulps.
       bad += std::abs(after - before) <= 1e-6 * (1.0 + before) ? 0 : 1;
     }

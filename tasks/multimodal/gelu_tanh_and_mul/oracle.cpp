@@ -1,7 +1,7 @@
 // Oracle of multimodal/gelu_tanh_and_mul: out = gelu_tanh(gate) * up, gelu with the tanh form.
-#include <cmath>
-
 #include "tasks/oracle.hpp"
+
+#include <cmath>
 
 namespace crucible::tasks {
 namespace {

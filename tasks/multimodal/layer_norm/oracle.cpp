@@ -1,7 +1,7 @@
 // Oracle of multimodal/layer_norm: out = (x - mean) / sqrt(var + eps) * weight + bias per row.
-#include <cmath>
-
 #include "tasks/oracle.hpp"
+
+#include <cmath>
 
 namespace crucible::tasks {
 namespace {
