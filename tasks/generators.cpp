@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "tasks/captured.hpp"
 #include "tasks/random.hpp"
@@ -133,6 +135,80 @@ core::Status convert(const GeneratorSpec& spec, core::DType dtype, double value,
                                                             " values; use captured values"};
 }
 
+// Routing (MoE expert ids). Row r of a [tokens, topk] tensor holds the topk experts token r is
+// routed to, most preferred first: a draw without replacement from the popularity weights
+// w(e) = (1 + rank(e))^-skew (Zipf; rank a seeded permutation of the experts, so the popular
+// experts are not the low ids), which is the Plackett-Luce model. It is sampled exactly by
+// Gumbel-top-k: the topk largest keys log w(e) + G(r, e), G standard Gumbel noise.
+constexpr std::uint64_t kRoutingRankSalt = 0x2B0D11A7E5ULL;
+
+// log w(e) for every expert of the routing spec.
+std::vector<double> routing_log_weights(const GeneratorSpec& spec, std::uint64_t seed) {
+  const auto experts = static_cast<std::uint64_t>(spec.max);
+  std::vector<double> log_weight(experts);
+  for (std::uint64_t e = 0; e < experts; ++e) {
+    const std::uint64_t rank = permuted_index(seed ^ kRoutingRankSalt, e, experts);
+    log_weight[e] = spec.skew == 0.0 ? 0.0 : -spec.skew * portable_log(1.0 + rank);
+  }
+  return log_weight;
+}
+
+// The experts of row `row`, most preferred first, into `row_experts` (topk entries). `keys` is
+// scratch of one entry per expert.
+void routing_row(const GeneratorSpec& spec, std::uint64_t key, std::uint64_t row,
+                 const std::vector<double>& log_weight,
+                 std::vector<std::pair<double, std::int64_t>>& keys,
+                 std::vector<std::int64_t>& row_experts) {
+  const auto experts = static_cast<std::uint64_t>(spec.max);
+  keys.resize(experts);
+  for (std::uint64_t e = 0; e < experts; ++e) {
+    // u in (0, 1): 53 random bits, centred in their interval so neither end is reached.
+    const double u =
+        (static_cast<double>(keyed_bits(key, row * experts + e) >> 11) + 0.5) * 0x1.0p-53;
+    const double gumbel = -portable_log(-portable_log(u));
+    keys[e] = {log_weight[e] + gumbel, static_cast<std::int64_t>(e)};
+  }
+  const auto k = static_cast<std::ptrdiff_t>(spec.topk);
+  // Larger key first; an exact tie (never seen in practice) goes to the lower expert id.
+  std::partial_sort(keys.begin(), keys.begin() + k, keys.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  row_experts.resize(static_cast<std::size_t>(k));
+  for (std::ptrdiff_t j = 0; j < k; ++j) row_experts[j] = keys[j].second;
+}
+
+bool routing_spec_valid(const GeneratorSpec& spec) {
+  return spec.max > 0 && spec.topk > 0 && spec.topk <= spec.max && spec.skew >= 0.0 &&
+         std::isfinite(spec.skew);
+}
+
+// Elements first_index .. of a routing stream, one row computed per row touched.
+core::Status routing_into(const GeneratorSpec& spec, core::DType dtype, std::uint64_t seed,
+                          std::span<std::byte> out, std::uint64_t first_index) {
+  if (!routing_spec_valid(spec)) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "routing needs experts > 0, 1 <= topk <= experts and a finite skew >= 0"};
+  }
+  const std::size_t size = core::dtype_size(dtype);
+  const std::size_t count = out.size() / size;
+  const auto k = static_cast<std::uint64_t>(spec.topk);
+  const std::vector<double> log_weight = routing_log_weights(spec, seed);
+  const std::uint64_t key = splitmix64(seed);
+  std::vector<std::pair<double, std::int64_t>> keys;
+  std::vector<std::int64_t> row_experts;
+  std::uint64_t current_row = ~std::uint64_t{0};
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint64_t index = first_index + i;
+    if (index / k != current_row) {
+      current_row = index / k;
+      routing_row(spec, key, current_row, log_weight, keys, row_experts);
+    }
+    const auto value = static_cast<double>(row_experts[index % k]);
+    if (auto status = convert(spec, dtype, value, out.data() + i * size); !status) return status;
+  }
+  return {};
+}
+
 }  // namespace
 
 double portable_log(double x) {
@@ -201,7 +277,15 @@ double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint6
     }
     case GeneratorKind::kList:
       return spec.list.empty() ? 0.0 : spec.list[index % spec.list.size()];
-    case GeneratorKind::kRouting:
+    case GeneratorKind::kRouting: {
+      if (!routing_spec_valid(spec)) break;
+      const auto k = static_cast<std::uint64_t>(spec.topk);
+      std::vector<std::pair<double, std::int64_t>> keys;
+      std::vector<std::int64_t> row_experts;
+      routing_row(spec, splitmix64(seed), index / k, routing_log_weights(spec, seed), keys,
+                  row_experts);
+      return static_cast<double>(row_experts[index % k]);
+    }
     case GeneratorKind::kCaptured:
       break;
   }
@@ -271,11 +355,11 @@ bool uses_seed(const GeneratorSpec& spec) {
     case GeneratorKind::kUniform:
     case GeneratorKind::kPositions:
     case GeneratorKind::kPermutation:
+    case GeneratorKind::kRouting:
       return true;
     case GeneratorKind::kConstant:
     case GeneratorKind::kOnes:
     case GeneratorKind::kZeros:
-    case GeneratorKind::kRouting:
     case GeneratorKind::kCaptured:
     case GeneratorKind::kRopeCache:
     case GeneratorKind::kList:
@@ -291,10 +375,6 @@ std::optional<std::uint64_t> stream_length(const GeneratorSpec& spec) {
 
 core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::uint64_t seed,
                            std::span<std::byte> out, std::uint64_t first_index) {
-  if (spec.kind == GeneratorKind::kRouting) {
-    return core::Error{core::ErrorCode::kInvalidArgument,
-                       "'routing' values are reserved and not implemented yet"};
-  }
   const std::size_t size = core::dtype_size(dtype);
   if (out.size() % size != 0) {
     return core::Error{core::ErrorCode::kInvalidArgument,
@@ -302,6 +382,8 @@ core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::ui
                            " bytes is not a whole number of " +
                            std::string(core::dtype_name(dtype)) + " elements"};
   }
+  if (spec.kind == GeneratorKind::kRouting)
+    return routing_into(spec, dtype, seed, out, first_index);
   const std::size_t count = out.size() / size;
   const std::uint64_t key = splitmix64(seed);
   if (spec.kind == GeneratorKind::kCaptured) return captured_into(spec, dtype, out, first_index);

@@ -23,8 +23,8 @@ namespace crucible::tasks {
 // once to the dtype: round-to-nearest-even for floating types (bf16 and f16 through f32),
 // rounding to nearest (uniform: floor) and clamping to the range for integer types.
 
-// The value of element `index` before rounding to a dtype. kCaptured and kRouting have no
-// generated values; they return 0.
+// The value of element `index` before rounding to a dtype. kCaptured has no generated values;
+// it returns 0. A routing element computes its whole row (generate_into computes a row once).
 double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint64_t index);
 
 // How many elements the stream of `spec` holds: a permutation has `max` distinct values and
@@ -46,16 +46,18 @@ core::Result<CapturedValues> captured_values(const GeneratorSpec& spec, core::DT
 core::Status check_stream_range(const GeneratorSpec& spec, std::uint64_t first_index,
                                 std::uint64_t count);
 
-// Whether the values of `spec` depend on the seed (randn, uniform, positions, permutation);
-// constant, ones, zeros, list, rope_cache and captured values are the same for every seed.
+// Whether the values of `spec` depend on the seed (randn, uniform, positions, permutation,
+// routing); constant, ones, zeros, list, rope_cache and captured values are the same for every
+// seed.
 bool uses_seed(const GeneratorSpec& spec);
 
 // Fills `out` with elements first_index, first_index + 1, ... of the stream; `out.size()` must be
 // a multiple of dtype_size(dtype). A captured spec reads its recorded tensor (element i is element
 // i mod n of the recording; the file is parsed once per process). Errors: kInvalidArgument for a
-// dtype without host conversion (fp8), a routing spec, a permutation asked for more elements
-// than its max, a captured tensor missing or of another dtype, a size that is not a whole
-// number of elements; kIo when a captured file cannot be read. Thread-safe; writes only `out`.
+// dtype without host conversion (fp8), a routing spec out of range, a permutation asked for
+// more elements than its max, a captured tensor missing or of another dtype, a size that is not
+// a whole number of elements; kIo when a captured file cannot be read. Thread-safe; writes only
+// `out`.
 core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::uint64_t seed,
                            std::span<std::byte> out, std::uint64_t first_index = 0);
 

@@ -397,8 +397,26 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
       break;
     }
     case GeneratorKind::kRouting:
-      ctx.problems.add(child(path, "generator"),
-                       "'routing' is reserved for MoE expert ids and not implemented yet");
+      ctx.read.check_keys(*table, path, {"generator", "note", "experts", "topk", "skew"});
+      spec.max = ctx.read.integer(*table, "experts", path, true).value_or(1);
+      spec.topk = ctx.read.integer(*table, "topk", path, true).value_or(1);
+      spec.skew = ctx.read.number(*table, "skew", path, false).value_or(0.0);
+      if (spec.max <= 0) {
+        ctx.problems.add(child(path, "experts"),
+                         "must be positive, got " + std::to_string(spec.max));
+      }
+      if (spec.topk <= 0 || spec.topk > spec.max) {
+        ctx.problems.add(child(path, "topk"),
+                         "must be in [1, experts], got " + std::to_string(spec.topk));
+      }
+      if (!(spec.skew >= 0.0) || !std::isfinite(spec.skew)) {
+        ctx.problems.add(child(path, "skew"),
+                         "must be finite and >= 0, got " + number_text(spec.skew));
+      }
+      if (dtype != core::DType::kI32 && dtype != core::DType::kI64) {
+        ctx.problems.add(child(path, "generator"),
+                         "'routing' needs an i32 or i64 tensor, this one is " + dtype_text);
+      }
       break;
     case GeneratorKind::kCaptured: {
       ctx.read.check_keys(*table, path, {"generator", "note", "file", "tensor"});

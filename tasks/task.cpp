@@ -53,7 +53,7 @@ const std::vector<std::string>& known_categories() {
 }
 
 const std::vector<std::string>& known_checkers() {
-  static const std::vector<std::string> kCheckers{"topk"};
+  static const std::vector<std::string> kCheckers{"topk", "moe_align"};
   return kCheckers;
 }
 
@@ -105,9 +105,12 @@ std::string describe(const GeneratorSpec& spec) {
       text += ")";
       break;
     }
+    case GeneratorKind::kRouting:
+      text += "(experts=" + std::to_string(spec.max) + ", topk=" + std::to_string(spec.topk) +
+              ", skew=" + number_text(spec.skew) + ")";
+      break;
     case GeneratorKind::kOnes:
     case GeneratorKind::kZeros:
-    case GeneratorKind::kRouting:
       break;
   }
   if (!spec.note.empty()) text += ": " + spec.note;

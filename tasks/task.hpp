@@ -31,7 +31,8 @@ inline bool is_input(Role role) { return role != Role::kOut; }
 // models and diffusion LLMs).
 const std::vector<std::string>& known_categories();
 // Checkers a manifest may name (`checker = "..."`), implemented in runner/judge/task_checker.hpp:
-// "topk" (top-k routing: any order of tied scores is right).
+// "topk" (top-k routing: any order of tied scores is right), "moe_align" (MoE token alignment:
+// any order inside an expert's segment).
 const std::vector<std::string>& known_checkers();
 // Vendor libraries a task's reference may be computed by (`[reference] library`), instead of its
 // NVRTC source: "cublaslt" (out[M, N] = input[M, K] @ weight[N, K]^T, bf16).
@@ -46,7 +47,7 @@ enum class GeneratorKind {
   kOnes,         // every element = 1
   kZeros,        // every element = 0
   kPositions,    // integer token positions: (start + i) % max, start drawn from the seed
-  kRouting,      // reserved: MoE expert ids with realistic skew (not implemented yet)
+  kRouting,      // MoE expert ids: k distinct experts a row, Zipf popularity (Plackett-Luce)
   kCaptured,     // safetensors file + tensor name
   kPermutation,  // distinct integers in [0, max) in seeded order; a share `pad` set to -1
   kRopeCache,    // rotary cos/sin table: row p = cos(p * f_k) for k < dim/2, then sin(p * f_k)
@@ -63,6 +64,8 @@ struct GeneratorSpec {
   double hi = 1.0;                  // uniform
   double value = 0.0;               // constant
   std::int64_t max = 0;             // positions, permutation: exclusive upper bound
+  std::int64_t topk = 0;            // routing: experts per token (row length); max = experts
+  double skew = 0.0;                // routing: Zipf exponent of expert popularity (0: uniform)
   double pad = 0.0;                 // permutation: share of elements set to -1 (padding)
   std::int64_t dim = 0;             // rope_cache: row length (rotary dims), even
   double theta = 10000.0;           // rope_cache: base of the inverse frequencies

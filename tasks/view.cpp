@@ -81,9 +81,13 @@ core::Value generator_value(const GeneratorSpec& spec) {
       out["values"] = std::move(values);
       break;
     }
+    case GeneratorKind::kRouting:
+      out["experts"] = spec.max;
+      out["topk"] = spec.topk;
+      out["skew"] = spec.skew;
+      break;
     case GeneratorKind::kOnes:
     case GeneratorKind::kZeros:
-    case GeneratorKind::kRouting:
       break;
   }
   if (!spec.note.empty()) out["note"] = spec.note;

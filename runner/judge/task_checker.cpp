@@ -5,6 +5,7 @@ namespace crucible::runner {
 
 const TaskChecker* find_task_checker(std::string_view name) {
   if (name == "topk") return &topk_checker();
+  if (name == "moe_align") return &moe_align_checker();
   return nullptr;
 }
 

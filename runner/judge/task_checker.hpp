@@ -46,4 +46,9 @@ const TaskChecker* find_task_checker(std::string_view name);
 // in runner/judge/topk_checker.cpp.
 const TaskChecker& topk_checker();
 
+// MoE token alignment (llm/moe_align_block_size): outputs sorted_token_ids, experts_ids and
+// num_tokens_post_pad, any order inside an expert's segment. Defined in
+// runner/judge/moe_align_checker.cpp.
+const TaskChecker& moe_align_checker();
+
 }  // namespace crucible::runner

@@ -162,7 +162,7 @@ TEST_CASE("generators: constants, ones, zeros and positions") {
   }
 }
 
-TEST_CASE("generators: routing and fp8 are refused with a reason, captured without a file too") {
+TEST_CASE("generators: fp8 and bad routing specs are refused, captured without a file too") {
   GeneratorSpec captured;
   captured.kind = GeneratorKind::kCaptured;
   captured.file = "/nonexistent/captured.safetensors";
@@ -171,7 +171,7 @@ TEST_CASE("generators: routing and fp8 are refused with a reason, captured witho
   REQUIRE_FALSE(a.ok());
   CHECK(a.error().code == core::ErrorCode::kIo);
   GeneratorSpec routing;
-  routing.kind = GeneratorKind::kRouting;
+  routing.kind = GeneratorKind::kRouting;  // no expert count, no top-k
   CHECK_FALSE(generate(routing, core::DType::kI32, 4, 0).ok());
   const auto fp8 = generate(randn(0, 1), core::DType::kFP8E4M3, 4, 0);
   REQUIRE_FALSE(fp8.ok());
@@ -327,4 +327,125 @@ TEST_CASE("generators: rope_cache rows hold cos then sin of position times inver
   }
   CHECK(values[0] == 1.0f);  // position 0: cos 1, sin 0
   CHECK(values[4] == 0.0f);
+}
+
+namespace {
+
+GeneratorSpec routing(std::int64_t experts, std::int64_t topk, double skew) {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kRouting;
+  spec.max = experts;
+  spec.topk = topk;
+  spec.skew = skew;
+  return spec;
+}
+
+// How many of `rows` rows of `ids` choose each expert.
+std::vector<double> expert_loads(const std::vector<std::int32_t>& ids, std::int64_t experts) {
+  std::vector<double> loads(static_cast<std::size_t>(experts), 0.0);
+  for (const std::int32_t id : ids) loads[static_cast<std::size_t>(id)] += 1.0;
+  return loads;
+}
+
+}  // namespace
+
+TEST_CASE("routing: every row holds topk distinct experts below the expert count") {
+  for (const auto& [experts, topk] :
+       {std::pair{8, 2}, std::pair{128, 8}, std::pair{60, 4}, std::pair{256, 8}, std::pair{5, 5}}) {
+    CAPTURE(experts);
+    const auto ids = as<std::int32_t>(
+        generate(routing(experts, topk, 1.0), core::DType::kI32, 500 * topk, 17).value());
+    std::size_t bad = 0;
+    for (std::size_t row = 0; row < 500; ++row) {
+      std::set<std::int32_t> seen;
+      for (std::int64_t j = 0; j < topk; ++j) {
+        const std::int32_t id = ids[row * topk + j];
+        bad += (id >= 0 && id < experts && seen.insert(id).second) ? 0 : 1;
+      }
+    }
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("routing: any slice, also one starting mid-row, equals the whole; i64 equals i32") {
+  const GeneratorSpec spec = routing(128, 8, 0.8);
+  const auto whole = generate(spec, core::DType::kI32, 8 * 300, 99).value();
+  std::vector<std::byte> slice(4 * 1001);
+  REQUIRE(generate_into(spec, core::DType::kI32, 99, slice, 203).ok());
+  CHECK(std::memcmp(slice.data(), whole.data() + 4 * 203, slice.size()) == 0);
+  const auto wide = as<std::int64_t>(generate(spec, core::DType::kI64, 8 * 300, 99).value());
+  const auto narrow = as<std::int32_t>(whole);
+  CHECK(std::equal(wide.begin(), wide.end(), narrow.begin()));
+  for (const std::uint64_t index : {0ull, 7ull, 8ull, 1234ull, 2399ull}) {
+    CHECK(generated_value(spec, 99, index) == static_cast<double>(narrow[index]));
+  }
+  CHECK(uses_seed(spec));
+  CHECK(generate(spec, core::DType::kI32, 64, 100).value() !=
+        generate(spec, core::DType::kI32, 64, 99).value());
+}
+
+TEST_CASE("routing: top-1 picks follow the Zipf popularity exactly (Gumbel-max)") {
+  // With topk = 1 the Plackett-Luce draw is one categorical draw: P(rank r) = (r + 1)^-s / H,
+  // whichever expert holds rank r. Sorted empirical loads must match the sorted probabilities.
+  const std::int64_t experts = 8;
+  const double skew = 1.0;
+  const std::int64_t rows = 200000;
+  const auto ids =
+      as<std::int32_t>(generate(routing(experts, 1, skew), core::DType::kI32, rows, 4242).value());
+  std::vector<double> share = expert_loads(ids, experts);
+  std::sort(share.begin(), share.end(), std::greater<>());
+  double harmonic = 0.0;
+  for (std::int64_t r = 0; r < experts; ++r) harmonic += 1.0 / static_cast<double>(r + 1);
+  for (std::int64_t r = 0; r < experts; ++r) {
+    CAPTURE(r);
+    const double expected = 1.0 / static_cast<double>(r + 1) / harmonic;
+    // Binomial standard error at 200000 draws is below 1.1e-3; 5e-3 is over four of them.
+    CHECK(std::fabs(share[r] / static_cast<double>(rows) - expected) < 5e-3);
+  }
+}
+
+TEST_CASE("routing: skew 0 loads experts evenly; larger skew concentrates the load") {
+  const std::int64_t experts = 128;
+  const std::int64_t topk = 8;
+  const std::int64_t rows = 4096;
+  auto hottest_over_mean = [&](double skew) {
+    const auto ids = as<std::int32_t>(
+        generate(routing(experts, topk, skew), core::DType::kI32, rows * topk, 7).value());
+    const auto loads = expert_loads(ids, experts);
+    const double mean = static_cast<double>(rows * topk) / static_cast<double>(experts);
+    return *std::max_element(loads.begin(), loads.end()) / mean;
+  };
+  // Uniform: 256 picks an expert on average; the maximum of 128 such counts stays within 25 %.
+  CHECK(hottest_over_mean(0.0) < 1.25);
+  const double mild = hottest_over_mean(0.5);
+  const double strong = hottest_over_mean(1.2);
+  CHECK(mild > 1.5);
+  CHECK(strong > mild);
+  // The hottest expert takes at most one pick a row: its load never exceeds rows.
+  CHECK(strong <= static_cast<double>(experts) / static_cast<double>(topk));
+}
+
+TEST_CASE("routing: the popular experts are a seeded set, not the low ids") {
+  std::set<std::int32_t> hottest;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const auto ids =
+        as<std::int32_t>(generate(routing(64, 1, 2.0), core::DType::kI32, 2000, seed).value());
+    const auto loads = expert_loads(ids, 64);
+    hottest.insert(
+        static_cast<std::int32_t>(std::max_element(loads.begin(), loads.end()) - loads.begin()));
+  }
+  CHECK(hottest.size() >= 4);
+}
+
+TEST_CASE("routing: a very large skew sends every token to the same k experts") {
+  const auto ids =
+      as<std::int32_t>(generate(routing(256, 8, 200.0), core::DType::kI32, 8 * 100, 3).value());
+  const std::set<std::int32_t> first(ids.begin(), ids.begin() + 8);
+  std::size_t differing = 0;
+  for (std::size_t row = 1; row < 100; ++row) {
+    differing +=
+        std::set<std::int32_t>(ids.begin() + row * 8, ids.begin() + row * 8 + 8) == first ? 0 : 1;
+  }
+  CHECK(first.size() == 8);
+  CHECK(differing == 0);
 }

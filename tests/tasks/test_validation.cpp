@@ -140,10 +140,15 @@ const BadManifest kBadManifests[] = {
     {"unknown generator", "generator = \"randn\"", "generator = \"gauss\"",
      "tensors[1].values.generator: unknown generator 'gauss' (known: randn, uniform, constant, "
      "ones, zeros, positions, routing, captured, permutation, rope_cache, list)"},
-    {"reserved routing generator", "generator = \"randn\", mean = 0.0, std = 1.0",
-     "generator = \"routing\"",
-     "tensors[1].values.generator: 'routing' is reserved for MoE expert ids and not implemented "
-     "yet"},
+    {"routing ids on a floating tensor", "generator = \"randn\", mean = 0.0, std = 1.0",
+     "generator = \"routing\", experts = 8, topk = 2",
+     "tensors[1].values.generator: 'routing' needs an i32 or i64 tensor, this one is bf16"},
+    {"routing top-k above the expert count", "generator = \"randn\", mean = 0.0, std = 1.0",
+     "generator = \"routing\", experts = 8, topk = 9",
+     "tensors[1].values.topk: must be in [1, experts], got 9"},
+    {"routing with a negative skew", "generator = \"randn\", mean = 0.0, std = 1.0",
+     "generator = \"routing\", experts = 8, topk = 2, skew = -1.0",
+     "tensors[1].values.skew: must be finite and >= 0, got -1"},
     {"input without values", "values = { generator = \"randn\", mean = 0.0, std = 1.0 }\n", "",
      "tensors[1].values: missing: an input tensor needs a value generator, e.g. { generator = "
      "\"randn\", mean = 0.0, std = 1.0 }"},
