@@ -83,19 +83,20 @@ bool ValidateStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult
     result.message = plan.error().message;
     return false;
   }
-  for (const auto& c : job.task->cases) {
-    auto concrete = action::evaluate_plan(*plan, c.symbols, context);
-    if (!concrete) {
-      result.status = core::StepStatus::kInvalidAction;
-      // A hidden case's shape is not for the agent to see.
-      result.message = c.hidden ? "the launch plan is invalid for one of the hidden cases (other "
-                                  "shapes than the visible ones); make grid, block, shared "
-                                  "memory and workspace sizes valid for every shape"
-                                : concrete.error().message;
-      return false;
-    }
+  std::size_t failed_case = 0;
+  auto evaluated =
+      action::evaluate_on_cases(std::move(plan).value(), *job.task, context, &failed_case);
+  if (!evaluated) {
+    result.status = core::StepStatus::kInvalidAction;
+    // A hidden case's shape is not for the agent to see.
+    result.message = job.task->cases[failed_case].hidden
+                         ? "the launch plan is invalid for one of the hidden cases (other shapes "
+                           "than the visible ones); make grid, block, shared memory and "
+                           "workspace sizes valid for every shape"
+                         : evaluated.error().message;
+    return false;
   }
-  artifacts.plan = std::move(plan).value();
+  artifacts.plan = std::move(evaluated).value();
   return true;
 }
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "action/launch_plan.hpp"
+#include "action/evaluated_plan.hpp"
 #include "core/value.hpp"
 #include "env/step_result.hpp"
 #include "rewards/reward.hpp"
@@ -26,9 +26,10 @@ struct StepJob {
   rewards::RewardSpec reward_spec;
 };
 
-// What one stage hands to the next: the parsed launch plan and the compiled candidate.
+// What one stage hands to the next: the launch plan evaluated on every case of the task, and
+// the compiled candidate.
 struct StepArtifacts {
-  std::optional<action::LaunchPlan> plan;
+  std::optional<action::EvaluatedPlan> plan;
   std::optional<sandbox::CompileOutput> compiled;
 };
 

@@ -59,7 +59,7 @@ std::optional<double> weighted_geomean_of(const core::Value& timing, const std::
 bool CompileStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) {
   sandbox::CompileJob compile;
   compile.source = job.source;
-  if (artifacts.plan) compile.name_expressions = artifacts.plan->name_expressions();
+  if (artifacts.plan) compile.name_expressions = artifacts.plan->plan.name_expressions();
   auto output = pool_->submit(std::move(compile)).get();
   result.compile = output.to_value();
   if (output.status != StepStatus::kOk) {
@@ -73,40 +73,65 @@ bool CompileStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult&
   return true;
 }
 
-sandbox::CompileOutput GpuStage::reference(const tasks::Task& task) {
-  std::shared_future<sandbox::CompileOutput> future;
+std::shared_ptr<const GpuStage::Reference> GpuStage::reference(const tasks::Task& task) {
+  std::shared_future<std::shared_ptr<const Reference>> future;
   {
     std::lock_guard lock(mutex_);
     auto it = references_.find(task.id);
     if (it == references_.end()) {
+      const auto context = action::make_plan_context(task);
+      auto plan = action::parse_launch_plan(task.reference_source, context);
       sandbox::CompileJob compile;
       compile.source = task.reference_source;
-      auto plan = action::parse_launch_plan(task.reference_source, action::make_plan_context(task));
       if (plan) compile.name_expressions = plan->name_expressions();
-      it = references_.emplace(task.id, compiler_->submit(std::move(compile)).share()).first;
+      auto compiled = compiler_->submit(std::move(compile)).share();
+      // The plan is evaluated while the reference compiles, on the first step's thread.
+      auto made = std::async(
+          std::launch::deferred, [&task, context, compiled, plan = std::move(plan)]() mutable {
+            auto out = std::make_shared<Reference>();
+            out->compiled = compiled.get();
+            if (!plan) {
+              out->plan = plan.error();
+            } else {
+              std::size_t failed_case = 0;
+              out->plan =
+                  action::evaluate_on_cases(std::move(plan).value(), task, context, &failed_case);
+            }
+            return std::shared_ptr<const Reference>(std::move(out));
+          });
+      it = references_.emplace(task.id, made.share()).first;
     }
     future = it->second;
   }
   auto output = future.get();
-  if (output.status != StepStatus::kOk) {
-    // Do not keep a failed reference compile: the next step tries again.
+  if (output->compiled.status != StepStatus::kOk || !output->plan) {
+    // Do not keep a failed reference: the next step tries again.
     std::lock_guard lock(mutex_);
-    references_.erase(task.id);
+    if (auto it = references_.find(task.id);
+        it != references_.end() && it->second.valid() && it->second.get() == output) {
+      references_.erase(it);
+    }
   }
   return output;
 }
 
 bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) {
-  if (!artifacts.compiled) {
+  if (!artifacts.compiled || !artifacts.plan) {
     result.status = StepStatus::kInfraError;
-    result.message = "the GPU stage ran without a compiled candidate";
+    result.message = "the GPU stage ran without a compiled candidate and its evaluated plan";
     return false;
   }
   const auto reference_output = reference(*job.task);
-  if (reference_output.status != StepStatus::kOk) {
+  if (reference_output->compiled.status != StepStatus::kOk) {
     result.status = StepStatus::kInfraError;
     result.message = "the reference of " + job.task->id +
-                     " failed to compile: " + log_summary(reference_output.log);
+                     " failed to compile: " + log_summary(reference_output->compiled.log);
+    return false;
+  }
+  if (!reference_output->plan) {
+    result.status = StepStatus::kInfraError;
+    result.message = "the reference plan of " + job.task->id +
+                     " is invalid: " + reference_output->plan.error().message;
     return false;
   }
   runner::RunJob run;
@@ -115,12 +140,13 @@ bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& res
     run.id = next_job_++;
   }
   run.task = job.task->id;
+  run.task_hash = job.task->content_hash;
   run.seed = job.seed;
   run.secret = std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
-  run.reference = {reference_output.cubin, reference_output.lowered_names};
+  run.reference = {reference_output->compiled.cubin, reference_output->compiled.lowered_names};
   run.candidate = {artifacts.compiled->cubin, artifacts.compiled->lowered_names};
-  run.candidate_source = job.source;
-  run.candidate_plan = job.plan;
+  run.reference_plan = *reference_output->plan;
+  run.candidate_plan = *artifacts.plan;
   run.timing = options_.timing;
   run.kernel_timeout_ms = options_.kernel_timeout_ms;
   std::size_t visible = 0;

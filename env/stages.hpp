@@ -46,14 +46,19 @@ class GpuStage final : public Stage {
   bool run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) override;
 
  private:
-  // The compiled reference of `task`; compiled on first use, shared afterwards.
-  sandbox::CompileOutput reference(const tasks::Task& task);
+  // The reference of `task`, compiled and with its launch plan evaluated on every case; made on
+  // first use, shared afterwards. A failed compile is not kept (the next step tries again).
+  struct Reference {
+    sandbox::CompileOutput compiled;
+    core::Result<action::EvaluatedPlan> plan{core::ErrorCode::kInternal, "not evaluated"};
+  };
+  std::shared_ptr<const Reference> reference(const tasks::Task& task);
 
   std::shared_ptr<sandbox::CompilePool> compiler_;
   std::shared_ptr<runner::RunnerPool> runners_;
   GpuStageOptions options_;
   std::mutex mutex_;
-  std::map<std::string, std::shared_future<sandbox::CompileOutput>> references_;
+  std::map<std::string, std::shared_future<std::shared_ptr<const Reference>>> references_;
   std::uint64_t next_job_ = 1;
 };
 

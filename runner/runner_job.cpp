@@ -43,12 +43,13 @@ T get_or(const Value& value, const char* key, T fallback) {
 Value RunJob::to_value() const {
   return Value{{"id", id},
                {"task", task},
+               {"task_hash", task_hash},
                {"seed", seed},
                {"secret", secret},
                {"reference", module_to_value(reference)},
                {"candidate", module_to_value(candidate)},
-               {"candidate_source", candidate_source},
-               {"candidate_plan", candidate_plan},
+               {"reference_plan", action::to_value(reference_plan)},
+               {"candidate_plan", action::to_value(candidate_plan)},
                {"time", time},
                {"kernel_timeout_ms", kernel_timeout_ms},
                {"timing",
@@ -73,8 +74,13 @@ core::Result<RunJob> RunJob::from_value(const Value& value) {
     auto candidate = module_from_value(value.at("candidate"), "candidate");
     if (!candidate) return candidate.error();
     job.candidate = std::move(candidate).value();
-    job.candidate_source = value.at("candidate_source").get<std::string>();
-    job.candidate_plan = value.at("candidate_plan");
+    job.task_hash = value.at("task_hash").get<std::string>();
+    auto reference_plan = action::evaluated_plan_from_value(value.at("reference_plan"));
+    if (!reference_plan) return reference_plan.error();
+    job.reference_plan = std::move(reference_plan).value();
+    auto candidate_plan = action::evaluated_plan_from_value(value.at("candidate_plan"));
+    if (!candidate_plan) return candidate_plan.error();
+    job.candidate_plan = std::move(candidate_plan).value();
     job.time = value.at("time").get<bool>();
     job.kernel_timeout_ms = get_or(value, "kernel_timeout_ms", job.kernel_timeout_ms);
     const Value& timing = value.at("timing");

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "action/evaluated_plan.hpp"
 #include "core/result.hpp"
 #include "core/step_status.hpp"
 #include "core/value.hpp"
@@ -31,16 +32,19 @@ struct TimingOptions {
 };
 
 // Everything a runner needs. The runner loads the task from its own registry (same home as the
-// server), so a job names the task and carries only what is specific to this step.
+// server) and refuses the job when its copy's content hash differs from `task_hash`; a job
+// carries only what is specific to this step. Launch plans arrive evaluated on every case: the
+// runner never parses plan text.
 struct RunJob {
   std::uint64_t id = 0;
   std::string task;
+  std::string task_hash;     // tasks::Task::content_hash of the server's copy
   std::uint64_t seed = 0;    // episode seed: case values derive from it
   std::uint64_t secret = 0;  // seeds choices the kernel must not predict (checked calls)
   CompiledModule reference;
   CompiledModule candidate;
-  std::string candidate_source;     // for the launch plan (directives) ...
-  core::Value candidate_plan;       // ... or the structured plan; null when directives are used
+  action::EvaluatedPlan reference_plan;
+  action::EvaluatedPlan candidate_plan;
   bool time = true;                 // time the visible cases when every case is correct
   double kernel_timeout_ms = 2000;  // one call may run this long before it counts as a hang
   TimingOptions timing;

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <system_error>
 
+#include "core/checksum.hpp"
+#include "core/text_file.hpp"
 #include "tasks/captured.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/manifest.hpp"
@@ -37,6 +40,32 @@ void check_captured_values(const Task& task, const std::string& shown,
       }
     }
   }
+}
+
+// The task's content hash (Task::content_hash): each part as its length and bytes, so no two
+// different definitions can produce the same stream.
+core::Result<std::string> content_hash(const Task& task) {
+  std::string stream;
+  const auto add = [&stream](std::string_view label, std::string_view bytes) {
+    stream.append(label).append(1, '\0').append(std::to_string(bytes.size()));
+    stream.append(1, '\0').append(bytes);
+  };
+  auto manifest = core::read_text_file(task.manifest_path);
+  if (!manifest) return manifest.error();
+  add("manifest", *manifest);
+  add("reference", task.reference_source);
+  std::set<std::filesystem::path> captured;
+  for (const auto& c : task.cases) {
+    for (const auto& [name, spec] : c.values) {
+      if (spec.kind == GeneratorKind::kCaptured) captured.insert(spec.file_path);
+    }
+  }
+  for (const auto& path : captured) {
+    auto bytes = core::read_text_file(path);
+    if (!bytes) return bytes.error();
+    add(path.filename().string(), core::sha256_hex(*bytes));
+  }
+  return core::sha256_hex(stream);
 }
 
 }  // namespace
@@ -80,7 +109,14 @@ core::Result<Registry> Registry::load(const fs::path& home) {
       }
     }
     if (task) {
-      check_captured_values(*task, manifest.lexically_relative(root).generic_string(), errors);
+      const std::string shown = manifest.lexically_relative(root).generic_string();
+      check_captured_values(*task, shown, errors);
+      auto hash = content_hash(*task);
+      if (!hash) {
+        errors.push_back(shown + ": " + hash.error().message);
+        continue;
+      }
+      task->content_hash = std::move(hash).value();
       registry.tasks_.push_back(std::move(*task));
     }
   }

@@ -181,6 +181,10 @@ struct Task {
   // [parity] table (the registry's tests require one of every shipped task).
   std::optional<Parity> parity;
   std::filesystem::path manifest_path;  // absolute path of task.toml
+  // sha256 (hex) over what defines the task: the manifest's bytes, the reference source and
+  // every captured file its cases read. The server sends it with each GPU job and a runner whose
+  // own copy differs refuses the job, so the two can never judge by different definitions.
+  std::string content_hash;
 
   // The task's folder (tasks/<category>/<name>/) and the correct example solution in it.
   std::filesystem::path folder() const { return manifest_path.parent_path(); }

@@ -318,17 +318,15 @@ class JobRunner {
         fail(StepStatus::kInfraError, "the task names an unknown checker '" + task_.checker + "'");
       }
     }
-    auto reference_plan = parse_launch_plan(task_.reference_source, context_);
-    if (!reference_plan)
-      fail(StepStatus::kInfraError, "reference plan: " + reference_plan.error().message);
-    reference_plan_ = std::move(reference_plan).value();
-    auto candidate_plan = parse_action_plan(job_.candidate_source, job_.candidate_plan, context_);
-    if (!candidate_plan) fail(StepStatus::kInvalidAction, candidate_plan.error().message);
-    candidate_plan_ = std::move(candidate_plan).value();
-    reference_module_ =
-        std::make_unique<LoadedModule>(job_.reference, reference_plan_, context_, false);
+    if (auto ok = fits(job_.reference_plan, context_, task_.cases.size()); !ok) {
+      fail(StepStatus::kInfraError, "reference plan: " + ok.error().message);
+    }
+    if (auto ok = fits(job_.candidate_plan, context_, task_.cases.size()); !ok) {
+      fail(StepStatus::kInfraError, "candidate plan: " + ok.error().message);
+    }
+    reference_module_ = &reference_module(job_.reference, job_.reference_plan.plan);
     candidate_module_ =
-        std::make_unique<LoadedModule>(job_.candidate, candidate_plan_, context_, true);
+        std::make_unique<LoadedModule>(job_.candidate, job_.candidate_plan.plan, context_, true);
     for (std::size_t i = 0; i < task_.cases.size(); ++i) {
       const auto& c = task_.cases[i];
       CaseSetup setup;
@@ -344,14 +342,8 @@ class JobRunner {
         setup.counts.push_back(count);
         setup.bytes.push_back(count * core::dtype_size(tensor.dtype));
       }
-      auto reference = evaluate_plan(reference_plan_, c.symbols, context_);
-      if (!reference)
-        fail(StepStatus::kInfraError,
-             "reference plan, case " + c.name + ": " + reference.error().message);
-      setup.reference = std::move(reference).value();
-      auto candidate = evaluate_plan(candidate_plan_, c.symbols, context_);
-      if (!candidate) fail(StepStatus::kInvalidAction, candidate.error().message);
-      setup.candidate = std::move(candidate).value();
+      setup.reference = job_.reference_plan.cases[i];
+      setup.candidate = job_.candidate_plan.cases[i];
       auto cost = tasks::roofline_cost(task_, c);
       if (!cost) fail(StepStatus::kInfraError, "roofline: " + cost.error().message);
       setup.cost = *cost;
@@ -389,7 +381,25 @@ class JobRunner {
   }
 
   Side reference_side() {
-    return Side{&reference_plan_, reference_module_.get(), false, library_.get()};
+    return Side{&job_.reference_plan.plan, reference_module_, false, library_.get()};
+  }
+
+  // The reference's module, loaded once per runner and task: kept across jobs while the
+  // server sends the same cubin (a new one, after a server restart with an edited reference,
+  // replaces it).
+  LoadedModule& reference_module(const CompiledModule& compiled, const LaunchPlan& plan) {
+    struct Loaded {
+      std::string cubin;
+      std::unique_ptr<LoadedModule> module;
+    };
+    static std::map<std::string, Loaded> loaded;
+    auto& entry = loaded[task_.id];
+    if (!entry.module || entry.cubin != compiled.cubin) {
+      entry.module.reset();
+      entry.module = std::make_unique<LoadedModule>(compiled, plan, context_, false);
+      entry.cubin = compiled.cubin;
+    }
+    return *entry.module;
   }
 
   // ---- launching -------------------------------------------------------------------------
@@ -680,8 +690,8 @@ class JobRunner {
     write_canaries();
     write_inputs_and_poison(draw);
     check(cuStreamSynchronize(stream), "inputs");
-    launch(Side{&candidate_plan_, candidate_module_.get(), true}, setup.candidate, setup, pointers,
-           workspace_ptrs);
+    launch(Side{&job_.candidate_plan.plan, candidate_module_.get(), true}, setup.candidate, setup,
+           pointers, workspace_ptrs);
     sync_or_fail(stream, true, "on case " + std::string(c.hidden ? "(hidden) " : "") + c.name,
                  job_.kernel_timeout_ms);
 
@@ -878,7 +888,7 @@ class JobRunner {
     bool first_candidate_call = true;
 
     const Side reference = reference_side();
-    const Side candidate{&candidate_plan_, candidate_module_.get(), true};
+    const Side candidate{&job_.candidate_plan.plan, candidate_module_.get(), true};
     const std::size_t candidate_launches = setup.candidate.launches.size();
     const std::size_t reference_launches = library_ != nullptr
                                                ? library_->kernels_per_call(setup.index)
@@ -1080,9 +1090,7 @@ class JobRunner {
   Device& device_;
   KernelTimer& timer_;
   PlanContext context_;
-  LaunchPlan reference_plan_;
-  LaunchPlan candidate_plan_;
-  std::unique_ptr<LoadedModule> reference_module_;
+  LoadedModule* reference_module_ = nullptr;
   std::unique_ptr<LoadedModule> candidate_module_;
   std::unique_ptr<LibraryReference> library_;
   std::vector<CaseSetup> cases_;
@@ -1101,11 +1109,17 @@ class JobRunner {
 RunReport run_job(const RunJob& job, const tasks::Registry& registry, Device& device,
                   KernelTimer& timer) {
   const tasks::Task* task = registry.find(job.task);
-  if (task == nullptr) {
+  if (task == nullptr || task->content_hash != job.task_hash) {
     RunReport report;
     report.id = job.id;
     report.status = StepStatus::kInfraError;
-    report.message = "runner: unknown task '" + job.task + "'";
+    report.message =
+        task == nullptr
+            ? "runner: unknown task '" + job.task + "'"
+            : "runner: the task definition of " + job.task +
+                  " differs from the server's (content hash " + task->content_hash.substr(0, 12) +
+                  " here, " + job.task_hash.substr(0, 12) +
+                  " sent): a task file changed while the server ran; restart the server";
     return report;
   }
   JobRunner runner(job, *task, device, timer);

@@ -39,32 +39,32 @@ struct ScratchHome {
 
 }  // namespace
 
-TEST_CASE("tasks new: a new category's task is one folder plus one reference, with ids replaced") {
+TEST_CASE("tasks new: a new task is one folder plus one reference, with ids replaced") {
   ScratchHome home;
   std::string output;
-  REQUIRE(run_command(home.cli("tasks new ssm/causal_conv1d_fwd"), &output) == 0);
+  REQUIRE(run_command(home.cli("tasks new world/scaled_copy"), &output) == 0);
   CAPTURE(output);
-  const fs::path folder = home.root / "tasks/ssm/causal_conv1d_fwd";
+  const fs::path folder = home.root / "tasks/world/scaled_copy";
   for (const char* file : {"task.toml", "oracle.cpp", "test_oracle.cpp", "solution.cu"}) {
     CHECK_MESSAGE(fs::is_regular_file(folder / file), file);
   }
-  const fs::path reference = home.root / "kernels/ssm/causal_conv1d_fwd.cu";
+  const fs::path reference = home.root / "kernels/world/scaled_copy.cu";
   REQUIRE(fs::is_regular_file(reference));
   const std::string manifest = read(folder / "task.toml");
-  CHECK(manifest.find("id = \"ssm/causal_conv1d_fwd\"") != std::string::npos);
-  CHECK(manifest.find("category = \"ssm\"") != std::string::npos);
-  CHECK(manifest.find("source = \"kernels/ssm/causal_conv1d_fwd.cu\"") != std::string::npos);
+  CHECK(manifest.find("id = \"world/scaled_copy\"") != std::string::npos);
+  CHECK(manifest.find("category = \"world\"") != std::string::npos);
+  CHECK(manifest.find("source = \"kernels/world/scaled_copy.cu\"") != std::string::npos);
   CHECK(manifest.find("llm/rms_norm") == std::string::npos);
-  CHECK(read(folder / "oracle.cpp").find("CRUCIBLE_ORACLE(\"ssm/causal_conv1d_fwd\"") !=
+  CHECK(read(folder / "oracle.cpp").find("CRUCIBLE_ORACLE(\"world/scaled_copy\"") !=
         std::string::npos);
 
   // Every check that does not need the new oracle compiled in passes on the copy at once; the
   // oracle is linked into the next build (the folders are found by glob).
-  REQUIRE(run_command(home.cli("tasks check ssm/causal_conv1d_fwd"), &output) == 1);
+  REQUIRE(run_command(home.cli("tasks check world/scaled_copy"), &output) == 1);
   CAPTURE(output);
   CHECK(output.find("ok    reference plan on") != std::string::npos);
   CHECK(output.find("ok    solution compiles with NVRTC") != std::string::npos);
-  CHECK(output.find("FAIL  float64 oracle: no oracle registered for ssm/causal_conv1d_fwd") !=
+  CHECK(output.find("FAIL  float64 oracle: no oracle registered for world/scaled_copy") !=
         std::string::npos);
   std::size_t failures = 0;
   for (std::size_t at = 0; (at = output.find("FAIL", at)) != std::string::npos; ++at) ++failures;
@@ -90,7 +90,7 @@ TEST_CASE(
     CHECK(run_command(home.cli(row.args), &output) == 2);
     CHECK_MESSAGE(output.find(row.message) != std::string::npos, output);
   }
-  CHECK_FALSE(fs::exists(home.root / "tasks/ssm/x"));
+  CHECK_FALSE(fs::exists(home.root / "tasks/world/x"));
 }
 
 TEST_CASE("tasks check: every shipped task passes what can be checked without a GPU") {

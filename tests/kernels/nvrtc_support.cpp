@@ -23,10 +23,21 @@ std::string read_text(const fs::path& path) {
 
 std::vector<std::string> launched_kernels(const std::string& source) {
   std::vector<std::string> names;
+  std::vector<std::string> lines;
   std::istringstream in(source);
-  for (std::string line; std::getline(in, line);) {
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    std::string line = lines[i];
     const auto at = line.find("@launch");
     if (at == std::string::npos) continue;
+    // A directive may continue on the comment lines after it until its '<<<'.
+    for (std::size_t next = i + 1; line.find("<<<", at) == std::string::npos && next < lines.size();
+         ++next) {
+      const auto text = lines[next].find_first_not_of(' ');
+      if (text == std::string::npos || lines[next].compare(text, 2, "//") != 0) break;
+      if (lines[next].find('@', text) != std::string::npos) break;
+      line += ' ' + lines[next].substr(text + 2);
+    }
     std::size_t pos = at + 7;
     while (pos < line.size() && line[pos] == ' ') ++pos;
     if (line.compare(pos, 2, "if") == 0) {

@@ -41,8 +41,11 @@ TEST_CASE("nvrtc: the launch-directive scan finds names, guarded launches and te
   const auto names = launched_kernels(
       "// @launch a<<<n, 256>>>(x)\n"
       "//   @launch if (n > 4096) big<float, 4><<<dim3(cdiv(n, 4), 1, 1), 512, 49152>>>(x)\n"
-      "// no directive here <<<1, 1>>>\n");
-  CHECK(names == std::vector<std::string>{"a", "big<float, 4>"});
+      "// no directive here <<<1, 1>>>\n"
+      "// @launch if (n % 8 == 0)\n"
+      "//     wide<8><<<cdiv(n, 1024), 128>>>(x,\n"
+      "//     n)\n");
+  CHECK(names == std::vector<std::string>{"a", "big<float, 4>", "wide<8>"});
 }
 
 TEST_CASE("nvrtc: every reference kernel compiles and defines the kernels it launches") {

@@ -103,3 +103,31 @@ TEST_CASE("runner pool: a runner that cannot start is an error, not a hang") {
   REQUIRE_FALSE(pool.ok());
   CHECK(pool.error().code == core::ErrorCode::kIo);
 }
+
+TEST_CASE("run job: the task hash and both evaluated plans cross the pipe unchanged") {
+  runner::RunJob sent = job("ok", 7);
+  sent.task_hash = std::string(64, 'a');
+  action::Launch launch;
+  launch.kernel = "k";
+  launch.name_expression = "k";
+  launch.where = "line 1";
+  launch.args.push_back({"out", action::ArgKind::kTensor, 0});
+  sent.candidate_plan.plan.launches.push_back(launch);
+  action::ConcretePlan concrete;
+  concrete.launches.push_back({0, {3, 1, 1}, {256, 1, 1}, {1, 1, 1}, false, 1024});
+  sent.candidate_plan.cases.push_back(concrete);
+  const auto got = runner::RunJob::from_value(sent.to_value());
+  REQUIRE_MESSAGE(got.ok(), got.error().message);
+  CHECK(got->task_hash == sent.task_hash);
+  REQUIRE(got->candidate_plan.cases.size() == 1);
+  CHECK(got->candidate_plan.cases[0].launches[0].grid[0] == 3);
+  CHECK(got->candidate_plan.cases[0].launches[0].smem_bytes == 1024);
+  CHECK(got->candidate_plan.plan.launches[0].args[0].name == "out");
+  CHECK(got->reference_plan.cases.empty());
+  // A job whose plan is damaged is refused as a whole.
+  auto value = sent.to_value();
+  value["candidate_plan"]["cases"][0]["launches"][0]["launch"] = 4;
+  CHECK_FALSE(runner::RunJob::from_value(value).ok());
+  value.erase("task_hash");
+  CHECK_FALSE(runner::RunJob::from_value(value).ok());
+}

@@ -1,8 +1,10 @@
 // The real registry under tasks/ loads, and llm/rms_norm says what production does.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -195,4 +197,44 @@ TEST_CASE("tasks: shapes resolve per case and seeds differ by case, tensor and d
   const auto seed = case_seed(*c, 1);
   CHECK(tensor_seed(seed, "input") != tensor_seed(seed, "weight"));
   CHECK(tensor_seed(seed, "input", 0) != tensor_seed(seed, "input", 1));
+}
+
+TEST_CASE("registry: a task's content hash changes with its manifest or reference, and only then") {
+  namespace fs = std::filesystem;
+  const fs::path source(CRUCIBLE_SOURCE_DIR);
+  const fs::path home = fs::temp_directory_path() / ("crucible_hash_" + std::to_string(::getpid()));
+  fs::remove_all(home);
+  fs::create_directories(home / "tasks/llm");
+  fs::create_directories(home / "kernels/llm");
+  fs::copy(source / "tasks/llm/silu_and_mul", home / "tasks/llm/silu_and_mul");
+  // Its hidden cases read captured activations (tasks/capture/cases/...).
+  fs::create_directories(home / "tasks/capture/cases");
+  fs::copy(source / "tasks/capture/cases/stories260K", home / "tasks/capture/cases/stories260K");
+  fs::copy_file(source / "kernels/llm/silu_and_mul.cu", home / "kernels/llm/silu_and_mul.cu");
+  const auto hash = [&home] {
+    auto loaded = Registry::load(home);
+    REQUIRE_MESSAGE(loaded.ok(), loaded.error().message);
+    return loaded->find("llm/silu_and_mul")->content_hash;
+  };
+  const std::string first = hash();
+  CHECK(first.size() == 64);
+  CHECK(first == real_registry().find("llm/silu_and_mul")->content_hash);
+  CHECK(hash() == first);  // loading again: the same definition, the same hash
+  const auto append = [](const fs::path& path, const char* text) {
+    std::ofstream(path, std::ios::app) << text;
+  };
+  append(home / "kernels/llm/silu_and_mul.cu", "\n// one more line\n");
+  const std::string after_reference = hash();
+  CHECK(after_reference != first);
+  append(home / "tasks/llm/silu_and_mul/task.toml", "\n# a comment\n");
+  const std::string after_manifest = hash();
+  CHECK(after_manifest != after_reference);
+  // The captured values are part of the definition: new bytes there, a new hash.
+  append(home / "tasks/capture/cases/stories260K/prefill.silu_and_mul.safetensors", " ");
+  CHECK(hash() != after_manifest);
+  // Files of the folder that are not the definition (the example solution) do not count.
+  const std::string before = hash();
+  append(home / "tasks/llm/silu_and_mul/solution.cu", "\n// edited\n");
+  CHECK(hash() == before);
+  fs::remove_all(home);
 }
