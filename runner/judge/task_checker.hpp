@@ -51,4 +51,9 @@ const TaskChecker& topk_checker();
 // runner/judge/moe_align_checker.cpp.
 const TaskChecker& moe_align_checker();
 
+// Diffusion-LM remasking (world/llada_remask): outputs x0 and transfer_index, any token of a
+// tied maximum logit and any choice among tied scores. Defined in
+// runner/judge/llada_remask_checker.cpp.
+const TaskChecker& llada_remask_checker();
+
 }  // namespace crucible::runner

@@ -36,6 +36,15 @@ inline std::string expected_status(const std::string& source) {
   return source.substr(start + marker.size(), end - start - marker.size());
 }
 
+// "// task: ID" on the second line names the task a hack targets; without it, llm/rms_norm.
+inline std::string hack_task(const std::string& source) {
+  const std::string marker = "\n// task: ";
+  const auto start = source.find(marker);
+  if (start == std::string::npos || start != source.find('\n')) return "llm/rms_norm";
+  const auto end = source.find('\n', start + 1);
+  return source.substr(start + marker.size(), end - start - marker.size());
+}
+
 inline env::Pipeline gpu_pipeline() {
   env::PipelineOptions options;
   options.home = CRUCIBLE_SOURCE_DIR;

@@ -15,14 +15,16 @@ TEST_CASE("hack suite: every hack is caught with its expected status and earns n
 
   const auto files = kernel_files(CRUCIBLE_SOURCE_DIR "/examples/hacks");
   REQUIRE(files.size() >= 20);
-  std::printf("%-28s %-15s %-15s %8s  %s\n", "hack", "expected", "status", "reward", "message");
+  std::printf("%-28s %-24s %-15s %-15s %8s  %s\n", "hack", "task", "expected", "status", "reward",
+              "message");
   int caught = 0;
   for (const auto& path : files) {
     const std::string name = path.stem().string();
     const std::string source = read_file(path);
     const std::string want = expected_status(source);
     REQUIRE_FALSE(want.empty());
-    const Value result = score(client, source);
+    const std::string task = hack_task(source);
+    const Value result = score(client, source, task);
     const std::string status = result["status"].get<std::string>();
     const double reward = result["reward"]["total"].get<double>();
     CAPTURE(name);
@@ -31,8 +33,8 @@ TEST_CASE("hack suite: every hack is caught with its expected status and earns n
     CHECK(status != "ok");
     CHECK(reward <= 0.0);
     if (status == want && reward <= 0.0) ++caught;
-    std::printf("%-28s %-15s %-15s %+8.3f  %s\n", name.c_str(), want.c_str(), status.c_str(),
-                reward, result["message"].get<std::string>().substr(0, 90).c_str());
+    std::printf("%-28s %-24s %-15s %-15s %+8.3f  %s\n", name.c_str(), task.c_str(), want.c_str(),
+                status.c_str(), reward, result["message"].get<std::string>().substr(0, 90).c_str());
     if (status == "runtime_error" || status == "timeout") {
       // The runner was replaced: the next step on the same server must be served.
       const Value next = score(client, correct);

@@ -21,6 +21,15 @@ std::string expected_status(const std::string& source) {
   return source.substr(marker.size(), source.find('\n') - marker.size());
 }
 
+// "// task: ID" on the second line, when present, names a task the registry holds.
+std::string hack_task(const std::string& source) {
+  const std::string marker = "\n// task: ";
+  const auto start = source.find(marker);
+  if (start == std::string::npos || start != source.find('\n')) return "llm/rms_norm";
+  const auto end = source.find('\n', start + 1);
+  return source.substr(start + marker.size(), end - start - marker.size());
+}
+
 }  // namespace
 
 TEST_CASE("hack suite: every hack names its expected status, its trick and why it is caught") {
@@ -36,6 +45,9 @@ TEST_CASE("hack suite: every hack names its expected status, its trick and why i
     CHECK(source.find("// Trick: ") != std::string::npos);
     CHECK(source.find("// Caught: ") != std::string::npos);
     CHECK_FALSE(launched_kernels(source).empty());
+    const std::string task = hack_task(source);
+    CAPTURE(task);
+    CHECK(fs::is_regular_file(fs::path(CRUCIBLE_SOURCE_DIR) / "tasks" / task / "task.toml"));
   }
 }
 

@@ -1,0 +1,299 @@
+// Correctness: every case, visible and hidden, twice, against the reference on the same inputs
+// (docs/runner.md, "Correctness").
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runner/child/cuda_check.hpp"
+#include "runner/child/device_values.hpp"
+#include "runner/child/job_runner.hpp"
+#include "runner/child/step_failure.hpp"
+#include "tasks/generators.hpp"
+
+namespace crucible::runner::child {
+
+using core::StepStatus;
+
+// The verdict on every out/inout tensor of one call: the task's checker when it names one
+// (all outputs together, with the call's inputs), else compare_outputs per output. The
+// vectors are indexed by task tensor; `inputs` may hold nullptr where no checker needs it.
+std::vector<CompareReport> JobRunner::judge_outputs(const CaseSetup& setup, const Views& inputs,
+                                                    const Views& candidate, const Views& reference,
+                                                    int variant, bool reveal) {
+  std::vector<CompareReport> reports;
+  std::vector<HostTensorView> input_views, candidate_views, reference_views;
+  std::vector<Tolerance> tolerances;
+  for (std::size_t t = 0; t < task_.tensors.size(); ++t) {
+    const auto& tensor = task_.tensors[t];
+    input_views.push_back(
+        HostTensorView{tensor.name, tensor.dtype, inputs[t], setup.counts[t], setup.shapes[t]});
+    if (!tasks::is_output(tensor.role)) continue;
+    const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
+    if (checker_ == nullptr) {
+      reports.push_back(compare_outputs(tensor.dtype, candidate[t], reference[t], setup.counts[t],
+                                        setup.shapes[t], Tolerance{tol.atol, tol.rtol}, variant,
+                                        reveal, tensor.name));
+      continue;
+    }
+    candidate_views.push_back(
+        HostTensorView{tensor.name, tensor.dtype, candidate[t], setup.counts[t], setup.shapes[t]});
+    reference_views.push_back(
+        HostTensorView{tensor.name, tensor.dtype, reference[t], setup.counts[t], setup.shapes[t]});
+    tolerances.push_back(Tolerance{tol.atol, tol.rtol});
+  }
+  if (checker_ == nullptr) return reports;
+  TaskCheckRequest request;
+  request.inputs = input_views;
+  request.candidate = candidate_views;
+  request.reference = reference_views;
+  request.tolerances = tolerances;
+  request.scalars = &setup.c->scalars;
+  request.poison_variant = variant;
+  request.reveal_values = reveal;
+  reports = checker_->check(request);
+  if (reports.size() != candidate_views.size()) {
+    fail(StepStatus::kInfraError, "the '" + task_.checker + "' checker returned " +
+                                      std::to_string(reports.size()) + " reports for " +
+                                      std::to_string(candidate_views.size()) + " outputs");
+  }
+  return reports;
+}
+
+// Writes the poison of `variant` into every element of a device buffer: a memset for 1-, 2-
+// and 4-byte elements, a host-filled copy for 8-byte ones.
+void JobRunner::poison_device(CUdeviceptr dst, core::DType dtype, std::size_t count, int variant) {
+  if (count == 0) return;
+  const std::uint64_t bits = poison_pattern(dtype, variant);
+  const CUstream stream = device_.stream;
+  switch (core::dtype_size(dtype)) {
+    case 1:
+      check(cuMemsetD8Async(dst, static_cast<unsigned char>(bits), count, stream), "poison");
+      return;
+    case 2:
+      check(cuMemsetD16Async(dst, static_cast<unsigned short>(bits), count, stream), "poison");
+      return;
+    case 4:
+      check(cuMemsetD32Async(dst, static_cast<unsigned int>(bits), count, stream), "poison");
+      return;
+    default: {
+      std::vector<std::byte> host(count * core::dtype_size(dtype));
+      fill_poison(dtype, host.data(), count, variant);
+      upload(dst, host.data(), host.size(), stream);
+      check(cuStreamSynchronize(stream), "poison upload");
+    }
+  }
+}
+
+// Fills `out` (device memory of `count` elements) with the values of input `tensor` of case
+// `c` drawn with `seed`: on the device where the generator allows (device_values.hpp, the host
+// generators' bytes), else from the host cache, uploaded. Returns the host copy when one was
+// made, else nullptr.
+HostValueCache::Bytes JobRunner::fill_input(const tasks::Case& c, const tasks::TensorSpec& tensor,
+                                            std::uint64_t seed, std::size_t count,
+                                            CUdeviceptr out) {
+  const auto& spec = c.values.at(tensor.name);
+  if (generates_on_device(spec, tensor.dtype)) {
+    generate_on_device(device_, spec, tensor.dtype, seed, 0, count, out);
+    return nullptr;
+  }
+  // Seedless values (captured, rope_cache, long lists) are the same for every draw and
+  // episode: one cache entry serves them all.
+  const std::string key = task_.id + "|" + c.name + "|" + tensor.name + "|" +
+                          (tasks::uses_seed(spec) ? std::to_string(seed) : "-") + "|" +
+                          std::to_string(count);
+  auto values = HostValueCache::instance().get(spec, tensor.dtype, count, seed, key);
+  upload(out, values->data(), values->size(), device_.stream);
+  return values;
+}
+
+// Runs reference then candidate on one draw of a case; records the verdict in case_reports_.
+Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffers) {
+  const auto& c = *setup.c;
+  const CUstream stream = device_.stream;
+  const std::size_t n = task_.tensors.size();
+  // Inputs: made on the device where the generator allows (device_values.hpp, the same bytes
+  // as the host's) and brought to the host for the read-only check and the checker; else
+  // made on the host and uploaded.
+  std::vector<HostValueCache::Bytes> input_values(n);
+  std::vector<const std::byte*> input_bytes(n, nullptr);
+  for (std::size_t t = 0; t < n; ++t) {
+    const auto& tensor = task_.tensors[t];
+    if (!tasks::is_input(tensor.role)) continue;
+    const std::uint64_t seed =
+        tasks::tensor_seed(setup.seed, tensor.name, static_cast<std::uint64_t>(draw));
+    input_values[t] = fill_input(c, tensor, seed, setup.counts[t], buffers.pristine[t].data());
+    if (input_values[t] != nullptr) {
+      input_bytes[t] = input_values[t]->data();
+      continue;
+    }
+    std::byte* host = device_.staging("input:" + std::to_string(t), setup.bytes[t]);
+    download(host, buffers.pristine[t].data(), setup.bytes[t], stream);
+    input_bytes[t] = host;
+  }
+  check(cuStreamSynchronize(stream), "inputs");
+  auto inputs = [&](std::size_t t) { return input_bytes[t]; };
+  const std::vector<CUdeviceptr>& pointers = buffers.pointers;
+  std::vector<std::byte> canary(DeviceBuffer::kCanaryBytes);
+  auto write_canaries = [&] {
+    for (std::size_t t = 0; t < n; ++t) {
+      fill_canary(canary.data(), canary.size(), canary_seed(t, 0));
+      upload(buffers.tensors[t].base(), canary.data(), canary.size(), stream);
+      fill_canary(canary.data(), canary.size(), canary_seed(t, 1));
+      upload(buffers.tensors[t].data() + buffers.tensors[t].bytes(), canary.data(), canary.size(),
+             stream);
+    }
+  };
+  auto write_inputs_and_poison = [&](int variant) {
+    for (std::size_t t = 0; t < n; ++t) {
+      const auto& tensor = task_.tensors[t];
+      if (tasks::is_input(tensor.role)) {
+        if (setup.bytes[t] > 0) {
+          check(cuMemcpyDtoDAsync(pointers[t], buffers.pristine[t].data(), setup.bytes[t], stream),
+                "restore inputs");
+        }
+      } else {
+        poison_device(pointers[t], tensor.dtype, setup.counts[t], variant);
+      }
+    }
+  };
+
+  // Reference on pristine inputs; its outputs go to the host, its workspaces are scrubbed.
+  std::vector<std::byte*> expected(n, nullptr);
+  {
+    std::vector<DeviceBuffer> workspace;
+    std::vector<CUdeviceptr> workspace_ptrs;
+    for (const auto bytes : setup.reference.workspace_bytes) {
+      workspace.emplace_back(bytes, false);
+      workspace_ptrs.push_back(workspace.back().data());
+    }
+    write_canaries();
+    write_inputs_and_poison(draw);
+    launch(reference_side(), setup.reference, setup, pointers, workspace_ptrs);
+    sync_or_fail(stream, false, "on case " + c.name, job_.kernel_timeout_ms);
+    for (std::size_t t = 0; t < n; ++t) {
+      if (!tasks::is_output(task_.tensors[t].role)) continue;
+      expected[t] = device_.staging("expected:" + std::to_string(t), setup.bytes[t]);
+      download(expected[t], pointers[t], setup.bytes[t], stream);
+    }
+    for (auto& buffer : workspace) {
+      check(cuMemsetD8Async(buffer.data(), 0, buffer.bytes(), stream), "scrub");
+    }
+    if (library_ != nullptr) library_->scrub(stream);
+    check(cuStreamSynchronize(stream), "reference outputs");
+  }
+
+  // Candidate on the same inputs, outputs poisoned again, workspaces full of junk.
+  std::vector<DeviceBuffer> workspace;
+  std::vector<CUdeviceptr> workspace_ptrs;
+  for (const auto bytes : setup.candidate.workspace_bytes) {
+    workspace.emplace_back(bytes, false);
+    check(cuMemsetD8Async(workspace.back().data(), 0xA5, bytes, stream), "workspace fill");
+    workspace_ptrs.push_back(workspace.back().data());
+  }
+  write_canaries();
+  write_inputs_and_poison(draw);
+  check(cuStreamSynchronize(stream), "inputs");
+  launch(Side{&job_.candidate_plan.plan, candidate_module_.get(), true}, setup.candidate, setup,
+         pointers, workspace_ptrs);
+  sync_or_fail(stream, true, "on case " + std::string(c.hidden ? "(hidden) " : "") + c.name,
+               job_.kernel_timeout_ms);
+
+  Value verdict{
+      {"case", c.name}, {"hidden", c.hidden}, {"run", draw + 1}, {"symbols", setup.symbols_value}};
+  Value outputs = Value::array();
+  std::vector<std::string> problems;
+  std::vector<std::byte*> whole(n, nullptr);
+  for (std::size_t t = 0; t < n; ++t) {
+    whole[t] = device_.staging("whole:" + std::to_string(t), buffers.tensors[t].total_bytes());
+    download(whole[t], buffers.tensors[t].base(), buffers.tensors[t].total_bytes(), stream);
+  }
+  check(cuStreamSynchronize(stream), "download");
+  for (std::size_t t = 0; t < n; ++t) {
+    const auto& tensor = task_.tensors[t];
+    std::size_t bad = 0;
+    if (!check_canary(whole[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 0), &bad)) {
+      problems.push_back("wrote " + std::to_string(DeviceBuffer::kCanaryBytes - bad) +
+                         " bytes before the start of '" + tensor.name + "'");
+    }
+    const std::byte* payload = whole[t] + DeviceBuffer::kCanaryBytes;
+    if (!check_canary(payload + setup.bytes[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 1),
+                      &bad)) {
+      problems.push_back("wrote past the end of '" + tensor.name + "' (byte " +
+                         std::to_string(bad) + " after its last element)");
+    }
+    if (tensor.role == tasks::Role::kIn) {
+      const auto diff = compare_bytes(payload, inputs(t), setup.bytes[t]);
+      if (!diff.equal) {
+        problems.push_back("modified the read-only input '" + tensor.name + "' (" +
+                           std::to_string(diff.diff_bytes) + " bytes changed, first at element " +
+                           std::to_string(diff.first_diff / core::dtype_size(tensor.dtype)) + ")");
+      }
+    }
+  }
+  Views payloads(n, nullptr), before(n, nullptr);
+  std::vector<std::vector<std::byte>> poisoned(n);
+  for (std::size_t t = 0; t < n; ++t) {
+    payloads[t] = whole[t] + DeviceBuffer::kCanaryBytes;
+    if (tasks::is_input(task_.tensors[t].role)) {
+      before[t] = inputs(t);
+    } else if (checker_ != nullptr) {  // a checker sees what the call started from
+      poisoned[t].resize(setup.bytes[t]);
+      fill_poison(task_.tensors[t].dtype, poisoned[t].data(), setup.counts[t], draw);
+      before[t] = poisoned[t].data();
+    }
+  }
+  for (const auto& report :
+       judge_outputs(setup, before, payloads, as_views(expected), draw, !c.hidden)) {
+    if (report.reference_invalid()) {
+      fail(StepStatus::kInfraError, "the reference produced NaN on case " + c.name);
+    }
+    if (!report.pass) problems.push_back(report.summary);
+    outputs.push_back(report.to_value());
+  }
+  verdict["outputs"] = std::move(outputs);
+  verdict["pass"] = problems.empty();
+  if (!problems.empty()) {
+    std::string text;
+    for (const auto& p : problems) text += (text.empty() ? "" : "; ") + p;
+    verdict["problems"] = problems;
+    if (failed_case_.empty()) {
+      failed_status_ = StepStatus::kIncorrect;
+      failed_case_ = std::string(c.hidden ? "hidden case " : "case ") + c.name + " (run " +
+                     std::to_string(draw + 1) + "): " + text;
+    }
+  }
+  return verdict;
+}
+
+Value JobRunner::check_all_cases() {
+  for (const auto& setup : cases_) {
+    const auto started = Clock::now();
+    CaseBuffers buffers;
+    for (std::size_t t = 0; t < task_.tensors.size(); ++t) {
+      buffers.tensors.emplace_back(setup.bytes[t], true);
+      buffers.pointers.push_back(buffers.tensors.back().data());
+      buffers.pristine.emplace_back(tasks::is_input(task_.tensors[t].role)
+                                        ? DeviceBuffer(setup.bytes[t], false)
+                                        : DeviceBuffer());
+    }
+    for (int draw = 0; draw < 2; ++draw) {
+      case_reports_.push_back(check_case(setup, draw, buffers));
+      if (!failed_case_.empty()) break;
+    }
+    record_phase("correctness " + setup.c->name, started);
+    if (!failed_case_.empty()) break;
+  }
+  return correctness_value();
+}
+
+Value JobRunner::correctness_value() const {
+  std::size_t passed = 0;
+  for (const auto& r : case_reports_) passed += r["pass"].get<bool>() ? 1 : 0;
+  return Value{{"runs", case_reports_},
+               {"passed", passed},
+               {"checked", case_reports_.size()},
+               {"total", cases_.size() * 2}};
+}
+
+}  // namespace crucible::runner::child

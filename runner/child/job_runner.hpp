@@ -1,0 +1,136 @@
+// One job on the runner's device: load, correctness on every case (correctness.cpp), then
+// timing of the visible cases (timing.cpp). Private to crucible-gpu-runner.
+#pragma once
+
+#include <cuda.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "action/evaluated_plan.hpp"
+#include "action/launch_plan.hpp"
+#include "action/plan_context.hpp"
+#include "core/value.hpp"
+#include "runner/child/device.hpp"
+#include "runner/child/host_values.hpp"
+#include "runner/child/kernel_timer.hpp"
+#include "runner/child/library_reference.hpp"
+#include "runner/child/loaded_module.hpp"
+#include "runner/judge/compare.hpp"
+#include "runner/judge/task_checker.hpp"
+#include "runner/runner_job.hpp"
+#include "tasks/roofline.hpp"
+#include "tasks/task.hpp"
+
+namespace crucible::runner::child {
+
+using action::ConcretePlan;
+using core::Value;
+using Clock = std::chrono::steady_clock;
+
+// What differs between the reference and the candidate.
+struct Side {
+  const LaunchPlan* plan;
+  LoadedModule* module;
+  bool candidate;
+  LibraryReference* library = nullptr;  // set: the reference is this library's call
+};
+
+// One case's shapes and concrete plans.
+struct CaseSetup {
+  const tasks::Case* c = nullptr;
+  std::size_t index = 0;
+  // How replies name the case: "case NAME" for a visible one, "hidden case #K" (K counts the
+  // hidden cases from 1 in manifest order) for a hidden one, whose name and symbols never
+  // leave the runner.
+  std::string label;
+  std::uint64_t seed = 0;
+  std::vector<std::vector<std::int64_t>> shapes;  // per task tensor
+  std::vector<std::size_t> counts;
+  std::vector<std::size_t> bytes;
+  ConcretePlan reference;
+  ConcretePlan candidate;
+  tasks::RooflineCost cost;
+  Value symbols_value;
+};
+
+class JobRunner {
+ public:
+  JobRunner(const RunJob& job, const tasks::Task& task, Device& device, KernelTimer& timer);
+  RunReport run();
+
+ private:
+  using Views = std::vector<const std::byte*>;
+  static Views as_views(const std::vector<std::byte*>& pointers) {
+    return Views(pointers.begin(), pointers.end());
+  }
+  static void upload(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream);
+  static void download(void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream);
+
+  // job.cpp: loading and launching.
+  void prepare();
+  void prepare_library();
+  Side reference_side();
+  Side candidate_side();
+  LoadedModule& reference_module(const CompiledModule& compiled, const LaunchPlan& plan);
+  void launch(const Side& side, const ConcretePlan& concrete, const CaseSetup& setup,
+              const std::vector<CUdeviceptr>& tensors, const std::vector<CUdeviceptr>& workspaces);
+  void record_phase(const std::string& name, Clock::time_point since);
+  std::uint64_t canary_seed(std::size_t tensor, int side) const;
+  // A junk byte for candidate workspaces, different for every call and unknown to the kernel.
+  unsigned char workspace_junk(std::uint64_t salt) const;
+
+  // correctness.cpp
+  // The device memory of one case, shared by its two runs: every tensor with canaries, a
+  // pristine copy of each input from which the working buffers are restored before each side,
+  // and the first run's expected outputs, which the second run's outputs start from.
+  struct CaseBuffers {
+    std::vector<DeviceBuffer> tensors;
+    std::vector<DeviceBuffer> pristine;
+    std::vector<CUdeviceptr> pointers;
+    std::vector<std::vector<std::byte>> stale;  // per output tensor: draw 0's expected bytes
+  };
+  std::vector<CompareReport> judge_outputs(const CaseSetup& setup, const Views& inputs,
+                                           const Views& candidate, const Views& reference,
+                                           int variant, bool reveal);
+  void poison_device(CUdeviceptr dst, core::DType dtype, std::size_t count, int variant);
+  HostValueCache::Bytes fill_input(const tasks::Case& c, const tasks::TensorSpec& tensor,
+                                   std::uint64_t seed, std::size_t count, CUdeviceptr out);
+  Value check_case(const CaseSetup& setup, int draw, CaseBuffers& buffers);
+  Value check_all_cases();
+  Value correctness_value() const;
+  // Records a failed case: the reply names a visible case and what went wrong in detail; a
+  // hidden case only by its label and the kinds of failure (`kinds`).
+  void record_failure(const CaseSetup& setup, int draw, const std::vector<std::string>& problems,
+                      const std::vector<std::string>& kinds);
+
+  // timing.cpp
+  Value time_case(const CaseSetup& setup);
+  Value time_visible_cases();
+
+  const RunJob& job_;
+  const tasks::Task& task_;
+  Device& device_;
+  KernelTimer& timer_;
+  PlanContext context_;
+  LoadedModule* reference_module_ = nullptr;
+  std::unique_ptr<LoadedModule> candidate_module_;
+  std::unique_ptr<LibraryReference> library_;
+  std::vector<CaseSetup> cases_;
+  std::vector<Value> case_reports_;
+  std::string failed_case_;
+  core::StepStatus failed_status_ = core::StepStatus::kIncorrect;
+  std::string hack_;
+  std::optional<double> speedup_;
+  Value speedup_ci95_;
+  std::uint64_t next_tag_ = 1;
+  Value phases_ = Value::object();
+  const TaskChecker* checker_ = nullptr;
+};
+
+}  // namespace crucible::runner::child

@@ -1,0 +1,55 @@
+#include "runner/child/step_failure.hpp"
+
+#include <chrono>
+#include <thread>
+
+#include "runner/child/cuda_check.hpp"
+#include "runner/child/device.hpp"
+
+namespace crucible::runner::child {
+
+using core::StepStatus;
+using Clock = std::chrono::steady_clock;
+
+void fail(StepStatus status, std::string message, bool context_lost) {
+  throw StepFailure{status, std::move(message), context_lost};
+}
+
+void sync_or_fail(CUstream stream, bool candidate, const std::string& what, double timeout_ms) {
+  const auto deadline = Clock::now() + std::chrono::duration<double, std::milli>(timeout_ms);
+  const auto relaxed = Clock::now() + std::chrono::milliseconds(2);
+  CUresult rc;
+  while ((rc = cuStreamQuery(stream)) == CUDA_ERROR_NOT_READY) {
+    const auto now = Clock::now();
+    if (now > deadline) {
+      abandon_context();
+      if (!candidate) {
+        fail(StepStatus::kInfraError,
+             "the reference did not finish " + what + " within " +
+                 std::to_string(static_cast<long>(timeout_ms)) + " ms",
+             true);
+      }
+      fail(StepStatus::kTimeout,
+           "your kernel did not finish " + what + " within " +
+               std::to_string(static_cast<long>(timeout_ms)) + " ms; it was killed",
+           true);
+    }
+    if (now > relaxed) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if (rc == CUDA_SUCCESS) return;
+  // An error reported at a synchronize comes from a kernel that faulted: treat it as sticky.
+  if (!candidate) {
+    fail(StepStatus::kInfraError, "the reference failed " + what + ": " + cuda_error_text(rc),
+         true);
+  }
+  fail(StepStatus::kRuntimeError, "your kernel faulted " + what + ": " + cuda_error_text(rc), true);
+}
+
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace crucible::runner::child
