@@ -107,12 +107,18 @@ TEST_CASE("evaluated plan: damaged or mismatched wire forms are refused, never f
       damaged([](core::Value& v) { v.erase("cases"); }),
       damaged([](core::Value& v) { v["launches"] = "x"; }),
       damaged([](core::Value& v) { v["cases"][0]["launches"][0]["launch"] = 7; }),
-      damaged([](core::Value& v) { v["cases"][0]["launches"][0]["grid"] = {0, 1, 1}; }),
-      damaged([](core::Value& v) { v["cases"][0]["launches"][0]["block"] = {1, 1}; }),
+      damaged([](core::Value& v) {
+        v["cases"][0]["launches"][0]["grid"] = {0, 1, 1};
+      }),
+      damaged([](core::Value& v) {
+        v["cases"][0]["launches"][0]["block"] = {1, 1};
+      }),
       damaged([](core::Value& v) { v["cases"][0]["launches"][0]["grid"][0] = 1LL << 33; }),
       damaged([](core::Value& v) { v["cases"][0]["launches"] = core::Value::array(); }),
       damaged([](core::Value& v) { v["cases"][0]["workspace_bytes"].push_back(16); }),
-      damaged([](core::Value& v) { v["launches"][0]["args"][0] = {"out", 9, 0}; }),
+      damaged([](core::Value& v) {
+        v["launches"][0]["args"][0] = {"out", 9, 0};
+      }),
   };
   for (const auto& value : structural) {
     CAPTURE(value.dump());
