@@ -4,8 +4,8 @@
 //
 // Inputs by name: `logits` ([batch, seq_len, vocab], floating), `x` and `num_transfer_tokens`
 // (integer), `noise` (floating); scalar `mask_id`. Outputs by name: `x0` (integer) and
-// `transfer_index` (bool, i8 or u8: 1 chosen, 0 not), both [batch, seq_len]. A case without them is the server's
-// misconfiguration, an InternalError.
+// `transfer_index` (bool, i8 or u8: 1 chosen, 0 not), both [batch, seq_len]. A case without them is
+// the server's misconfiguration, an InternalError.
 //
 // Rules, per row b (a position is masked when x == mask_id; k_b = min(num_transfer_tokens[b],
 // masked count)):
@@ -99,7 +99,8 @@ class LladaRemaskChecker final : public TaskChecker {
     const HostTensorView* transfer = find_named(candidate, "transfer_index");
     if (candidate.size() != 2 || request.tolerances.size() != 2 || logits == nullptr ||
         x == nullptr || noise == nullptr || want == nullptr || x0 == nullptr ||
-        transfer == nullptr || logits->shape.size() != 3 || core::dtype_size(transfer->dtype) != 1 || core::dtype_is_floating(transfer->dtype) ||
+        transfer == nullptr || logits->shape.size() != 3 ||
+        core::dtype_size(transfer->dtype) != 1 || core::dtype_is_floating(transfer->dtype) ||
         core::dtype_is_floating(x0->dtype) || core::dtype_is_floating(x->dtype)) {
       throw core::InternalError(
           "llada_remask checker: needs logits [batch, seq_len, vocab], x, noise, "
@@ -109,8 +110,8 @@ class LladaRemaskChecker final : public TaskChecker {
     const std::int64_t length = logits->shape[1];
     const std::int64_t vocab = logits->shape[2];
     const auto rows = static_cast<std::size_t>(batch * length);
-    if (x->count != rows || noise->count != rows || x0->count != rows ||
-        transfer->count != rows || want->count != static_cast<std::size_t>(batch)) {
+    if (x->count != rows || noise->count != rows || x0->count != rows || transfer->count != rows ||
+        want->count != static_cast<std::size_t>(batch)) {
       throw core::InternalError("llada_remask checker: tensor sizes disagree with logits' shape");
     }
     if (request.scalars == nullptr || request.scalars->count("mask_id") == 0) {
@@ -153,12 +154,11 @@ class LladaRemaskChecker final : public TaskChecker {
         }
         max_logit[l] = top;
         score[l] = element_of(*noise, row) - std::log(sum);
-        const bool in_range = got >= 0.0 && got < static_cast<double>(vocab) &&
-                              got == std::trunc(got);
+        const bool in_range =
+            got >= 0.0 && got < static_cast<double>(vocab) && got == std::trunc(got);
         const bool is_max =
-            in_range &&
-            element_of(*logits, row * static_cast<std::size_t>(vocab) +
-                                    static_cast<std::size_t>(got)) == top;
+            in_range && element_of(*logits, row * static_cast<std::size_t>(vocab) +
+                                                static_cast<std::size_t>(got)) == top;
         if (!is_max) {
           const bool unwritten = is_poison(x0->dtype, x0->data, row, variant);
           token_failures.fail(row, got, element_of(*x0, row), unwritten, [&] {
@@ -166,9 +166,9 @@ class LladaRemaskChecker final : public TaskChecker {
             if (!in_range) return at_text(b, l) + "not a token id below vocab";
             return at_text(b, l) +
                    (reveal ? "token " + format_number(got) + " has logit " +
-                                 format_number(element_of(
-                                     *logits, row * static_cast<std::size_t>(vocab) +
-                                                  static_cast<std::size_t>(got))) +
+                                 format_number(
+                                     element_of(*logits, row * static_cast<std::size_t>(vocab) +
+                                                             static_cast<std::size_t>(got))) +
                                  ", below the position's maximum " + format_number(top)
                            : std::string("not a token of the position's maximum logit"));
           });
@@ -190,8 +190,8 @@ class LladaRemaskChecker final : public TaskChecker {
           row_readable = false;
           const bool unwritten = is_poison(transfer->dtype, transfer->data, row, variant);
           pick_failures.fail(row, flag, 0.0, unwritten, [&] {
-            return at_text(b, l) + (unwritten ? std::string("never written")
-                                              : std::string("must hold 0 or 1"));
+            return at_text(b, l) +
+                   (unwritten ? std::string("never written") : std::string("must hold 0 or 1"));
           });
           continue;
         }
