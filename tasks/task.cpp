@@ -53,7 +53,7 @@ const std::vector<std::string>& known_categories() {
 }
 
 const std::vector<std::string>& known_checkers() {
-  static const std::vector<std::string> kCheckers{"topk", "moe_align", "llada_remask"};
+  static const std::vector<std::string> kCheckers{"topk", "moe_align", "sampling", "llada_remask"};
   return kCheckers;
 }
 

@@ -6,6 +6,7 @@ namespace crucible::runner {
 const TaskChecker* find_task_checker(std::string_view name) {
   if (name == "topk") return &topk_checker();
   if (name == "moe_align") return &moe_align_checker();
+  if (name == "sampling") return &sampling_checker();
   if (name == "llada_remask") return &llada_remask_checker();
   return nullptr;
 }

@@ -51,6 +51,11 @@ const TaskChecker& topk_checker();
 // runner/judge/moe_align_checker.cpp.
 const TaskChecker& moe_align_checker();
 
+// Top-k/top-p sampling (llm/top_k_top_p_sampling_from_logits): output samples [batch], any
+// token whose interval of the filtered CDF holds the row's draw, within fp32 accumulation
+// error. Defined in runner/judge/sampling_checker.cpp.
+const TaskChecker& sampling_checker();
+
 // Diffusion-LM remasking (world/llada_remask): outputs x0 and transfer_index, any token of a
 // tied maximum logit and any choice among tied scores. Defined in
 // runner/judge/llada_remask_checker.cpp.
