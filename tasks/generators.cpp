@@ -209,6 +209,94 @@ core::Status routing_into(const GeneratorSpec& spec, core::DType dtype, std::uin
   return {};
 }
 
+// Power-law offsets (CSR row offsets, jagged bag offsets): element i <= rows is the start of
+// segment i of `rows` segments sharing `total` items, the segment of rank r sized in proportion
+// to (1 + r)^-skew (a rank-size power law; a degree distribution P(d) ~ d^-(1 + 1/skew)). Ranks
+// are rotated by a seeded start, so the largest segments begin at a seeded row; the sizes are the
+// increments of the continuous rank-size integral C(x) = int_0^x (1 + u)^-skew du, which keeps
+// every offset a closed form of (seed, i): offset i = floor(total * (C(start + i) - C(start)) /
+// C(rows)), wrapping past the last rank. Offsets 0 and rows are exactly 0 and total; elements past
+// rows repeat total.
+constexpr std::uint64_t kOffsetsStartSalt = 0x0FF5E75EEDULL;
+
+// e^y from IEEE-exact operations (y = k ln 2 + r, |r| <= ln 2 / 2, Taylor series of e^r).
+double portable_exp(double y) {
+  if (y > 700.0) return std::numeric_limits<double>::infinity();
+  if (y < -700.0) return 0.0;
+  constexpr double kLn2High = 0.693147180369123816490;  // ln 2 to 32 bits: k * kLn2High is exact
+  constexpr double kLn2Low = 1.90821492927058770002e-10;
+  const double k = std::nearbyint(y / kLn2);
+  const double r = (y - k * kLn2High) - k * kLn2Low;
+  double term = 1.0;
+  double sum = 1.0;
+  for (int n = 1; n <= 16; ++n) {
+    term *= r / n;
+    sum += term;
+  }
+  return std::ldexp(sum, static_cast<int>(k));
+}
+
+// The rank-size integral C(x) of the offsets generator.
+double rank_size_integral(double x, double skew) {
+  if (skew == 0.0) return x;
+  const double log1px = portable_log(1.0 + x);
+  if (skew == 1.0) return log1px;
+  return (portable_exp((1.0 - skew) * log1px) - 1.0) / (1.0 - skew);
+}
+
+double power_law_offset(const GeneratorSpec& spec, std::uint64_t seed, std::uint64_t index) {
+  const auto rows = static_cast<std::uint64_t>(spec.rows > 0 ? spec.rows : 1);
+  const auto total = static_cast<double>(spec.max);
+  if (index == 0) return 0.0;
+  if (index >= rows) return total;
+  const std::uint64_t start = stream_bits(seed ^ kOffsetsStartSalt, 0) % rows;
+  const double whole = rank_size_integral(static_cast<double>(rows), spec.skew);
+  const double before = rank_size_integral(static_cast<double>(start), spec.skew);
+  const std::uint64_t end = start + index;
+  const double covered =
+      end <= rows ? rank_size_integral(static_cast<double>(end), spec.skew) - before
+                  : whole - before + rank_size_integral(static_cast<double>(end - rows), spec.skew);
+  // Floor, except that a value within rounding of an integer is that integer (equal segments
+  // stay equal whatever the last bits of the logarithms).
+  const double scaled = total * (covered / whole);
+  const double nearest = std::nearbyint(scaled);
+  return std::min(total, std::fabs(scaled - nearest) < 1e-7 ? nearest : std::floor(scaled));
+}
+
+// Surface points: element i is coordinate i mod 3 of point i / 3, a point of a fixed scene in
+// the unit box: a floor (z = 0, x and y uniform in [0, 1)) holds a third of the points; the
+// others lie on `objects` spheres resting on the floor, the sphere drawn uniformly, the point
+// uniformly on its surface (a normalised normal triple). Sphere o has radius 0.05 + 0.1 u and
+// centre (0.15 + 0.7 u', 0.15 + 0.7 u'', radius), u, u', u'' hashed from o alone, so every seed
+// samples the same surfaces (two tensors of one case are samples of one scene).
+constexpr std::uint64_t kSurfaceSceneKey = 0x5CE7E0B1EC75ULL;
+constexpr std::uint64_t kSurfaceChoiceSalt = 0xC401CE5ULL;
+
+double surface_point_coordinate(const GeneratorSpec& spec, std::uint64_t seed,
+                                std::uint64_t index) {
+  const std::uint64_t point = index / 3;
+  const int coordinate = static_cast<int>(index % 3);
+  const std::uint64_t key = splitmix64(seed);
+  const std::uint64_t choice = keyed_bits(splitmix64(seed ^ kSurfaceChoiceSalt), point);
+  const auto objects = static_cast<std::uint64_t>(spec.max > 0 ? spec.max : 1);
+  if (unit_double(choice) < 1.0 / 3.0) {
+    if (coordinate == 2) return 0.0;
+    return unit_double(keyed_bits(key, point * 2 + static_cast<std::uint64_t>(coordinate)));
+  }
+  const std::uint64_t object = (choice >> 11) % objects;
+  const double radius = 0.05 + 0.1 * unit_double(keyed_bits(kSurfaceSceneKey, object * 3));
+  const double centre[3] = {0.15 + 0.7 * unit_double(keyed_bits(kSurfaceSceneKey, object * 3 + 1)),
+                            0.15 + 0.7 * unit_double(keyed_bits(kSurfaceSceneKey, object * 3 + 2)),
+                            radius};
+  const auto first = randn_pair(key, point * 2, 0.0, 1.0);
+  const auto second = randn_pair(key, point * 2 + 1, 0.0, 1.0);
+  const double direction[3] = {first.first, first.second, second.first};
+  const double norm = std::sqrt(direction[0] * direction[0] + direction[1] * direction[1] +
+                                direction[2] * direction[2]);
+  if (!(norm > 0.0)) return centre[coordinate] + (coordinate == 2 ? radius : 0.0);
+  return centre[coordinate] + radius * direction[coordinate] / norm;
+}
+
 }  // namespace
 
 double portable_log(double x) {
@@ -286,6 +374,10 @@ double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint6
                   row_experts);
       return static_cast<double>(row_experts[index % k]);
     }
+    case GeneratorKind::kPowerLawOffsets:
+      return power_law_offset(spec, seed, index);
+    case GeneratorKind::kSurfacePoints:
+      return surface_point_coordinate(spec, seed, index);
     case GeneratorKind::kCaptured:
       break;
   }
@@ -356,6 +448,8 @@ bool uses_seed(const GeneratorSpec& spec) {
     case GeneratorKind::kPositions:
     case GeneratorKind::kPermutation:
     case GeneratorKind::kRouting:
+    case GeneratorKind::kPowerLawOffsets:
+    case GeneratorKind::kSurfacePoints:
       return true;
     case GeneratorKind::kConstant:
     case GeneratorKind::kOnes:

@@ -47,8 +47,8 @@ core::Status check_stream_range(const GeneratorSpec& spec, std::uint64_t first_i
                                 std::uint64_t count);
 
 // Whether the values of `spec` depend on the seed (randn, uniform, positions, permutation,
-// routing); constant, ones, zeros, list, rope_cache and captured values are the same for every
-// seed.
+// routing, power_law_offsets, surface_points); constant, ones, zeros, list, rope_cache and captured
+// values are the same for every seed.
 bool uses_seed(const GeneratorSpec& spec);
 
 // Fills `out` with elements first_index, first_index + 1, ... of the stream; `out.size()` must be

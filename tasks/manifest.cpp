@@ -418,6 +418,39 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
                          "'routing' needs an i32 or i64 tensor, this one is " + dtype_text);
       }
       break;
+    case GeneratorKind::kSurfacePoints:
+      ctx.read.check_keys(*table, path, {"generator", "note", "objects"});
+      spec.max = ctx.read.integer(*table, "objects", path, true).value_or(1);
+      if (spec.max <= 0 || spec.max > 4096) {
+        ctx.problems.add(child(path, "objects"),
+                         "must be in [1, 4096], got " + std::to_string(spec.max));
+      }
+      if (!core::dtype_is_floating(dtype)) {
+        ctx.problems.add(
+            child(path, "generator"),
+            "'surface_points' needs a floating-point tensor, this one is " + dtype_text);
+      }
+      break;
+    case GeneratorKind::kPowerLawOffsets:
+      ctx.read.check_keys(*table, path, {"generator", "note", "rows", "total", "skew"});
+      spec.rows = ctx.read.integer(*table, "rows", path, true).value_or(1);
+      spec.max = ctx.read.integer(*table, "total", path, true).value_or(0);
+      spec.skew = ctx.read.number(*table, "skew", path, false).value_or(0.0);
+      if (spec.rows <= 0) {
+        ctx.problems.add(child(path, "rows"), "must be positive, got " + std::to_string(spec.rows));
+      }
+      if (spec.max < 0) {
+        ctx.problems.add(child(path, "total"), "must be >= 0, got " + std::to_string(spec.max));
+      }
+      if (!(spec.skew >= 0.0 && spec.skew <= 4.0)) {
+        ctx.problems.add(child(path, "skew"), "must be in [0, 4], got " + number_text(spec.skew));
+      }
+      if (dtype != core::DType::kI32 && dtype != core::DType::kI64) {
+        ctx.problems.add(
+            child(path, "generator"),
+            "'power_law_offsets' needs an i32 or i64 tensor, this one is " + dtype_text);
+      }
+      break;
     case GeneratorKind::kCaptured: {
       ctx.read.check_keys(*table, path, {"generator", "note", "file", "tensor"});
       spec.file = ctx.read.string(*table, "file", path, true).value_or("");

@@ -12,9 +12,10 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kRoleNames{"in", "out", "inout"};
 constexpr std::array<std::string_view, 2> kParityKindNames{"composite", "kernel"};
-constexpr std::array<std::string_view, 11> kGeneratorNames{
-    "randn",   "uniform",  "constant",    "ones",       "zeros", "positions",
-    "routing", "captured", "permutation", "rope_cache", "list"};
+constexpr std::array<std::string_view, 13> kGeneratorNames{
+    "randn",     "uniform",           "constant",      "ones",        "zeros",
+    "positions", "routing",           "captured",      "permutation", "rope_cache",
+    "list",      "power_law_offsets", "surface_points"};
 
 // Shortest text that reads back as the same double ("1", "0.1", "1e-05").
 std::string number_text(double value) {
@@ -53,7 +54,8 @@ const std::vector<std::string>& known_categories() {
 }
 
 const std::vector<std::string>& known_checkers() {
-  static const std::vector<std::string> kCheckers{"topk", "moe_align", "sampling", "llada_remask"};
+  static const std::vector<std::string> kCheckers{"topk", "moe_align", "sampling", "llada_remask",
+                                                  "knn"};
   return kCheckers;
 }
 
@@ -108,6 +110,13 @@ std::string describe(const GeneratorSpec& spec) {
     case GeneratorKind::kRouting:
       text += "(experts=" + std::to_string(spec.max) + ", topk=" + std::to_string(spec.topk) +
               ", skew=" + number_text(spec.skew) + ")";
+      break;
+    case GeneratorKind::kPowerLawOffsets:
+      text += "(rows=" + std::to_string(spec.rows) + ", total=" + std::to_string(spec.max) +
+              ", skew=" + number_text(spec.skew) + ")";
+      break;
+    case GeneratorKind::kSurfacePoints:
+      text += "(objects=" + std::to_string(spec.max) + ")";
       break;
     case GeneratorKind::kOnes:
     case GeneratorKind::kZeros:

@@ -41,17 +41,19 @@ const std::vector<std::string>& known_reference_libraries();
 // Where a tensor's input values come from. Generated kinds are filled on the host by
 // tasks/generators.hpp from a seed; kCaptured names a tensor recorded from a real model run.
 enum class GeneratorKind {
-  kRandn,        // normal(mean, std)
-  kUniform,      // uniform in [lo, hi); integers: lo <= v < hi
-  kConstant,     // every element = value
-  kOnes,         // every element = 1
-  kZeros,        // every element = 0
-  kPositions,    // integer token positions: (start + i) % max, start drawn from the seed
-  kRouting,      // MoE expert ids: k distinct experts a row, Zipf popularity (Plackett-Luce)
-  kCaptured,     // safetensors file + tensor name
-  kPermutation,  // distinct integers in [0, max) in seeded order; a share `pad` set to -1
-  kRopeCache,    // rotary cos/sin table: row p = cos(p * f_k) for k < dim/2, then sin(p * f_k)
-  kList,         // element i = values[i mod values.size()]: fixed lengths, fixed sizes
+  kRandn,            // normal(mean, std)
+  kUniform,          // uniform in [lo, hi); integers: lo <= v < hi
+  kConstant,         // every element = value
+  kOnes,             // every element = 1
+  kZeros,            // every element = 0
+  kPositions,        // integer token positions: (start + i) % max, start drawn from the seed
+  kRouting,          // MoE expert ids: k distinct experts a row, Zipf popularity (Plackett-Luce)
+  kCaptured,         // safetensors file + tensor name
+  kPermutation,      // distinct integers in [0, max) in seeded order; a share `pad` set to -1
+  kRopeCache,        // rotary cos/sin table: row p = cos(p * f_k) for k < dim/2, then sin(p * f_k)
+  kList,             // element i = values[i mod values.size()]: fixed lengths, fixed sizes
+  kPowerLawOffsets,  // CSR row / jagged bag offsets, rows + 1 of them, power-law segment sizes
+  kSurfacePoints,    // xyz points on a floor plane and `objects` spheres resting on it
 };
 std::string_view generator_name(GeneratorKind kind);
 std::optional<GeneratorKind> generator_from_name(std::string_view name);
@@ -65,7 +67,9 @@ struct GeneratorSpec {
   double value = 0.0;               // constant
   std::int64_t max = 0;             // positions, permutation: exclusive upper bound
   std::int64_t topk = 0;            // routing: experts per token (row length); max = experts
-  double skew = 0.0;                // routing: Zipf exponent of expert popularity (0: uniform)
+  double skew = 0.0;                // routing: Zipf exponent of expert popularity (0: uniform);
+                                    // power_law_offsets: exponent of the segment sizes
+  std::int64_t rows = 0;            // power_law_offsets: segments (offsets 0 .. rows); max = total
   double pad = 0.0;                 // permutation: share of elements set to -1 (padding)
   std::int64_t dim = 0;             // rope_cache: row length (rotary dims), even
   double theta = 10000.0;           // rope_cache: base of the inverse frequencies

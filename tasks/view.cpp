@@ -86,6 +86,14 @@ core::Value generator_value(const GeneratorSpec& spec) {
       out["topk"] = spec.topk;
       out["skew"] = spec.skew;
       break;
+    case GeneratorKind::kSurfacePoints:
+      out["objects"] = spec.max;
+      break;
+    case GeneratorKind::kPowerLawOffsets:
+      out["rows"] = spec.rows;
+      out["total"] = spec.max;
+      out["skew"] = spec.skew;
+      break;
     case GeneratorKind::kOnes:
     case GeneratorKind::kZeros:
       break;

@@ -70,6 +70,8 @@ int kind_code(const tasks::GeneratorSpec& spec) {
     case tasks::GeneratorKind::kList:
       return spec.list.empty() || spec.list.size() > kMaxList ? -1 : kList;
     case tasks::GeneratorKind::kRouting:
+    case tasks::GeneratorKind::kPowerLawOffsets:
+    case tasks::GeneratorKind::kSurfacePoints:
     case tasks::GeneratorKind::kCaptured:
     case tasks::GeneratorKind::kRopeCache:
       break;

@@ -8,6 +8,7 @@ const TaskChecker* find_task_checker(std::string_view name) {
   if (name == "moe_align") return &moe_align_checker();
   if (name == "sampling") return &sampling_checker();
   if (name == "llada_remask") return &llada_remask_checker();
+  if (name == "knn") return &knn_checker();
   return nullptr;
 }
 

@@ -61,4 +61,8 @@ const TaskChecker& sampling_checker();
 // runner/judge/llada_remask_checker.cpp.
 const TaskChecker& llada_remask_checker();
 
+// k nearest neighbours (science/knn): outputs dists and idx, any choice among equidistant
+// points. Defined in runner/judge/knn_checker.cpp.
+const TaskChecker& knn_checker();
+
 }  // namespace crucible::runner

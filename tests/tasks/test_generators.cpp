@@ -449,3 +449,115 @@ TEST_CASE("routing: a very large skew sends every token to the same k experts") 
   CHECK(first.size() == 8);
   CHECK(differing == 0);
 }
+
+namespace {
+
+GeneratorSpec power_law_offsets(std::int64_t rows, std::int64_t total, double skew) {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kPowerLawOffsets;
+  spec.rows = rows;
+  spec.max = total;
+  spec.skew = skew;
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("power_law_offsets: 0 first, total last, non-decreasing; slices equal the whole") {
+  for (const double skew : {0.0, 0.5, 1.0, 1.7}) {
+    CAPTURE(skew);
+    const GeneratorSpec spec = power_law_offsets(70839, 2054770, skew);
+    const auto offsets = as<std::int32_t>(generate(spec, core::DType::kI32, 70840, 31).value());
+    CHECK(offsets.front() == 0);
+    CHECK(offsets.back() == 2054770);
+    CHECK(std::is_sorted(offsets.begin(), offsets.end()));
+    std::vector<std::byte> slice(4 * 1000);
+    REQUIRE(generate_into(spec, core::DType::kI32, 31, slice, 35000).ok());
+    CHECK(std::memcmp(slice.data(), offsets.data() + 35000, slice.size()) == 0);
+  }
+  // Elements past rows repeat total; the seed moves the largest segments.
+  const GeneratorSpec spec = power_law_offsets(10, 100, 0.5);
+  CHECK(generated_value(spec, 1, 11) == 100.0);
+  CHECK(uses_seed(spec));
+  CHECK(generate(power_law_offsets(1000, 50000, 1.0), core::DType::kI64, 1001, 1).value() !=
+        generate(power_law_offsets(1000, 50000, 1.0), core::DType::kI64, 1001, 2).value());
+}
+
+TEST_CASE("power_law_offsets: segment sizes follow the rank-size law") {
+  // skew 0: equal segments. skew 0.5 over 70839 rows and 2054770 items (LightGCN's Gowalla graph
+  // size): the largest segment total * (sqrt(2) - 1) / (2 (sqrt(70840) - 1)) ~ 1608, the
+  // smallest ~ total / (2 sqrt(70840) * C) ~ 7.3, sizes by rank within one item of the integral.
+  const auto even = as<std::int64_t>(
+      generate(power_law_offsets(100, 1000, 0.0), core::DType::kI64, 101, 5).value());
+  for (std::size_t i = 0; i + 1 < even.size(); ++i) CHECK(even[i + 1] - even[i] == 10);
+
+  const std::int64_t rows = 70839, total = 2054770;
+  const auto offsets = as<std::int64_t>(
+      generate(power_law_offsets(rows, total, 0.5), core::DType::kI64, rows + 1, 77).value());
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t i = 0; i < rows; ++i) sizes.push_back(offsets[i + 1] - offsets[i]);
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  const double whole = 2.0 * (std::sqrt(static_cast<double>(rows) + 1.0) - 1.0);
+  for (const std::int64_t r : {0, 1, 10, 1000, 70000}) {
+    CAPTURE(r);
+    const double want =
+        static_cast<double>(total) * 2.0 * (std::sqrt(r + 2.0) - std::sqrt(r + 1.0)) / whole;
+    CHECK(std::abs(static_cast<double>(sizes[static_cast<std::size_t>(r)]) - want) <= 1.5);
+  }
+  CHECK(sizes.front() > 1500);
+  CHECK(sizes.back() >= 6);
+}
+
+TEST_CASE("surface_points: points on the floor or on spheres resting on it, in the unit box") {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kSurfacePoints;
+  spec.max = 1;
+  const std::size_t points = 30000;
+  const auto xyz = as<float>(generate(spec, core::DType::kF32, 3 * points, 12).value());
+  // One sphere: its points' bounding box is [c - r, c + r]^3 (to ~1e-3 r at this count), and the
+  // sphere rests on the floor (its lowest point at z = 0).
+  double lo[3] = {1, 1, 1}, hi[3] = {0, 0, 0};
+  std::size_t on_floor = 0;
+  for (std::size_t p = 0; p < points; ++p) {
+    if (xyz[p * 3 + 2] == 0.0f) {
+      ++on_floor;
+      continue;
+    }
+    for (int c = 0; c < 3; ++c) {
+      lo[c] = std::min(lo[c], static_cast<double>(xyz[p * 3 + c]));
+      hi[c] = std::max(hi[c], static_cast<double>(xyz[p * 3 + c]));
+    }
+  }
+  CHECK(on_floor > points * 3 / 10);
+  CHECK(on_floor < points * 37 / 100);
+  const double radius = (hi[2] - lo[2]) / 2.0;
+  CHECK(radius >= 0.05 - 1e-3);
+  CHECK(radius <= 0.15 + 1e-3);
+  CHECK(lo[2] < 1e-3);
+  std::size_t off_surface = 0;
+  for (std::size_t p = 0; p < points; ++p) {
+    if (xyz[p * 3 + 2] == 0.0f) {
+      off_surface += (xyz[p * 3] < 0.0f || xyz[p * 3] >= 1.0f) ? 1 : 0;
+      continue;
+    }
+    double d2 = 0.0;
+    for (int c = 0; c < 3; ++c) {
+      const double d = xyz[p * 3 + c] - (lo[c] + hi[c]) / 2.0;
+      d2 += d * d;
+    }
+    off_surface += std::abs(std::sqrt(d2) - radius) > 2e-3 ? 1 : 0;
+  }
+  CHECK(off_surface == 0);
+  // Any slice equals the whole; another seed samples other points of the same sphere.
+  std::vector<std::byte> slice(4 * 301);
+  REQUIRE(generate_into(spec, core::DType::kF32, 12, slice, 1000).ok());
+  CHECK(std::memcmp(slice.data(), xyz.data() + 1000, slice.size()) == 0);
+  CHECK(uses_seed(spec));
+  const auto other = as<float>(generate(spec, core::DType::kF32, 3 * points, 13).value());
+  CHECK(other != xyz);
+  double other_top = 0.0;
+  for (std::size_t p = 0; p < points; ++p) {
+    other_top = std::max(other_top, static_cast<double>(other[p * 3 + 2]));
+  }
+  CHECK(std::abs(other_top - hi[2]) < 2e-3);
+}
