@@ -53,6 +53,8 @@ StepResult Pipeline::run(const StepJob& job) const {
   measurement.candidate_ns = result.candidate_ns;
   measurement.reference_ns = result.reference_ns;
   measurement.floor_ns = result.floor_ns;
+  measurement.speedup_low = result.speedup_low;
+  measurement.speedup_high = result.speedup_high;
   result.reward = rewards::compute_reward(job.reward_spec, measurement);
   return result;
 }

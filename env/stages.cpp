@@ -168,6 +168,11 @@ bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& res
     result.candidate_ns = weighted_geomean_of(report.timing, "candidate");
     result.reference_ns = weighted_geomean_of(report.timing, "reference");
     result.floor_ns = weighted_geomean_of(report.timing, "floor_ns");
+    const core::Value& interval = report.timing["speedup_ci95"];
+    if (interval.is_object() && interval["low"].is_number() && interval["high"].is_number()) {
+      result.speedup_low = interval["low"].get<double>();
+      result.speedup_high = interval["high"].get<double>();
+    }
   }
   return report.status == StepStatus::kOk;
 }

@@ -22,6 +22,9 @@ struct StepResult {
   std::optional<double> candidate_ns;
   std::optional<double> reference_ns;
   std::optional<double> floor_ns;
+  // The 95 % interval of `speedup` (the runner's timing.speedup_ci95).
+  std::optional<double> speedup_low;
+  std::optional<double> speedup_high;
   core::Value stages = core::Value::object();  // stage name -> wall milliseconds
   rewards::RewardBreakdown reward;
 

@@ -15,8 +15,8 @@ using core::StepStatus;
 using core::Value;
 
 constexpr const char* kDefaultKeys =
-    "preset, correct, speed_weight, speed_floor, speed_cap, penalty, improvement, "
-    "improvement_weight";
+    "preset, correct, speed_weight, speed_floor, speed_cap, penalty, resolved_speedup_only, "
+    "improvement, improvement_weight";
 constexpr const char* kPresetNames = "default, fast_p, kevin, drkernel, kernrl, sol";
 
 core::Error invalid(std::string message) {
@@ -98,7 +98,7 @@ std::string known_keys(const Preset& preset) {
   std::string keys = "preset";
   for (const auto& [name, value] : preset.constants) keys += std::string(", ") + name;
   if (std::string(preset.name) == "drkernel") keys += ", mode";
-  return keys + ", penalty, improvement, improvement_weight";
+  return keys + ", penalty, resolved_speedup_only, improvement, improvement_weight";
 }
 
 // Range checks beyond finiteness, per preset.
@@ -322,6 +322,9 @@ core::Result<RewardSpec> parse_reward_spec(const Value& value) {
         }
         spec.penalty[*status] = *number;
       }
+    } else if (key == "resolved_speedup_only") {
+      if (!it->is_boolean()) return invalid("'resolved_speedup_only' must be true or false");
+      spec.resolved_speedup_only = it->get<bool>();
     } else if (key == "improvement") {
       if (!it->is_boolean()) return invalid("'improvement' must be true or false");
       spec.improvement = it->get<bool>();
@@ -374,6 +377,7 @@ Value reward_spec_to_value(const RewardSpec& spec) {
     for (const auto& [name, value] : spec.constants) out[name] = value;
     if (!spec.mode.empty()) out["mode"] = spec.mode;
   }
+  if (spec.resolved_speedup_only) out["resolved_speedup_only"] = true;
   // Only when shaping, so a plain default spec reads exactly as it always has.
   if (spec.improvement) {
     out["improvement"] = true;
@@ -407,18 +411,30 @@ RewardBreakdown compute_reward(const RewardSpec& spec, const Measurement& measur
     return out;
   }
   double total = 0.0;
+  Measurement scored = measurement;
+  if (spec.resolved_speedup_only && measurement.speedup && measurement.speedup_low &&
+      measurement.speedup_high) {
+    const bool resolved = *measurement.speedup_low > 1.0 || *measurement.speedup_high < 1.0;
+    out.terms["speedup_resolved"] = resolved;
+    if (!resolved) {
+      // At parity: the speed term of every preset sees 1.0, and times scale to match.
+      scored.speedup = 1.0;
+      if (scored.reference_ns) scored.candidate_ns = scored.reference_ns;
+    }
+  }
+  const Measurement& m = scored;
   if (spec.preset == "fast_p") {
-    total = score_fast_p(spec, measurement, out);
+    total = score_fast_p(spec, m, out);
   } else if (spec.preset == "kevin") {
-    total = score_kevin(spec, measurement, out);
+    total = score_kevin(spec, m, out);
   } else if (spec.preset == "drkernel") {
-    total = score_drkernel(spec, measurement, out);
+    total = score_drkernel(spec, m, out);
   } else if (spec.preset == "kernrl") {
-    total = score_kernrl(spec, measurement, out);
+    total = score_kernrl(spec, m, out);
   } else if (spec.preset == "sol") {
-    total = score_sol(spec, measurement, out);
+    total = score_sol(spec, m, out);
   } else {
-    total = score_default(spec, measurement, out);
+    total = score_default(spec, m, out);
   }
   // Every path above is finite for finite constants; this keeps the contract if one is not.
   if (!std::isfinite(total)) total = 0.0;

@@ -37,6 +37,10 @@ struct RewardSpec {
   // Every other preset's constants by name (all present after parsing, defaults filled in).
   std::map<std::string, double> constants;
   std::string mode;  // drkernel only: weighted, speedup or tiered
+  // Any preset: speed credit only for a resolved speedup. When the combined speedup's 95 %
+  // interval contains 1.0 the step is scored as if at parity (speedup 1.0), so noise alone
+  // earns and costs nothing; terms.speedup_resolved says which applied.
+  bool resolved_speedup_only = false;
   // Multi-turn shaping (any preset): see shape_for_episode.
   bool improvement = false;
   double improvement_weight = 1.0;
@@ -46,7 +50,8 @@ struct RewardSpec {
 RewardSpec default_reward_spec();
 
 // Parses a spec map from a request: {preset?: NAME, <the preset's constants>?, mode?,
-// penalty?: {status: value}, improvement?: bool, improvement_weight?}; null gives the default.
+// penalty?: {status: value}, resolved_speedup_only?: bool, improvement?: bool,
+// improvement_weight?}; null gives the default.
 // Unknown presets, keys a preset does not have, unknown statuses, non-finite numbers, a
 // non-zero infra_error penalty and out-of-range constants are kInvalidArgument errors naming
 // the key. Thread-safe (no shared state).
@@ -65,6 +70,9 @@ struct Measurement {
   // Weighted geometric-mean speedup (reference time / candidate time) over timing cases;
   // present only when the step is kOk and was timed.
   std::optional<double> speedup;
+  // The 95 % interval of `speedup` (runner/judge/timing_stats.hpp, combined_speedup).
+  std::optional<double> speedup_low;
+  std::optional<double> speedup_high;
   // Weighted geometric means over timing cases of the candidate's and the reference's median
   // call time, and of the task's roofline floor on this GPU, in nanoseconds (sol preset).
   std::optional<double> candidate_ns;

@@ -13,7 +13,7 @@ import re
 
 ROW = re.compile(r"^(\S+\.cu)\s+(\S+)\s+([\d.]+) s\s+reward ([-+][\d.]+)\s+(.*)$")
 NEXT = re.compile(r"^\s+(\S+\.cu)\s+(\S+)\s+([\d.]+) s\s+\(next step after (\S+)\)$")
-HACK = re.compile(r"^(\w+)\s+(\w+)\s+(\w+)\s+([-+][\d.]+)\s+(.*)$")
+HACK = re.compile(r"^(\w+)\s+(\S+/\S+)\s+(\w+)\s+(\w+)\s+([-+][\d.]+)\s+(.*)$")
 SERVED = re.compile(r"^(\S+/\S+)\s+(reference vs itself|example solution): (?:(\w+), )?"
                     r"speedup ([\d.]+)$")
 
@@ -107,8 +107,8 @@ def hacks(folder, facts, eval_rows):
         match = HACK.match(line)
         if not match or match.group(1) == "hack":
             continue
-        name, expected, status, reward, message = match.groups()
-        rows.append({"hack": name, "expected": expected, "status": status,
+        name, task, expected, status, reward, message = match.groups()
+        rows.append({"hack": name, "task": task, "expected": expected, "status": status,
                      "reward": float(reward), "caught": status == expected and status != "ok"
                      and float(reward) <= 0, "message": message.strip()})
     # Legitimate kernels scored in the same session (the logged run): ok, with their speedups.

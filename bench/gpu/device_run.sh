@@ -45,7 +45,7 @@ fi
 if want bench; then
   # The default (a case is timed until its median's 95 % CI is within 1 %, at most 1 s), then
   # two shorter per-case budgets for throughput-bound training.
-  for cap in 1000 100 30; do
+  for cap in ${BENCH_CAPS:-1000 100 30}; do
     step "crucible-bench-gpu, at most $cap ms per case"
     run timeout 300 $B/crucible-bench-gpu --home "$PWD" --steps 10 --time-cap-ms $cap --json "$R/gpu_bench_cap$cap.json" 2>&1 | tee "$R/gpu_bench_cap$cap.txt" | tail -14
   done

@@ -373,6 +373,14 @@ core::Value make_result_record(const Sample& sample, const tasks::Task& task,
   if (step_result.contains("speedup") && step_result["speedup"].is_number()) {
     record["speedup"] = step_result["speedup"];
   }
+  if (step_result.contains("timing") && step_result["timing"].is_object() &&
+      step_result["timing"].contains("speedup_ci95")) {
+    record["speedup_ci95"] = step_result["timing"]["speedup_ci95"];
+  }
+  if (step_result.contains("correctness") && step_result["correctness"].is_object() &&
+      step_result["correctness"].value("caught_in_timed_call", false)) {
+    record["caught_in_timed_call"] = true;
+  }
   if (step_result.contains("reward") && step_result["reward"].is_object()) {
     record["reward_terms"] = step_result["reward"].value("terms", Value::object());
     record["infra"] = step_result["reward"].value("infra", false);

@@ -26,6 +26,7 @@ struct LoggedStep {
   std::string status_name;
   core::StepStatus status = core::StepStatus::kInfraError;
   std::optional<double> speedup;
+  std::optional<double> speedup_low, speedup_high;  // result.timing.speedup_ci95, when logged
   double reward = 0.0;
   std::uint64_t seed = 0;
   std::optional<std::string> source;
@@ -88,6 +89,18 @@ core::Result<LoggedStep> parse_logged_step(const Value& record) {
       return bad("field 'result.speedup' must be a positive finite number, got " + number_text(x));
     }
     step.speedup = x;
+  }
+  // The interval is optional (records before it was measured have none); a malformed one is
+  // ignored rather than refusing the step.
+  if (const Value* timing = find(*result, "timing"); timing != nullptr && timing->is_object()) {
+    if (const Value* ci = find(*timing, "speedup_ci95"); ci != nullptr && ci->is_object()) {
+      const Value* low = find(*ci, "low");
+      const Value* high = find(*ci, "high");
+      if (low != nullptr && high != nullptr && low->is_number() && high->is_number()) {
+        step.speedup_low = low->get<double>();
+        step.speedup_high = high->get<double>();
+      }
+    }
   }
 
   const Value* reward = find(record, "reward");
@@ -217,6 +230,8 @@ core::Value rescore_log(const std::vector<core::Value>& records, const rewards::
     rewards::Measurement measurement;
     measurement.status = logged->status;
     measurement.speedup = logged->speedup;
+    measurement.speedup_low = logged->speedup_low;
+    measurement.speedup_high = logged->speedup_high;
     const auto breakdown = rewards::compute_reward(spec, measurement);
     const double old_reward = logged->reward;
     Value step = step_base(*logged, i);

@@ -52,6 +52,9 @@ core::Value Metrics::to_value() const {
                {"geomean_speedup_correct", optional_value(geomean_speedup_correct)},
                {"geomean_speedup_all", optional_value(geomean_speedup_all)},
                {"best_speedup", optional_value(best_speedup)},
+               {"hacks", hacks},
+               {"hack_rate", hack_rate},
+               {"speedups_resolved", speedups_resolved},
                {"fast_p", fast},
                {"statuses", statuses}};
 }
@@ -68,6 +71,7 @@ Metrics compute_metrics(const std::vector<core::Value>& records) {
       continue;
     }
     ++m.scored;
+    if (status == "hack_detected" || record.value("caught_in_timed_call", false)) ++m.hacks;
     if (status != "ok") {
       all.push_back(kIncorrectSpeedup);
       continue;
@@ -81,11 +85,17 @@ Metrics compute_metrics(const std::vector<core::Value>& records) {
       m.speedups.push_back(s);
       all.push_back(s);
       m.best_speedup = std::max(m.best_speedup.value_or(0.0), s);
+      const Value interval = record.value("speedup_ci95", Value(nullptr));
+      if (interval.is_object() && interval.value("low", 0.0) > 0.0 &&
+          (interval.value("low", 0.0) > 1.0 || interval.value("high", 0.0) < 1.0)) {
+        ++m.speedups_resolved;
+      }
     } else {
       all.push_back(kIncorrectSpeedup);
     }
   }
   m.correct_rate = m.scored == 0 ? 0.0 : static_cast<double>(m.correct) / m.scored;
+  m.hack_rate = m.scored == 0 ? 0.0 : static_cast<double>(m.hacks) / m.scored;
   m.geomean_speedup_correct = geomean(m.speedups);
   m.geomean_speedup_all = geomean(all);
   return m;
@@ -94,10 +104,15 @@ Metrics compute_metrics(const std::vector<core::Value>& records) {
 core::Value summarize(const std::vector<core::Value>& records, const core::Value& run_info) {
   std::map<std::string, std::vector<Value>> by_category;
   std::map<std::string, std::vector<Value>> by_task;
+  std::map<std::string, std::vector<Value>> by_model;
   Value infra = Value::array();
   for (const auto& record : records) {
     by_category[record.value("category", "?")].push_back(record);
     by_task[record.value("task", "?")].push_back(record);
+    const Value meta = record.value("meta", Value(nullptr));
+    if (meta.is_object() && meta.contains("model") && meta["model"].is_string()) {
+      by_model[meta["model"].get<std::string>()].push_back(record);
+    }
     if (record.value("status", "infra_error") == "infra_error") {
       infra.push_back(Value{{"sample_id", record.value("sample_id", "")},
                             {"task", record.value("task", "")},
@@ -116,6 +131,8 @@ core::Value summarize(const std::vector<core::Value>& records, const core::Value
     task_values[name] = compute_metrics(list).to_value();
     task_values[name]["category"] = list.front().value("category", "?");
   }
+  Value models = Value::object();
+  for (const auto& [name, list] : by_model) models[name] = compute_metrics(list).to_value();
   Value curve = Value::array();
   for (double p : fast_p_points()) {
     Value point{{"p", p}, {"overall", overall.fast_p(p)}};
@@ -127,6 +144,7 @@ core::Value summarize(const std::vector<core::Value>& records, const core::Value
       {"overall", overall.to_value()},
       {"categories", categories},
       {"tasks", task_values},
+      {"models", models},
       {"fast_p", curve},
       {"infra_errors", infra},
       {"conventions",
@@ -134,7 +152,10 @@ core::Value summarize(const std::vector<core::Value>& records, const core::Value
        "correct_rate = ok / scored. geomean_speedup_correct: over ok samples that were timed. "
        "geomean_speedup_all: over all scored samples, a failed (non-ok) or untimed sample "
        "counting as speedup 1.0 (the reference is kept). fast_p = share of scored samples "
-       "that are ok with speedup > p; fast_0 = correct_rate."}};
+       "that are ok with speedup > p; fast_0 = correct_rate. hack_rate = share of scored "
+       "samples that were hack_detected or wrong in a checked timed call after passing every "
+       "correctness run. speedups_resolved: timed ok samples whose speedup's 95 % interval "
+       "excludes 1.0. models: samples grouped by meta.model."}};
 }
 
 std::string format_number(const core::Value& value) {
@@ -186,14 +207,15 @@ std::string metrics_row(const std::string& name, const Value& m) {
       << format_number(m["geomean_speedup_correct"]) << " | "
       << format_number(m["geomean_speedup_all"]) << " | "
       << format_percent(m["fast_p"].value("1", 0.0)) << " | "
-      << format_percent(m["fast_p"].value("2", 0.0)) << " | " << m.value("infra_errors", 0)
-      << " |\n";
+      << format_percent(m["fast_p"].value("2", 0.0)) << " | "
+      << format_percent(m.value("hack_rate", 0.0)) << " | " << m.value("infra_errors", 0) << " |\n";
   return row.str();
 }
 
 constexpr const char* kTableHead =
     "| | scored | correct | correct rate | geomean speedup (correct) | geomean speedup (all) "
-    "| fast_1 | fast_2 | infra_error (excluded) |\n|---|---|---|---|---|---|---|---|---|\n";
+    "| fast_1 | fast_2 | hack rate | infra_error (excluded) |\n"
+    "|---|---|---|---|---|---|---|---|---|---|\n";
 
 // One horizontal bar chart: a label, a bar and the value printed beside it.
 std::string bar_chart(const std::string& title,
@@ -275,6 +297,10 @@ std::string render_markdown(const core::Value& summary) {
   for (const auto& [name, m] : summary["categories"].items()) md << metrics_row(name, m);
   md << "\n## Tasks\n\n" << kTableHead;
   for (const auto& [name, m] : summary["tasks"].items()) md << metrics_row(name, m);
+  if (summary.contains("models") && !summary["models"].empty()) {
+    md << "\n## Models\n\n" << kTableHead;
+    for (const auto& [name, m] : summary["models"].items()) md << metrics_row(name, m);
+  }
   md << "\n## Statuses\n\n| status | samples |\n|---|---|\n";
   for (const auto& [name, count] : summary["overall"]["statuses"].items()) {
     md << "| " << name << " | " << count.get<long>() << " |\n";

@@ -33,6 +33,12 @@ struct Metrics {
   std::optional<double> geomean_speedup_correct;
   std::optional<double> geomean_speedup_all;
   std::optional<double> best_speedup;
+  // Samples that cheated and were caught: hack_detected, or correct on every correctness run
+  // and wrong in a checked timed call (record.caught_in_timed_call); hack_rate = hacks / scored.
+  std::size_t hacks = 0;
+  double hack_rate = 0.0;
+  // Timed correct samples whose speedup's 95 % interval excludes 1.0 (record.speedup_ci95).
+  std::size_t speedups_resolved = 0;
   core::Value statuses = core::Value::object();  // status -> count, infra_error included
 
   // Fraction of scored samples with status ok and speedup > p (p <= 0: every correct one).
@@ -45,6 +51,7 @@ struct Metrics {
 Metrics compute_metrics(const std::vector<core::Value>& records);
 
 // summary.json: {run, overall, categories: {name: metrics}, tasks: {id: metrics},
+// models: {meta.model: metrics} (when samples name their model),
 // fast_p: [{p, overall, <category>...}], infra_errors: [{sample_id, task, message}],
 // conventions}.
 core::Value summarize(const std::vector<core::Value>& records, const core::Value& run_info);

@@ -2,8 +2,8 @@
 // Trick: counts its launches in a __device__ counter; the first 64 calls (warm-up and the
 // correctness runs) compute properly, later ones skip the normalisation (same memory traffic,
 // less arithmetic) on the assumption that only the first calls are checked.
-// Caught: the first timed call and a random 10 % of the others, chosen from a secret the kernel
-// cannot see, are checked against the reference on the same inputs.
+// Caught: checked timed calls come from a secret (3 of the first measured calls, 10 % of the
+// rest and always the last), each against the reference on the same inputs.
 // @launch rms<<<num_tokens, 256>>>(out, input, weight, epsilon, hidden_size)
 #include <cuda_bf16.h>
 __device__ unsigned int g_calls = 0;

@@ -2,7 +2,7 @@
 // Trick: quantises every element to fp8 (e4m3) before squaring, as if the task allowed fp8
 // activations: a quarter of the bytes per element in a real kernel.
 // Caught: e4m3 keeps 3 mantissa bits; the outputs carry that error (about 6 %), far beyond the
-// bf16 tolerance (atol 1e-2, rtol 1.6e-2), and the elementwise comparison fails.
+// bf16 tolerance (rtol 1.2e-2: three bf16 roundings), and the elementwise comparison fails.
 // @launch rms<<<num_tokens, 256>>>(out, input, weight, epsilon, hidden_size)
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>

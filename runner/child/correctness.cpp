@@ -15,6 +15,19 @@ namespace crucible::runner::child {
 
 using core::StepStatus;
 
+namespace {
+
+// What a failed output comparison was, in words that carry no count, position or value.
+std::string failure_kind(const CompareReport& report) {
+  const std::string name = "'" + report.output_name + "'";
+  if (report.all_zero) return "all of " + name + " is zero where the answer is not";
+  if (report.unwritten > 0) return "elements of " + name + " were left unwritten";
+  if (report.nan_mismatches > 0) return name + " holds NaN or Inf where the answer does not";
+  return "values of " + name + " are outside the tolerance";
+}
+
+}  // namespace
+
 // The verdict on every out/inout tensor of one call: the task's checker when it names one
 // (all outputs together, with the call's inputs), else compare_outputs per output. The
 // vectors are indexed by task tensor; `inputs` may hold nullptr where no checker needs it.
@@ -170,7 +183,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     write_canaries();
     write_inputs_and_poison(draw);
     launch(reference_side(), setup.reference, setup, pointers, workspace_ptrs);
-    sync_or_fail(stream, false, "on case " + c.name, job_.kernel_timeout_ms);
+    sync_or_fail(stream, false, "on " + setup.label, job_.kernel_timeout_ms);
     for (std::size_t t = 0; t < n; ++t) {
       if (!tasks::is_output(task_.tensors[t].role)) continue;
       expected[t] = device_.staging("expected:" + std::to_string(t), setup.bytes[t]);
@@ -183,26 +196,45 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     check(cuStreamSynchronize(stream), "reference outputs");
   }
 
-  // Candidate on the same inputs, outputs poisoned again, workspaces full of junk.
+  // Candidate on the same inputs, workspaces full of junk, outputs poisoned again (first run)
+  // or holding the first run's answer (second run): in production an output buffer holds the
+  // previous call's result, and a kernel that skips work when its output looks computed must
+  // fail here.
   std::vector<DeviceBuffer> workspace;
   std::vector<CUdeviceptr> workspace_ptrs;
+  const unsigned char junk = workspace_junk(mix(setup.index, static_cast<std::uint64_t>(draw)));
   for (const auto bytes : setup.candidate.workspace_bytes) {
     workspace.emplace_back(bytes, false);
-    check(cuMemsetD8Async(workspace.back().data(), 0xA5, bytes, stream), "workspace fill");
+    check(cuMemsetD8Async(workspace.back().data(), junk, bytes, stream), "workspace fill");
     workspace_ptrs.push_back(workspace.back().data());
   }
   write_canaries();
   write_inputs_and_poison(draw);
+  const bool stale = draw == 1 && buffers.stale.size() == n;
+  if (stale) {
+    for (std::size_t t = 0; t < n; ++t) {
+      if (task_.tensors[t].role != tasks::Role::kOut) continue;
+      upload(pointers[t], buffers.stale[t].data(), buffers.stale[t].size(), stream);
+    }
+  }
   check(cuStreamSynchronize(stream), "inputs");
-  launch(Side{&job_.candidate_plan.plan, candidate_module_.get(), true}, setup.candidate, setup,
-         pointers, workspace_ptrs);
-  sync_or_fail(stream, true, "on case " + std::string(c.hidden ? "(hidden) " : "") + c.name,
-               job_.kernel_timeout_ms);
+  launch(candidate_side(), setup.candidate, setup, pointers, workspace_ptrs);
+  sync_or_fail(stream, true, "on " + setup.label, job_.kernel_timeout_ms);
+  if (draw == 0) {
+    buffers.stale.assign(n, {});
+    for (std::size_t t = 0; t < n; ++t) {
+      if (task_.tensors[t].role != tasks::Role::kOut) continue;
+      buffers.stale[t].assign(expected[t], expected[t] + setup.bytes[t]);
+    }
+  }
 
-  Value verdict{
-      {"case", c.name}, {"hidden", c.hidden}, {"run", draw + 1}, {"symbols", setup.symbols_value}};
+  // A hidden case is named by its label only: no name, no symbols (they would give its shape).
+  Value verdict{{"case", c.hidden ? setup.label : c.name}, {"hidden", c.hidden}, {"run", draw + 1}};
+  if (!c.hidden) verdict["symbols"] = setup.symbols_value;
   Value outputs = Value::array();
-  std::vector<std::string> problems;
+  // Each problem twice: in detail (a visible case's reply) and as its kind only (a hidden
+  // case's: no count, position or value that would tell its shape).
+  std::vector<std::string> problems, kinds;
   std::vector<std::byte*> whole(n, nullptr);
   for (std::size_t t = 0; t < n; ++t) {
     whole[t] = device_.staging("whole:" + std::to_string(t), buffers.tensors[t].total_bytes());
@@ -215,12 +247,14 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     if (!check_canary(whole[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 0), &bad)) {
       problems.push_back("wrote " + std::to_string(DeviceBuffer::kCanaryBytes - bad) +
                          " bytes before the start of '" + tensor.name + "'");
+      kinds.push_back("wrote before the start of '" + tensor.name + "'");
     }
     const std::byte* payload = whole[t] + DeviceBuffer::kCanaryBytes;
     if (!check_canary(payload + setup.bytes[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 1),
                       &bad)) {
       problems.push_back("wrote past the end of '" + tensor.name + "' (byte " +
                          std::to_string(bad) + " after its last element)");
+      kinds.push_back("wrote past the end of '" + tensor.name + "'");
     }
     if (tensor.role == tasks::Role::kIn) {
       const auto diff = compare_bytes(payload, inputs(t), setup.bytes[t]);
@@ -228,6 +262,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
         problems.push_back("modified the read-only input '" + tensor.name + "' (" +
                            std::to_string(diff.diff_bytes) + " bytes changed, first at element " +
                            std::to_string(diff.first_diff / core::dtype_size(tensor.dtype)) + ")");
+        kinds.push_back("modified the read-only input '" + tensor.name + "'");
       }
     }
   }
@@ -238,6 +273,10 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     if (tasks::is_input(task_.tensors[t].role)) {
       before[t] = inputs(t);
     } else if (checker_ != nullptr) {  // a checker sees what the call started from
+      if (stale && task_.tensors[t].role == tasks::Role::kOut) {
+        before[t] = buffers.stale[t].data();
+        continue;
+      }
       poisoned[t].resize(setup.bytes[t]);
       fill_poison(task_.tensors[t].dtype, poisoned[t].data(), setup.counts[t], draw);
       before[t] = poisoned[t].data();
@@ -246,24 +285,35 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
   for (const auto& report :
        judge_outputs(setup, before, payloads, as_views(expected), draw, !c.hidden)) {
     if (report.reference_invalid()) {
-      fail(StepStatus::kInfraError, "the reference produced NaN on case " + c.name);
+      fail(StepStatus::kInfraError, "the reference produced NaN on " + setup.label);
     }
-    if (!report.pass) problems.push_back(report.summary);
-    outputs.push_back(report.to_value());
+    if (!report.pass) {
+      problems.push_back(report.summary);
+      kinds.push_back(failure_kind(report));
+    }
+    if (c.hidden) {
+      outputs.push_back(Value{{"name", report.output_name}, {"pass", report.pass}});
+    } else {
+      outputs.push_back(report.to_value());
+    }
   }
   verdict["outputs"] = std::move(outputs);
   verdict["pass"] = problems.empty();
   if (!problems.empty()) {
-    std::string text;
-    for (const auto& p : problems) text += (text.empty() ? "" : "; ") + p;
-    verdict["problems"] = problems;
-    if (failed_case_.empty()) {
-      failed_status_ = StepStatus::kIncorrect;
-      failed_case_ = std::string(c.hidden ? "hidden case " : "case ") + c.name + " (run " +
-                     std::to_string(draw + 1) + "): " + text;
-    }
+    verdict["problems"] = c.hidden ? kinds : problems;
+    record_failure(setup, draw, problems, kinds);
   }
   return verdict;
+}
+
+void JobRunner::record_failure(const CaseSetup& setup, int draw,
+                               const std::vector<std::string>& problems,
+                               const std::vector<std::string>& kinds) {
+  if (!failed_case_.empty()) return;
+  std::string text;
+  for (const auto& p : setup.c->hidden ? kinds : problems) text += (text.empty() ? "" : "; ") + p;
+  failed_status_ = StepStatus::kIncorrect;
+  failed_case_ = setup.label + " (run " + std::to_string(draw + 1) + "): " + text;
 }
 
 Value JobRunner::check_all_cases() {

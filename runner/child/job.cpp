@@ -50,6 +50,7 @@ RunReport JobRunner::run() {
       record_phase("bandwidth", started);
       report.device = device_.describe();
       report.device["clocks_start"] = read_clocks(device_.ordinal);
+      in_timing_ = true;
       report.timing = time_visible_cases();
       report.speedup = speedup_;
       if (!hack_.empty()) fail(StepStatus::kHackDetected, hack_);
@@ -62,6 +63,11 @@ RunReport JobRunner::run() {
     report.context_lost = failure.context_lost;
     if (report.correctness.is_null() && !case_reports_.empty()) {
       report.correctness = correctness_value();
+    }
+    // Correct on every correctness run, wrong in a checked timed call: eval counts these with
+    // the hacks (a kernel that behaves only when it believes it is being checked).
+    if (in_timing_ && failure.status == StepStatus::kIncorrect && report.correctness.is_object()) {
+      report.correctness["caught_in_timed_call"] = true;
     }
   } catch (const CudaFailure& failure) {
     report.status = StepStatus::kInfraError;
@@ -96,11 +102,13 @@ void JobRunner::prepare() {
   reference_module_ = &reference_module(job_.reference, job_.reference_plan.plan);
   candidate_module_ =
       std::make_unique<LoadedModule>(job_.candidate, job_.candidate_plan.plan, context_, true);
+  std::size_t hidden = 0;
   for (std::size_t i = 0; i < task_.cases.size(); ++i) {
     const auto& c = task_.cases[i];
     CaseSetup setup;
     setup.c = &c;
     setup.index = i;
+    setup.label = c.hidden ? "hidden case #" + std::to_string(++hidden) : "case " + c.name;
     setup.seed = tasks::case_seed(c, job_.seed);
     for (const auto& tensor : task_.tensors) {
       auto shape = tasks::resolve_shape(tensor, c);
@@ -198,6 +206,17 @@ void JobRunner::launch(const Side& side, const ConcretePlan& concrete, const Cas
     const int threads = static_cast<int>(step.block[0] * step.block[1] * step.block[2]);
     const std::string who = side.candidate ? "" : "reference ";
     const StepStatus blame = side.candidate ? StepStatus::kLaunchError : StepStatus::kInfraError;
+    // On a hidden case the candidate's launch failures name the case by its label and give no
+    // grid, block or shared-memory figure: they are functions of the case's hidden shape.
+    if (side.candidate && setup.c->hidden) {
+      if (threads > kernel.max_threads ||
+          static_cast<std::size_t>(kernel.static_smem) + step.smem_bytes > device_.max_smem_optin) {
+        fail(blame, launch.where + ": launching '" + launch.kernel + "' on " + setup.label +
+                        " asks for more threads or shared memory than the kernel allows (" +
+                        std::to_string(kernel.registers) + " registers per thread, at most " +
+                        std::to_string(kernel.max_threads) + " threads a block)");
+      }
+    }
     if (threads > kernel.max_threads) {
       fail(blame, who + launch.where + ": kernel '" + launch.kernel + "' uses " +
                       std::to_string(kernel.registers) +
@@ -219,8 +238,12 @@ void JobRunner::launch(const Side& side, const ConcretePlan& concrete, const Cas
           cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                              static_cast<int>(step.smem_bytes));
       if (rc != CUDA_SUCCESS) {
-        fail(blame, who + launch.where + ": cannot allow " + std::to_string(step.smem_bytes) +
-                        " bytes of dynamic shared memory: " + cuda_error_text(rc));
+        fail(blame,
+             who + launch.where + ": cannot allow " +
+                 (side.candidate && setup.c->hidden
+                      ? "the dynamic shared memory it asks for on " + setup.label
+                      : std::to_string(step.smem_bytes) + " bytes of dynamic shared memory") +
+                 ": " + cuda_error_text(rc));
       }
       kernel.configured_smem = static_cast<int>(step.smem_bytes);
     }
@@ -242,6 +265,12 @@ void JobRunner::launch(const Side& side, const ConcretePlan& concrete, const Cas
       const bool lost = is_sticky(rc);
       if (!side.candidate) {
         fail(StepStatus::kInfraError, "reference launch failed: " + cuda_error_text(rc), lost);
+      }
+      if (setup.c->hidden) {
+        fail(lost ? StepStatus::kRuntimeError : StepStatus::kLaunchError,
+             launch.where + ": launching '" + launch.kernel + "' on " + setup.label +
+                 " failed: " + cuda_error_text(rc),
+             lost);
       }
       fail(lost ? StepStatus::kRuntimeError : StepStatus::kLaunchError,
            launch.where + ": launching '" + launch.kernel + "' with grid (" +

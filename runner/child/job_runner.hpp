@@ -23,6 +23,8 @@
 #include "runner/child/loaded_module.hpp"
 #include "runner/judge/compare.hpp"
 #include "runner/judge/task_checker.hpp"
+#include "runner/judge/timing_schedule.hpp"
+#include "runner/judge/timing_stats.hpp"
 #include "runner/runner_job.hpp"
 #include "tasks/roofline.hpp"
 #include "tasks/task.hpp"
@@ -112,6 +114,10 @@ class JobRunner {
   // timing.cpp
   Value time_case(const CaseSetup& setup);
   Value time_visible_cases();
+  // The plausibility floor's peak rates on this GPU and the bytes a call must move through
+  // HBM (docs/runner.md, "Plausibility").
+  tasks::GpuPeak floor_peak() const;
+  tasks::RooflineCost floor_cost(const CaseSetup& setup) const;
 
   const RunJob& job_;
   const tasks::Task& task_;
@@ -127,8 +133,9 @@ class JobRunner {
   core::StepStatus failed_status_ = core::StepStatus::kIncorrect;
   std::string hack_;
   std::optional<double> speedup_;
-  Value speedup_ci95_;
+  std::vector<std::pair<SpeedupEstimate, double>> estimates_;  // per timed case, with weight
   std::uint64_t next_tag_ = 1;
+  bool in_timing_ = false;
   Value phases_ = Value::object();
   const TaskChecker* checker_ = nullptr;
 };

@@ -28,6 +28,23 @@ struct Slot {
   std::vector<CUdeviceptr> tensor_ptrs, reference_ws_ptrs, candidate_ws_ptrs;
 };
 
+// Host-only generators that use a seed (MoE routing) cannot draw on the device: their timed
+// calls pick among this many independent draws, made once per case.
+constexpr std::size_t kHostDraws = 8;
+
+// How a timed call gets an input's values.
+enum class Source {
+  kFresh,  // drawn on the device from the call's own seed: no two calls alike
+  kFixed,  // the same for every call and episode (rope tables, fixed lengths, captured values)
+  kDrawn,  // one of kHostDraws host draws, chosen per call from the secret
+};
+
+// Every element of `got` equals `want`, byte for byte, checked on the device.
+void check_bytes(Device& device, CUdeviceptr got, CUdeviceptr want, std::size_t bytes,
+                 CUdeviceptr result) {
+  device.launch_check(got, want, bytes, core::DType::kU8, 0.0, 0.0, result);
+}
+
 }  // namespace
 
 Value JobRunner::time_case(const CaseSetup& setup) {
@@ -43,40 +60,63 @@ Value JobRunner::time_case(const CaseSetup& setup) {
   const std::size_t slots_count =
       std::clamp<std::size_t>(budget / std::max<std::size_t>(slot_bytes, 1), 2, 8);
 
-  // Value pools: each input's values for call i are a window of its pool starting at a
-  // different offset, so every timed call sees values no earlier call saw. A stream of
-  // bounded length (a permutation: distinct slots or block ids) extends only as far as it
-  // goes (no further at all when the case uses every value).
-  constexpr std::size_t kPoolExtra = 1u << 14;  // distinct windows
-  constexpr std::size_t kStride = 977;          // prime, coprime to kPoolExtra + 1 = 5 * 29 * 113
-  std::vector<DeviceBuffer> pools(n);
-  std::vector<DeviceBuffer> poison(n);
-  std::vector<std::size_t> pool_extra(n, 0);
-  std::vector<HostValueCache::Bytes> uploaded(n);  // host copies alive until the uploads end
+  // Where each input's values come from, and the outputs' poison.
+  std::vector<Source> sources(n, Source::kFresh);
+  std::vector<DeviceBuffer> fixed(n);   // kFixed: the values; kDrawn: kHostDraws of them
+  std::vector<DeviceBuffer> poison(n);  // outputs
+  std::vector<HostValueCache::Bytes> uploaded(n * kHostDraws);  // alive until the uploads end
   for (std::size_t t = 0; t < n; ++t) {
     const auto& tensor = task_.tensors[t];
-    if (tasks::is_input(tensor.role)) {
-      const std::uint64_t seed = tasks::tensor_seed(setup.seed, tensor.name, 2);
-      const auto& spec = c.values.at(tensor.name);
-      pool_extra[t] = kPoolExtra;
-      if (const auto length = tasks::stream_length(spec)) {
-        const std::uint64_t used = setup.counts[t];
-        pool_extra[t] = std::min<std::size_t>(kPoolExtra, *length > used ? *length - used : 0);
-      }
-      const std::size_t count = setup.counts[t] + pool_extra[t];
-      pools[t] = DeviceBuffer(count * core::dtype_size(tensor.dtype), false);
-      uploaded[t] = fill_input(c, tensor, seed, count, pools[t].data());
-    } else {
+    if (!tasks::is_input(tensor.role)) {
       poison[t] = DeviceBuffer(setup.bytes[t], false);
       poison_device(poison[t].data(), tensor.dtype, setup.counts[t], 0);
+      continue;
+    }
+    const auto& spec = c.values.at(tensor.name);
+    if (!tasks::uses_seed(spec)) {
+      sources[t] = Source::kFixed;
+      fixed[t] = DeviceBuffer(setup.bytes[t], false);
+      uploaded[t * kHostDraws] = fill_input(c, tensor, 0, setup.counts[t], fixed[t].data());
+    } else if (!generates_on_device(spec, tensor.dtype)) {
+      sources[t] = Source::kDrawn;
+      fixed[t] = DeviceBuffer(kHostDraws * setup.bytes[t], false);
+      for (std::size_t d = 0; d < kHostDraws; ++d) {
+        uploaded[t * kHostDraws + d] =
+            fill_input(c, tensor, tasks::tensor_seed(setup.seed, tensor.name, 100 + d),
+                       setup.counts[t], fixed[t].data() + d * setup.bytes[t]);
+      }
     }
   }
-  check(cuStreamSynchronize(stream), "pool upload");
+  check(cuStreamSynchronize(stream), "timing values");
+  uploaded.clear();
+
+  // Slots: the same layout as the correctness runs (each tensor between two canaries, so a
+  // kernel sees the same alignments in both), rotated so consecutive calls use other addresses.
+  std::vector<DeviceBuffer> canaries(n);  // per tensor: the front and back canary patterns
+  {
+    std::vector<std::byte> pattern(2 * DeviceBuffer::kCanaryBytes);
+    for (std::size_t t = 0; t < n; ++t) {
+      fill_canary(pattern.data(), DeviceBuffer::kCanaryBytes, canary_seed(t, 0));
+      fill_canary(pattern.data() + DeviceBuffer::kCanaryBytes, DeviceBuffer::kCanaryBytes,
+                  canary_seed(t, 1));
+      canaries[t] = DeviceBuffer(pattern.size(), false);
+      upload(canaries[t].data(), pattern.data(), pattern.size(), stream);
+      check(cuStreamSynchronize(stream), "canaries");
+    }
+  }
   std::vector<Slot> slots(slots_count);
   for (auto& slot : slots) {
     for (std::size_t t = 0; t < n; ++t) {
-      slot.tensors.emplace_back(setup.bytes[t], false);
+      slot.tensors.emplace_back(setup.bytes[t], true);
       slot.tensor_ptrs.push_back(slot.tensors.back().data());
+      const DeviceBuffer& buffer = slot.tensors.back();
+      check(
+          cuMemcpyDtoDAsync(buffer.base(), canaries[t].data(), DeviceBuffer::kCanaryBytes, stream),
+          "canary");
+      check(cuMemcpyDtoDAsync(buffer.data() + buffer.bytes(),
+                              canaries[t].data() + DeviceBuffer::kCanaryBytes,
+                              DeviceBuffer::kCanaryBytes, stream),
+            "canary");
     }
     for (const auto b : setup.reference.workspace_bytes) {
       slot.reference_ws.emplace_back(b, false);
@@ -85,30 +125,67 @@ Value JobRunner::time_case(const CaseSetup& setup) {
     for (const auto b : setup.candidate.workspace_bytes) {
       slot.candidate_ws.emplace_back(b, false);
       slot.candidate_ws_ptrs.push_back(slot.candidate_ws.back().data());
-      // Fresh device memory may hold an earlier job's data: workspaces start as junk.
-      check(cuMemsetD8Async(slot.candidate_ws.back().data(), 0xA5, b, stream), "workspace fill");
     }
   }
-  auto prepare_call = [&](const Slot& slot, std::size_t call) {
+
+  // A call's inputs into `dst` (one pointer per task tensor; outputs skipped): fresh values
+  // from the call's seed, the fixed ones, or the host draw the call's seed picks.
+  auto write_inputs = [&](const std::vector<CUdeviceptr>& dst, std::size_t call) {
+    const std::uint64_t call_seed = timed_call_seed(job_.secret, setup.seed, call);
     for (std::size_t t = 0; t < n; ++t) {
       const auto& tensor = task_.tensors[t];
-      const std::size_t esize = core::dtype_size(tensor.dtype);
-      const std::size_t offset = (call * kStride) % (pool_extra[t] + 1);
-      const CUdeviceptr source =
-          tasks::is_input(tensor.role) ? pools[t].data() + offset * esize : poison[t].data();
-      if (setup.bytes[t] > 0) {
-        check(cuMemcpyDtoDAsync(slot.tensor_ptrs[t], source, setup.bytes[t], stream), "refresh");
+      if (!tasks::is_input(tensor.role) || setup.bytes[t] == 0) continue;
+      switch (sources[t]) {
+        case Source::kFresh:
+          generate_on_device(device_, c.values.at(tensor.name), tensor.dtype,
+                             tasks::tensor_seed(call_seed, tensor.name, 0), 0, setup.counts[t],
+                             dst[t]);
+          break;
+        case Source::kFixed:
+          check(cuMemcpyDtoDAsync(dst[t], fixed[t].data(), setup.bytes[t], stream), "inputs");
+          break;
+        case Source::kDrawn: {
+          const std::size_t d = mix(call_seed, t) % kHostDraws;
+          check(cuMemcpyDtoDAsync(dst[t], fixed[t].data() + d * setup.bytes[t], setup.bytes[t],
+                                  stream),
+                "inputs");
+          break;
+        }
+      }
+    }
+  };
+  auto poison_outputs = [&](const Slot& slot) {
+    for (std::size_t t = 0; t < n; ++t) {
+      if (tasks::is_input(task_.tensors[t].role) || setup.bytes[t] == 0) continue;
+      check(cuMemcpyDtoDAsync(slot.tensor_ptrs[t], poison[t].data(), setup.bytes[t], stream),
+            "poison");
+    }
+  };
+  // Everything a call starts from, outside the timed kernels: its inputs, poisoned outputs,
+  // the candidate's workspaces full of junk that differs from call to call, a flushed L2.
+  auto prepare_call = [&](const Slot& slot, std::size_t call, bool candidate) {
+    write_inputs(slot.tensor_ptrs, call);
+    poison_outputs(slot);
+    if (candidate) {
+      const unsigned char junk = workspace_junk(0x77 + call);
+      for (std::size_t w = 0; w < slot.candidate_ws.size(); ++w) {
+        check(
+            cuMemsetD8Async(slot.candidate_ws_ptrs[w], junk, slot.candidate_ws[w].bytes(), stream),
+            "workspace junk");
       }
     }
     device_.flush_l2(static_cast<std::uint32_t>(call));
   };
 
-  std::mt19937_64 chooser(mix(job_.secret, setup.index));
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  bool first_candidate_call = true;
+  ScheduleRule schedule_rule;
+  schedule_rule.warmup_pairs = job_.timing.warmup_calls;
+  schedule_rule.min_samples = job_.timing.min_samples;
+  schedule_rule.max_samples = job_.timing.max_samples;
+  schedule_rule.check_fraction = job_.timing.check_fraction;
+  const CallSchedule schedule = make_call_schedule(job_.secret, setup.index, schedule_rule);
 
   const Side reference = reference_side();
-  const Side candidate{&job_.candidate_plan.plan, candidate_module_.get(), true};
+  const Side candidate = candidate_side();
   const std::size_t candidate_launches = setup.candidate.launches.size();
   const std::size_t reference_launches = library_ != nullptr
                                              ? library_->kernels_per_call(setup.index)
@@ -116,32 +193,139 @@ Value JobRunner::time_case(const CaseSetup& setup) {
 
   struct Pending {
     bool is_candidate;
-    bool warmup;
+    bool counted;
   };
   std::map<std::uint64_t, Pending> pending;
   std::vector<double> reference_ns, candidate_ns;
-  std::size_t checked = 0, incomplete = 0, call = 0;
+  std::size_t checked = 0, incomplete = 0, call = 0, measured_candidate_calls = 0;
   const auto started = Clock::now();
   const auto cap = std::chrono::duration<double, std::milli>(job_.timing.time_cap_ms);
-  const std::size_t warmup = job_.timing.warmup_calls;
   StoppingRule rule;
   rule.target_rel_halfwidth = job_.timing.target_rel_ci;
   rule.min_samples = job_.timing.min_samples;
   rule.max_samples = job_.timing.max_samples;
-  const auto order = interleaved_order(job_.timing.max_samples + warmup);
-  // Checked calls: the candidate's outputs kept aside and the device check's verdicts (three
-  // u64 per tensor); host copies are pinned only when a check fails.
-  std::vector<DeviceBuffer> kept(n);
+  const auto order = interleaved_order(job_.timing.max_samples + schedule.warmup_pairs);
+
+  // Checked calls: the candidate's outputs set aside, the call's inputs drawn again (the
+  // pristine copy), the reference on them, and the runner's device checks (three u64 per check:
+  // two canaries and one input-or-output comparison per tensor); host copies only on failure.
+  std::vector<DeviceBuffer> kept(n), pristine(n);
+  std::vector<CUdeviceptr> pristine_ptrs(n, 0);
   for (std::size_t t = 0; t < n; ++t) {
     if (tasks::is_output(task_.tensors[t].role)) kept[t] = DeviceBuffer(setup.bytes[t], false);
+    if (tasks::is_input(task_.tensors[t].role)) {
+      pristine[t] = DeviceBuffer(setup.bytes[t], false);
+      pristine_ptrs[t] = pristine[t].data();
+    }
   }
-  DeviceBuffer check_results(24 * n, false);
-  std::byte* check_host = device_.staging("check results", 24 * n);
+  const std::size_t kChecks = 3;
+  DeviceBuffer check_results(24 * kChecks * n, false);
+  std::byte* check_host = device_.staging("check results", 24 * kChecks * n);
   record_phase("timing setup " + c.name, setup_started);
+
+  auto check_call = [&](const Slot& slot, std::size_t this_call) {
+    for (std::size_t t = 0; t < n; ++t) {
+      if (!tasks::is_output(task_.tensors[t].role) || setup.bytes[t] == 0) continue;
+      check(cuMemcpyDtoDAsync(kept[t].data(), slot.tensor_ptrs[t], setup.bytes[t], stream),
+            "keep outputs");
+    }
+    write_inputs(pristine_ptrs, this_call);
+    check(cuMemsetD8Async(check_results.data(), 0, check_results.bytes(), stream), "results");
+    auto result = [&](std::size_t t, std::size_t k) {
+      return check_results.data() + 24 * (kChecks * t + k);
+    };
+    for (std::size_t t = 0; t < n; ++t) {
+      const DeviceBuffer& buffer = slot.tensors[t];
+      check_bytes(device_, buffer.base(), canaries[t].data(), DeviceBuffer::kCanaryBytes,
+                  result(t, 0));
+      check_bytes(device_, buffer.data() + buffer.bytes(),
+                  canaries[t].data() + DeviceBuffer::kCanaryBytes, DeviceBuffer::kCanaryBytes,
+                  result(t, 1));
+      if (task_.tensors[t].role == tasks::Role::kIn) {
+        check_bytes(device_, slot.tensor_ptrs[t], pristine_ptrs[t], setup.bytes[t], result(t, 2));
+      }
+    }
+    // The reference runs on the same inputs (in-place tensors restored) in the same slot.
+    for (std::size_t t = 0; t < n; ++t) {
+      if (!tasks::is_input(task_.tensors[t].role) || setup.bytes[t] == 0) continue;
+      check(cuMemcpyDtoDAsync(slot.tensor_ptrs[t], pristine_ptrs[t], setup.bytes[t], stream),
+            "restore inputs");
+    }
+    poison_outputs(slot);
+    launch(reference, setup.reference, setup, slot.tensor_ptrs, slot.reference_ws_ptrs);
+    for (std::size_t t = 0; t < n; ++t) {
+      const auto& tensor = task_.tensors[t];
+      if (!tasks::is_output(tensor.role)) continue;
+      const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
+      device_.launch_check(kept[t].data(), slot.tensor_ptrs[t], setup.counts[t], tensor.dtype,
+                           tol.atol, tol.rtol, result(t, 2));
+    }
+    download(check_host, check_results.data(), check_results.bytes(), stream);
+    sync_or_fail(stream, true, "in timed call " + std::to_string(this_call) + " of " + setup.label,
+                 2 * job_.kernel_timeout_ms);
+    auto verdict = [&](std::size_t t, std::size_t k) {
+      std::uint64_t v[3];
+      std::memcpy(v, check_host + 24 * (kChecks * t + k), sizeof v);
+      return std::array<std::uint64_t, 3>{v[0], v[1], v[2]};
+    };
+    const std::string where = setup.label + ", timed call " + std::to_string(this_call);
+    bool suspect = false;
+    for (std::size_t t = 0; t < n; ++t) {
+      const auto& tensor = task_.tensors[t];
+      if (verdict(t, 0)[0] != 0) {
+        fail(StepStatus::kIncorrect, where + ": wrote " + std::to_string(verdict(t, 0)[0]) +
+                                         " bytes before the start of '" + tensor.name +
+                                         "' (the correctness runs passed)");
+      }
+      if (verdict(t, 1)[0] != 0) {
+        fail(StepStatus::kIncorrect,
+             where + ": wrote past the end of '" + tensor.name + "' (the correctness runs passed)");
+      }
+      if (tensor.role == tasks::Role::kIn && verdict(t, 2)[0] != 0) {
+        fail(StepStatus::kIncorrect, where + ": modified the read-only input '" + tensor.name +
+                                         "' (" + std::to_string(verdict(t, 2)[0]) +
+                                         " bytes changed; the correctness runs passed)");
+      }
+      if (!tasks::is_output(tensor.role)) continue;
+      const auto v = verdict(t, 2);
+      const bool all_zero = setup.counts[t] > 0 && v[1] == 0 && v[2] != 0;
+      suspect |= v[0] != 0 || all_zero;
+    }
+    if (!suspect) return;
+    // Both sides' outputs to the host, and (for a task checker) the call's inputs; then the
+    // host's full verdict decides.
+    std::vector<std::byte*> got(n, nullptr), want(n, nullptr), call_inputs(n, nullptr);
+    for (std::size_t t = 0; t < n; ++t) {
+      if (tasks::is_output(task_.tensors[t].role)) {
+        got[t] = device_.staging("got:" + std::to_string(t), setup.bytes[t]);
+        want[t] = device_.staging("want:" + std::to_string(t), setup.bytes[t]);
+        download(got[t], kept[t].data(), setup.bytes[t], stream);
+        download(want[t], slot.tensor_ptrs[t], setup.bytes[t], stream);
+      }
+      if (checker_ != nullptr && tasks::is_input(task_.tensors[t].role)) {
+        call_inputs[t] = device_.staging("call input:" + std::to_string(t), setup.bytes[t]);
+        download(call_inputs[t], pristine_ptrs[t], setup.bytes[t], stream);
+      }
+    }
+    check(cuStreamSynchronize(stream), "download");
+    const auto reports =
+        judge_outputs(setup, as_views(call_inputs), as_views(got), as_views(want), 0, !c.hidden);
+    for (const auto& report : reports) {
+      if (report.reference_invalid()) {
+        fail(StepStatus::kInfraError,
+             "the reference produced invalid output in a timed call of " + setup.label);
+      }
+      if (!report.pass) {
+        fail(StepStatus::kIncorrect,
+             where +
+                 ": the output was wrong although the correctness runs passed: " + report.summary);
+      }
+    }
+  };
 
   auto collect = [&] {
     // 32 calls of both kernels may be in flight.
-    sync_or_fail(stream, true, "in timed calls of case " + c.name, 64 * job_.kernel_timeout_ms);
+    sync_or_fail(stream, true, "in timed calls of " + setup.label, 64 * job_.kernel_timeout_ms);
     for (const auto& [tag, span] : timer_.collect()) {
       const auto it = pending.find(tag);
       if (it == pending.end()) continue;
@@ -149,101 +333,39 @@ Value JobRunner::time_case(const CaseSetup& setup) {
           it->second.is_candidate ? candidate_launches : reference_launches;
       if (span.operations() != expected_kernels) {
         ++incomplete;
-      } else if (!it->second.warmup) {
+      } else if (it->second.counted) {
         (it->second.is_candidate ? candidate_ns : reference_ns).push_back(span.duration_ns());
       }
       pending.erase(it);
     }
   };
-
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const bool is_candidate = order[i] == 1;
-    const bool is_warmup = i < 2 * warmup;
+  auto timed_call = [&](bool is_candidate, bool counted) {
     const Slot& slot = slots[call % slots.size()];
     const std::size_t this_call = call++;
-    prepare_call(slot, this_call);
+    prepare_call(slot, this_call, is_candidate);
     const std::uint64_t tag = next_tag_++;
-    pending[tag] = Pending{is_candidate, is_warmup};
+    pending[tag] = Pending{is_candidate, counted};
     {
       const TagScope scope(timer_, tag);
       launch(is_candidate ? candidate : reference, is_candidate ? setup.candidate : setup.reference,
              setup, slot.tensor_ptrs,
              is_candidate ? slot.candidate_ws_ptrs : slot.reference_ws_ptrs);
     }
-    // The first timed call, then a share drawn from the secret: a kernel cannot tell which
-    // of its calls are checked, so one that misbehaves on a fraction f of calls escapes
-    // n checks with probability (1 - f)^n.
-    const bool check_this = is_candidate && !is_warmup &&
-                            (first_candidate_call || coin(chooser) < job_.timing.check_fraction);
-    if (is_candidate && !is_warmup) first_candidate_call = false;
-    if (check_this) {
-      // The candidate's outputs are set aside on the device, the reference runs on the same
-      // inputs, and a runner kernel compares the two; only a failure brings both to the
-      // host, for compare_outputs' full report. One synchronisation per check, and no code
-      // of the candidate runs between the comparison and the read of its result.
-      for (std::size_t t = 0; t < n; ++t) {
-        if (!tasks::is_output(task_.tensors[t].role) || setup.bytes[t] == 0) continue;
-        check(cuMemcpyDtoDAsync(kept[t].data(), slot.tensor_ptrs[t], setup.bytes[t], stream),
-              "keep outputs");
+    return std::pair<const Slot*, std::size_t>(&slot, this_call);
+  };
+
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const bool is_candidate = order[i] == 1;
+    const bool is_warmup = i < 2 * schedule.warmup_pairs;
+    const auto [slot, this_call] = timed_call(is_candidate, !is_warmup);
+    // The schedule's secret calls: a kernel cannot tell which of its calls are checked, so one
+    // that computes wrongly on a share f of them escapes m checks with probability (1 - f)^m.
+    if (is_candidate && !is_warmup) {
+      const bool check_this = schedule.checked[measured_candidate_calls++];
+      if (check_this) {
+        check_call(*slot, this_call);
+        ++checked;
       }
-      prepare_call(slot, this_call);
-      launch(reference, setup.reference, setup, slot.tensor_ptrs, slot.reference_ws_ptrs);
-      check(cuMemsetD8Async(check_results.data(), 0, check_results.bytes(), stream),
-            "check results");
-      for (std::size_t t = 0; t < n; ++t) {
-        const auto& tensor = task_.tensors[t];
-        if (!tasks::is_output(tensor.role)) continue;
-        const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
-        device_.launch_check(kept[t].data(), slot.tensor_ptrs[t], setup.counts[t], tensor.dtype,
-                             tol.atol, tol.rtol, check_results.data() + 24 * t);
-      }
-      download(check_host, check_results.data(), check_results.bytes(), stream);
-      sync_or_fail(stream, true, "in timed call " + std::to_string(this_call),
-                   2 * job_.kernel_timeout_ms);
-      bool suspect = false;
-      for (std::size_t t = 0; t < n; ++t) {
-        if (!tasks::is_output(task_.tensors[t].role)) continue;
-        std::uint64_t verdict[3];
-        std::memcpy(verdict, check_host + 24 * t, sizeof verdict);
-        const bool all_zero = setup.counts[t] > 0 && verdict[1] == 0 && verdict[2] != 0;
-        suspect |= verdict[0] != 0 || all_zero;
-      }
-      if (suspect) {
-        // Both sides' outputs to the host, and (for a task checker) the call's inputs, which
-        // preparing the call again restores; then the host's full verdict decides.
-        std::vector<std::byte*> got(n, nullptr), want(n, nullptr);
-        for (std::size_t t = 0; t < n; ++t) {
-          if (!tasks::is_output(task_.tensors[t].role)) continue;
-          got[t] = device_.staging("got:" + std::to_string(t), setup.bytes[t]);
-          want[t] = device_.staging("want:" + std::to_string(t), setup.bytes[t]);
-          download(got[t], kept[t].data(), setup.bytes[t], stream);
-          download(want[t], slot.tensor_ptrs[t], setup.bytes[t], stream);
-        }
-        std::vector<std::byte*> call_inputs(n, nullptr);
-        if (checker_ != nullptr) {
-          prepare_call(slot, this_call);
-          for (std::size_t t = 0; t < n; ++t) {
-            call_inputs[t] = device_.staging("call input:" + std::to_string(t), setup.bytes[t]);
-            download(call_inputs[t], slot.tensor_ptrs[t], setup.bytes[t], stream);
-          }
-        }
-        check(cuStreamSynchronize(stream), "download");
-        const auto reports =
-            judge_outputs(setup, as_views(call_inputs), as_views(got), as_views(want), 0, true);
-        for (const auto& report : reports) {
-          if (report.reference_invalid()) {
-            fail(StepStatus::kInfraError,
-                 "the reference produced invalid output in a timed call of case " + c.name);
-          }
-          if (!report.pass) {
-            fail(StepStatus::kIncorrect,
-                 "case " + c.name + ", timed call " + std::to_string(this_call) +
-                     ": the output was wrong although the correctness runs passed: " +
-                     report.summary);
-          }
-        }
-      }
-      ++checked;
     }
     if (i % 32 == 31 || i + 1 == order.size()) {
       collect();
@@ -251,6 +373,13 @@ Value JobRunner::time_case(const CaseSetup& setup) {
       const bool out_of_time = Clock::now() - started > cap;
       if (enough || out_of_time) break;
     }
+  }
+  // The last call is always checked: one more candidate call, prepared like every other, so a
+  // kernel that behaves only in its first calls is caught whenever the measurement stops.
+  {
+    const auto [slot, this_call] = timed_call(true, false);
+    check_call(*slot, this_call);
+    ++checked;
   }
   collect();
   record_phase("timing " + c.name, started);
@@ -262,12 +391,9 @@ Value JobRunner::time_case(const CaseSetup& setup) {
   }
   const auto reference_summary = summarize(reference_ns);
   const auto candidate_summary = summarize(candidate_ns);
-  const double speedup = reference_summary.median_ns / candidate_summary.median_ns;
-  // A floor must be optimistic: the highest bandwidth the card could reach (30 % above the
-  // measured copy rate, never below the datasheet figure) and dense tensor-core peak.
-  tasks::GpuPeak peak = tasks::kH200Peak;
-  peak.memory_bytes_per_s = std::max(peak.memory_bytes_per_s, device_.copy_bandwidth_bps * 1.3);
-  const double floor_ns = tasks::roofline_floor_ns(setup.cost, peak);
+  const SpeedupEstimate estimate = speedup_estimate(reference_summary, candidate_summary);
+  const tasks::GpuPeak peak = floor_peak();
+  const double floor_ns = tasks::roofline_floor_ns(floor_cost(setup), peak);
   if (candidate_summary.median_ns < floor_ns && hack_.empty()) {
     hack_ = "case " + c.name + ": your kernel's median time " +
             std::to_string(candidate_summary.median_ns) + " ns is below the roofline floor " +
@@ -280,29 +406,58 @@ Value JobRunner::time_case(const CaseSetup& setup) {
               {"symbols", setup.symbols_value},
               {"candidate", candidate_summary.to_value()},
               {"reference", reference_summary.to_value()},
-              {"speedup", speedup},
+              {"speedup", estimate.speedup},
+              {"speedup_ci95", estimate.to_value()},
               {"floor_ns", floor_ns},
+              {"warmup_pairs", schedule.warmup_pairs},
               {"checked_calls", checked},
               {"incomplete_calls", incomplete},
               {"slots", slots_count}};
   if (library_ != nullptr) timed["reference_library"] = library_->describe(setup.index);
+  estimates_.emplace_back(estimate, c.weight);
   return timed;
 }
 
 Value JobRunner::time_visible_cases() {
   Value cases = Value::array();
-  std::vector<std::pair<double, double>> weighted;
+  estimates_.clear();
   for (const auto& setup : cases_) {
     if (setup.c->hidden) continue;
-    Value timed = time_case(setup);
-    weighted.emplace_back(timed["speedup"].get<double>(), setup.c->weight);
-    cases.push_back(std::move(timed));
+    cases.push_back(time_case(setup));
   }
-  const auto geomean = weighted_geomean(weighted);
-  if (geomean) speedup_ = *geomean;
+  const auto combined = combined_speedup(estimates_);
   Value out{{"cases", std::move(cases)}, {"method", "CUPTI kernel activity, median"}};
-  if (geomean) out["speedup"] = *geomean;
+  if (combined) {
+    speedup_ = combined->speedup;
+    out["speedup"] = combined->speedup;
+    out["speedup_ci95"] = combined->to_value();
+  }
   return out;
+}
+
+// The floor must be a time no correct kernel can beat. Bandwidth: on a GPU whose datasheet
+// is known (the H200's 4.8 TB/s HBM3e pin rate, which no kernel reaches), the datasheet; on
+// any other, 1.3 times the measured copy rate. Compute: dense tensor-core peak.
+tasks::GpuPeak JobRunner::floor_peak() const {
+  if (device_.name.find("H200") != std::string::npos) return tasks::kH200Peak;
+  tasks::GpuPeak peak = tasks::kH200Peak;
+  if (device_.copy_bandwidth_bps > 0) peak.memory_bytes_per_s = device_.copy_bandwidth_bps * 1.3;
+  return peak;
+}
+
+// Bytes a call must move through HBM: the roofline's bytes less what the L2 can hold of the
+// outputs. With the L2 flushed before each call every input byte comes from HBM, but a store
+// completes once the L2 takes it, so up to an L2's worth of output can still be on its way to
+// HBM when the kernel ends.
+tasks::RooflineCost JobRunner::floor_cost(const CaseSetup& setup) const {
+  std::size_t written = 0;
+  for (std::size_t t = 0; t < task_.tensors.size(); ++t) {
+    if (tasks::is_output(task_.tensors[t].role)) written += setup.bytes[t];
+  }
+  tasks::RooflineCost cost = setup.cost;
+  const auto absorbed = static_cast<std::int64_t>(std::min(written, device_.l2_bytes));
+  cost.bytes = std::max<std::int64_t>(0, cost.bytes - absorbed);
+  return cost;
 }
 
 }  // namespace crucible::runner::child

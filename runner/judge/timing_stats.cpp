@@ -129,6 +129,53 @@ std::optional<double> weighted_geomean(const std::vector<std::pair<double, doubl
   return result;
 }
 
+namespace {
+
+constexpr double kZ95 = 1.959963984540054;
+
+double log_sigma_of(const TimingSummary& summary) {
+  if (!(summary.ci95_low_ns > 0.0) || !(summary.ci95_high_ns >= summary.ci95_low_ns)) return 0.0;
+  return (std::log(summary.ci95_high_ns) - std::log(summary.ci95_low_ns)) / (2.0 * kZ95);
+}
+
+SpeedupEstimate with_sigma(double speedup, double sigma) {
+  SpeedupEstimate estimate;
+  estimate.speedup = speedup;
+  estimate.log_sigma = sigma;
+  estimate.low = speedup * std::exp(-kZ95 * sigma);
+  estimate.high = speedup * std::exp(kZ95 * sigma);
+  return estimate;
+}
+
+}  // namespace
+
+core::Value SpeedupEstimate::to_value() const { return core::Value{{"low", low}, {"high", high}}; }
+
+SpeedupEstimate speedup_estimate(const TimingSummary& reference, const TimingSummary& candidate) {
+  const double speedup =
+      candidate.median_ns > 0.0 ? reference.median_ns / candidate.median_ns : 0.0;
+  const double r = log_sigma_of(reference), c = log_sigma_of(candidate);
+  return with_sigma(speedup, std::sqrt(r * r + c * c));
+}
+
+std::optional<SpeedupEstimate> combined_speedup(
+    const std::vector<std::pair<SpeedupEstimate, double>>& estimate_weight) {
+  std::vector<std::pair<double, double>> values;
+  double weight_sum = 0.0;
+  for (const auto& [estimate, weight] : estimate_weight) {
+    values.emplace_back(estimate.speedup, weight);
+    weight_sum += weight;
+  }
+  const auto geomean = weighted_geomean(values);
+  if (!geomean) return std::nullopt;
+  double variance = 0.0;
+  for (const auto& [estimate, weight] : estimate_weight) {
+    const double w = weight / weight_sum;
+    variance += w * w * estimate.log_sigma * estimate.log_sigma;
+  }
+  return with_sigma(*geomean, std::sqrt(variance));
+}
+
 std::vector<int> interleaved_order(std::size_t pairs) {
   std::vector<int> order;
   order.reserve(2 * pairs);

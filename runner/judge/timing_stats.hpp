@@ -59,6 +59,28 @@ bool should_stop(const std::vector<double>& samples_ns, const StoppingRule& rule
 // when the input is empty or any value or weight is non-finite or <= 0.
 std::optional<double> weighted_geomean(const std::vector<std::pair<double, double>>& value_weight);
 
+// A speedup (reference median / candidate median) with its 95 % interval. Each median's
+// distribution-free interval is read as a normal error of ln(median) with
+// sigma = (ln high - ln low) / (2 * 1.96); the two sides are measured independently
+// (interleaved calls), so the log-speedup's sigma is the root sum of their squares, and the
+// interval is speedup * exp(+-1.96 sigma). A zero-width side contributes nothing.
+struct SpeedupEstimate {
+  double speedup = 0;
+  double low = 0;
+  double high = 0;
+  double log_sigma = 0;
+  // Whether the interval lies wholly above or below 1: the speed difference is resolved.
+  bool resolved() const { return low > 1.0 || high < 1.0; }
+  core::Value to_value() const;  // {"low", "high"}
+};
+SpeedupEstimate speedup_estimate(const TimingSummary& reference, const TimingSummary& candidate);
+
+// The weighted geometric mean of per-case estimates and its interval: ln G = sum w_i ln s_i
+// with normalised weights, sigma_G = sqrt(sum w_i^2 sigma_i^2) (cases measured independently).
+// nullopt under weighted_geomean's conditions.
+std::optional<SpeedupEstimate> combined_speedup(
+    const std::vector<std::pair<SpeedupEstimate, double>>& estimate_weight);
+
 // The order of `pairs` reference/candidate call pairs, 2 * pairs entries, 0 = reference,
 // 1 = candidate: ABBA blocks (0 1 1 0 0 1 1 0 ...), so a linear drift in clocks or temperature
 // adds the same total to both sides within every block of two pairs.

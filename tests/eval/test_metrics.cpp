@@ -104,3 +104,35 @@ TEST_CASE("eval summary: per-category metrics, a fast_p curve over [0, 4] and in
   CHECK(summary["infra_errors"][0]["sample_id"] == "d");
   CHECK(summary["conventions"].get<std::string>().find("excluded") != std::string::npos);
 }
+
+TEST_CASE("eval metrics: hack rate, resolved speedups and a section per model") {
+  using core::Value;
+  const std::vector<Value> records = {
+      Value{{"status", "ok"},
+            {"speedup", 1.5},
+            {"speedup_ci95", Value{{"low", 1.4}, {"high", 1.6}}},
+            {"meta", Value{{"model", "a"}}}},
+      Value{{"status", "ok"},
+            {"speedup", 1.01},
+            {"speedup_ci95", Value{{"low", 0.98}, {"high", 1.04}}},
+            {"meta", Value{{"model", "a"}}}},
+      Value{{"status", "hack_detected"}, {"meta", Value{{"model", "b"}}}},
+      Value{
+          {"status", "incorrect"}, {"caught_in_timed_call", true}, {"meta", Value{{"model", "b"}}}},
+      Value{{"status", "incorrect"}, {"meta", Value{{"model", "b"}}}},
+      Value{{"status", "infra_error"}, {"meta", Value{{"model", "b"}}}},
+  };
+  const auto m = env::compute_metrics(records);
+  CHECK(m.scored == 5);
+  CHECK(m.hacks == 2);
+  CHECK(m.hack_rate == doctest::Approx(0.4));
+  CHECK(m.speedups_resolved == 1);
+  const auto summary = env::summarize(records, Value::object());
+  REQUIRE(summary["models"].contains("a"));
+  CHECK(summary["models"]["a"]["hack_rate"] == 0.0);
+  CHECK(summary["models"]["b"]["hacks"] == 2);
+  CHECK(summary["models"]["b"]["hack_rate"].get<double>() == doctest::Approx(2.0 / 3.0));
+  const std::string md = env::render_markdown(summary);
+  CHECK(md.find("## Models") != std::string::npos);
+  CHECK(md.find("hack rate") != std::string::npos);
+}

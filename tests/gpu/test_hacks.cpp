@@ -2,6 +2,7 @@
 // must end with the status its first line expects and a reward <= 0. Prints the table
 // hack -> status -> reward. Without a CUDA device the suite reports itself skipped (exit 77).
 #define DOCTEST_CONFIG_IMPLEMENT
+#include "tasks/registry.hpp"
 #include "tests/gpu/gpu_suite.hpp"
 
 using namespace crucible;
@@ -13,6 +14,8 @@ TEST_CASE("hack suite: every hack is caught with its expected status and earns n
   auto client = connect(server);
   const auto correct = read_file(CRUCIBLE_SOURCE_DIR "/tests/gpu/kernels/correct.cu");
 
+  const auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
+  REQUIRE(registry.ok());
   const auto files = kernel_files(CRUCIBLE_SOURCE_DIR "/examples/hacks");
   REQUIRE(files.size() >= 20);
   std::printf("%-28s %-24s %-15s %-15s %8s  %s\n", "hack", "task", "expected", "status", "reward",
@@ -32,6 +35,14 @@ TEST_CASE("hack suite: every hack is caught with its expected status and earns n
     CHECK(status == want);
     CHECK(status != "ok");
     CHECK(reward <= 0.0);
+    // Whatever failed, nothing in the reply names a hidden case or gives its shape.
+    const std::string reply = result.dump();
+    for (const auto& c : registry->find(task)->cases) {
+      if (!c.hidden) continue;
+      CAPTURE(c.name);
+      CHECK(reply.find("\"" + c.name + "\"") == std::string::npos);
+      CHECK(reply.find(" " + c.name + " ") == std::string::npos);
+    }
     if (status == want && reward <= 0.0) ++caught;
     std::printf("%-28s %-24s %-15s %-15s %+8.3f  %s\n", name.c_str(), task.c_str(), want.c_str(),
                 status.c_str(), reward, result["message"].get<std::string>().substr(0, 90).c_str());

@@ -259,12 +259,12 @@ TEST_CASE("presets: bad specs are refused with the key named") {
       {{{"preset", 3}}, "reward spec: 'preset' must be a string"},
       {{{"preset", "kevin"}, {"speed_weight", 1.0}},
        "reward spec: unknown key 'speed_weight'; known keys: preset, correct, speedup_cap, "
-       "penalty, improvement, improvement_weight"},
+       "penalty, resolved_speedup_only, improvement, improvement_weight"},
       {{{"preset", "fast_p"}, {"p", -1.0}}, "reward spec: 'p' must be at least 0"},
       {{{"preset", "fast_p"}, {"p", "1"}}, "reward spec: 'p' must be a number"},
       {{{"preset", "fast_p"}, {"mode", "tiered"}},
-       "reward spec: unknown key 'mode'; known keys: preset, p, penalty, improvement, "
-       "improvement_weight"},
+       "reward spec: unknown key 'mode'; known keys: preset, p, penalty, resolved_speedup_only, "
+       "improvement, improvement_weight"},
       {{{"preset", "kevin"}, {"speedup_cap", 0.0}}, "reward spec: 'speedup_cap' must be positive"},
       {{{"preset", "drkernel"}, {"mode", "best"}},
        "reward spec: unknown mode 'best'; known modes: weighted, speedup, tiered"},
@@ -273,11 +273,11 @@ TEST_CASE("presets: bad specs are refused with the key named") {
        "reward spec: 'speedup_lower' exceeds 'speedup_upper'"},
       {{{"preset", "kernrl"}, {"speed_cap", -1.0}}, "reward spec: 'speed_cap' must be at least 0"},
       {{{"preset", "sol"}, {"p", 1.0}},
-       "reward spec: unknown key 'p'; known keys: preset, penalty, improvement, "
-       "improvement_weight"},
+       "reward spec: unknown key 'p'; known keys: preset, penalty, resolved_speedup_only, "
+       "improvement, improvement_weight"},
       {{{"mode", "tiered"}},
        "reward spec: unknown key 'mode'; known keys: preset, correct, speed_weight, speed_floor, "
-       "speed_cap, penalty, improvement, improvement_weight"},
+       "speed_cap, penalty, resolved_speedup_only, improvement, improvement_weight"},
       {{{"improvement", 1}}, "reward spec: 'improvement' must be true or false"},
       {{{"improvement_weight", -1.0}}, "reward spec: 'improvement_weight' must be at least 0"},
       {{{"penalty", {{"infra_error", -1.0}}}},

@@ -81,7 +81,7 @@ TEST_CASE("reward spec: overrides apply and bad specs are refused with the key n
        "kernrl, sol"},
       {{{"corect", 1.0}},
        "reward spec: unknown key 'corect'; known keys: preset, correct, speed_weight, "
-       "speed_floor, speed_cap, penalty, improvement, improvement_weight"},
+       "speed_floor, speed_cap, penalty, resolved_speedup_only, improvement, improvement_weight"},
       {{{"correct", "1"}}, "reward spec: 'correct' must be a number"},
       {{{"penalty", {{"ok", 1.0}}}}, "reward spec: 'penalty' names unknown failure status 'ok'"},
       {{{"penalty", {{"wrong", 1.0}}}},
@@ -95,4 +95,34 @@ TEST_CASE("reward spec: overrides apply and bad specs are refused with the key n
     CHECK(parsed.error().code == core::ErrorCode::kInvalidArgument);
     CHECK(parsed.error().message == b.message);
   }
+}
+
+TEST_CASE("reward: resolved_speedup_only gives speed credit only when the interval excludes 1") {
+  auto spec = rewards::parse_reward_spec(core::Value{{"resolved_speedup_only", true}});
+  REQUIRE(spec.ok());
+  CHECK(rewards::reward_spec_to_value(*spec)["resolved_speedup_only"] == true);
+  rewards::Measurement noisy(StepStatus::kOk, 1.02);
+  noisy.speedup_low = 0.99, noisy.speedup_high = 1.05;
+  const auto at_parity = rewards::compute_reward(*spec, noisy);
+  CHECK(at_parity.total == doctest::Approx(1.0));  // scored as speedup 1.0
+  CHECK(at_parity.terms["speedup_resolved"] == false);
+  rewards::Measurement faster(StepStatus::kOk, 2.0);
+  faster.speedup_low = 1.9, faster.speedup_high = 2.1;
+  const auto credited = rewards::compute_reward(*spec, faster);
+  CHECK(credited.total == doctest::Approx(1.5));
+  CHECK(credited.terms["speedup_resolved"] == true);
+  rewards::Measurement slower(StepStatus::kOk, 0.5);
+  slower.speedup_low = 0.45, slower.speedup_high = 0.55;
+  CHECK(rewards::compute_reward(*spec, slower).total == doctest::Approx(0.5));
+  // Without the option, or without an interval, the point estimate is scored as before.
+  CHECK(rewards::compute_reward(rewards::default_reward_spec(), noisy).total ==
+        doctest::Approx(1.0 + 0.5 * std::log2(1.02)));
+  CHECK(rewards::compute_reward(*spec, rewards::Measurement(StepStatus::kOk, 1.02)).total ==
+        doctest::Approx(1.0 + 0.5 * std::log2(1.02)));
+  // Any preset takes it.
+  auto kevin =
+      rewards::parse_reward_spec(core::Value{{"preset", "kevin"}, {"resolved_speedup_only", true}});
+  REQUIRE(kevin.ok());
+  CHECK(rewards::compute_reward(*kevin, noisy).terms["speedup_resolved"] == false);
+  CHECK_FALSE(rewards::parse_reward_spec(core::Value{{"resolved_speedup_only", 1}}).ok());
 }

@@ -1,0 +1,42 @@
+// The secret plan of one case's timed calls: how many warm-up pairs precede the measured ones,
+// which of the candidate's calls are checked against the reference, and each call's input seed.
+// Pure functions of the job's secret, so the runner's choices can be tested without a GPU and a
+// kernel, which never sees the secret, cannot predict them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace crucible::runner {
+
+struct ScheduleRule {
+  std::size_t warmup_pairs = 5;  // at least this many warm-up pairs; up to twice as many
+  std::size_t min_samples = 30;  // measured calls per side the stopping rule always waits for
+  std::size_t max_samples = 2000;
+  double check_fraction = 0.1;   // share of the candidate's measured calls checked at random
+  std::size_t early_checks = 3;  // calls checked among the first min_samples, always
+};
+
+struct CallSchedule {
+  std::size_t warmup_pairs = 0;
+  // checked[k]: whether the candidate's k-th measured call (0-based, after the warm-up) is
+  // checked. The call after the last measured one is always checked too (see docs/runner.md).
+  std::vector<bool> checked;
+};
+
+// The schedule of case `case_index` under `secret`: warmup_pairs uniform in [w, 2w]; among
+// the first min_samples measured calls exactly early_checks distinct ones chosen uniformly,
+// and every measured call independently with probability check_fraction.
+CallSchedule make_call_schedule(std::uint64_t secret, std::size_t case_index,
+                                const ScheduleRule& rule);
+
+// The seed of timed call `call`'s inputs in case `case_index`: every timed call draws fresh
+// values from it (and the checking reference run draws the same ones again).
+std::uint64_t timed_call_seed(std::uint64_t secret, std::uint64_t case_seed, std::size_t call);
+
+// The probability that a kernel which computes wrongly on a random share f of its calls
+// passes `checks` checked calls: (1 - f)^checks.
+double escape_probability(double f, std::size_t checks);
+
+}  // namespace crucible::runner
