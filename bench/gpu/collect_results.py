@@ -187,6 +187,31 @@ def variants(path, facts):
                                 "(bench/gpu/variants.py, then crucible eval)", "rows": rows}
 
 
+def throughput(path, facts):
+    """bench/gpu/throughput.py's figures (the training mix at 1, 8 and 64 in flight, and single
+    correct rms_norm steps) with the goals of issue 19: >= 10 scored steps/s per GPU on the mix,
+    a single step's p50 <= 0.3 s."""
+    data = json.loads(path.read_text())
+    rows = data.get("concurrency", [])
+    best = max(rows, key=lambda r: r["scored_steps_per_s"], default=None)
+    single_step = data.get("single_step") or {}
+    single = single_step.get("latency")
+    single_ok = bool(single) and single_step.get("statuses") == {"ok": single["count"]}
+    goals = {
+        "scored_steps_per_s": {"best": best and best["scored_steps_per_s"],
+                               "at_in_flight": best and best["in_flight"], "goal": 10.0,
+                               "met": bool(best) and best["scored_steps_per_s"] >= 10.0},
+        "single_step_p50_s": {"value": single and round(single["p50_ms"] / 1000.0, 4),
+                              "goal": 0.3,
+                              "every_step_ok": single_ok,
+                              "met": bool(single) and single_ok and single["p50_ms"] <= 300.0},
+    }
+    return {**data, "benchmark": data.get("benchmark", "throughput"), **facts,
+            "measured_at": data.get("date"), "gpu_seen_by_driver": data.get("gpu"),
+            "command": "bench/gpu/device_run.sh throughput: " + data.get("command", ""),
+            "goals": goals}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=pathlib.Path)
@@ -227,6 +252,8 @@ def main():
                 if tasks:
                     parity["runs"].insert(0, {"date": run["date"], "tasks": tasks})
         outputs["h200_parity.json"] = parity
+    if (folder / "throughput.json").exists():
+        outputs["h200_throughput.json"] = throughput(folder / "throughput.json", facts)
     for name, value in outputs.items():
         (args.out / name).write_text(json.dumps(value, indent=2) + "\n")
         print(f"wrote {args.out / name}")

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs the GPU suites, benchmarks and the logged-run replay on the GPU machine, from the
 # repository root, with the binaries carried in .bundle/ (see bench/README.md).
-#   device_run.sh [tests] [bench] [ncu] [trajectory] [parity] [variants]    (default: all six)
+#   device_run.sh [tests] [bench] [ncu] [trajectory] [parity] [variants] [throughput]
+#   (default: all seven)
 # Figures and logs go to $OUT; everything is also packed into $OUT/results.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/crucible-out}
 mkdir -p "$OUT/r"
-parts=${*:-tests bench ncu trajectory parity variants}
+parts=${*:-tests bench ncu trajectory parity variants throughput}
 want() { [[ " $parts " == *" $1 "* ]]; }
 cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
 # Only crucible's own programs get the carried libraries (python3 and ncu keep the system's).
@@ -85,4 +86,16 @@ if want variants; then
   step "reference design variants, each against its reference"
   python3 bench/gpu/variants.py > "$R/variants.jsonl"
   run timeout 300 $B/crucible eval "$R/variants.jsonl" -o "$R/variants_eval" -j 1 2>&1 | tail -2
+fi
+if want throughput; then
+  # The training mix (bench/gpu/training_mix.py) through one crucible serve at 1, 8 and 64
+  # requests in flight, then single correct rms_norm steps. THROUGHPUT_SERVE_ARGS passes serve
+  # options (e.g. "--time-cap-ms 100"); the server's defaults otherwise.
+  step "throughput: training mix at 1, 8 and 64 in flight ${THROUGHPUT_SERVE_ARGS:-}"
+  CRUCIBLE_LIBRARY_PATH="$libs" PYTHONUNBUFFERED=1 timeout 540 python3 bench/gpu/throughput.py \
+    $B/crucible --count "${THROUGHPUT_COUNT:-200}" --single-steps "${THROUGHPUT_SINGLE:-20}" \
+    --serve-args "${THROUGHPUT_SERVE_ARGS:-}" --work "$R/throughput" \
+    --json "$R/throughput.json" 2>&1 | tee "$R/throughput.txt" | tail -30
+  # The server's log and the evals' per-sample results stay; the big per-run files do not.
+  rm -rf "$R/throughput/compile-cache" "$R/throughput"/eval_*/report.html "$R/throughput"/single_*
 fi
