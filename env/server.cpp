@@ -11,17 +11,16 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <random>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 #include <zmq.hpp>
 
 #include "core/log.hpp"
 #include "core/msgpack_codec.hpp"
 #include "core/text.hpp"
-#include "core/text_file.hpp"
+#include "env/episodes.hpp"
+#include "env/step_record.hpp"
 #include "env/trajectory_log.hpp"
 
 #ifndef CRUCIBLE_VERSION
@@ -96,35 +95,6 @@ struct Route {
   std::vector<std::string> frames;
 };
 
-// An episode's step budget counts the steps that ran on the agent's account: a step answered
-// infra_error (the server's fault) or one that could not be logged gives its place back and
-// never becomes the best.
-struct Episode {
-  std::string id;
-  const tasks::Task* task = nullptr;
-  std::uint64_t seed = 0;
-  std::uint32_t max_steps = 0;
-  rewards::RewardSpec reward_spec;
-  Value reward_spec_value;
-  Value options;
-  bool stop_on_ok = false;
-  std::uint32_t steps_numbered = 0;  // step numbers handed out (every accepted step)
-  std::uint32_t steps_charged = 0;   // budget in use: steps running plus steps counted
-  std::uint32_t steps_counted = 0;   // steps finished, logged and not infra_error
-  std::uint32_t steps_running = 0;
-  bool finished = false;            // terminated by stop_on_ok
-  Value best = nullptr;             // {step, reward, status, speedup?}
-  std::optional<double> best_base;  // best unshaped reward so far (multi-turn shaping)
-  std::size_t footprint_bytes = 0;  // what the episode holds, counted against the server's cap
-  Clock::time_point last_active;
-};
-
-// Rough bytes an episode holds: the struct, its id and the maps it keeps.
-std::size_t episode_footprint(const Episode& episode) {
-  return sizeof(Episode) + episode.id.size() + core::encode_msgpack(episode.options).size() * 3 +
-         core::encode_msgpack(episode.reward_spec_value).size() * 3 + 512;
-}
-
 // A bounded queue of closures run by a fixed set of threads.
 class WorkQueue {
  public:
@@ -159,17 +129,6 @@ class WorkQueue {
   bool closed_ = false;
 };
 
-std::string random_hex(std::mt19937_64& rng, int bytes) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < bytes; ++i) {
-    const auto byte = static_cast<unsigned>(rng() & 0xFFu);
-    out.push_back(kHex[byte >> 4]);
-    out.push_back(kHex[byte & 0xF]);
-  }
-  return out;
-}
-
 }  // namespace
 
 class Server::Impl {
@@ -184,7 +143,9 @@ class Server::Impl {
         monitor_(context_, zmq::socket_type::pair),
         queue_(options_.max_queued),
         rng_(std::random_device{}()),
-        started_(Clock::now()) {}
+        started_(Clock::now()),
+        episodes_(options_.max_episodes, options_.max_episode_bytes,
+                  options_.episode_idle_timeout) {}
 
   core::Status start() {
     if (auto shape = check_endpoint(options_.bind); !shape) return shape.error();
@@ -262,14 +223,11 @@ class Server::Impl {
   void send_error(const Route& route, const Value& id, ErrorCode code, const std::string& message);
   void forward_replies();
   void read_connection_events();
-  void expire_episodes();
   Value hello_reply(const Value& id) const;
   Value stats_reply(const Value& id) const;
   void start_job(const Route& route, const Value& id, core::Op op, StepJob job,
                  std::shared_ptr<Episode> episode, std::uint32_t step);
   const tasks::Task* find_task(const Route& route, const Value& id, const std::string& name);
-  // The trajectory record of a step or score: everything needed to re-score it.
-  Value step_record(core::Op op, const StepJob& job, const StepResult& result) const;
 
   // --- worker threads ---
   void worker_main();
@@ -295,11 +253,8 @@ class Server::Impl {
   Clock::time_point started_;
   std::atomic<bool> stop_requested_{false};
 
-  // Episodes are created, reserved and erased by the loop thread; workers update their counts
-  // under episodes_mutex_.
-  mutable std::mutex episodes_mutex_;
-  std::unordered_map<std::string, std::shared_ptr<Episode>> episodes_;
-  std::size_t episode_bytes_ = 0;  // sum of the open episodes' footprints
+  // Episodes are created, reserved and erased by the loop thread; workers update their counts.
+  Episodes episodes_;
 
   std::atomic<std::uint64_t> requests_{0};
   std::atomic<std::uint64_t> replies_sent_{0};
@@ -394,7 +349,7 @@ void Server::Impl::run() {
       }
     }
     if (Clock::now() >= next_sweep) {
-      expire_episodes();
+      episodes_.expire();
       next_sweep = Clock::now() + std::chrono::seconds(1);
     }
   }
@@ -514,27 +469,8 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
         episode->stop_on_ok = it->get<bool>();
       }
       episode->last_active = Clock::now();
-      {
-        std::lock_guard lock(episodes_mutex_);
-        if (episodes_.size() >= options_.max_episodes) {
-          return send_error(route, id, ErrorCode::kBusy,
-                            "the server holds " + std::to_string(episodes_.size()) +
-                                " open episodes, its limit; close some first");
-        }
-        do {
-          episode->id = "ep-" + random_hex(rng_, 8);
-        } while (episodes_.count(episode->id) > 0);
-        episode->footprint_bytes = episode_footprint(*episode);
-        if (episode_bytes_ + episode->footprint_bytes > options_.max_episode_bytes) {
-          return send_error(route, id, ErrorCode::kBusy,
-                            "the open episodes hold " + std::to_string(episode_bytes_) +
-                                " bytes and this one needs " +
-                                std::to_string(episode->footprint_bytes) +
-                                "; the server's limit is " +
-                                std::to_string(options_.max_episode_bytes) + ": close some first");
-        }
-        episode_bytes_ += episode->footprint_bytes;
-        episodes_[episode->id] = episode;
+      if (auto opened = episodes_.open(episode, rng_); !opened) {
+        return send_error(route, id, opened.error().code, opened.error().message);
       }
       Value reply = core::ok_reply(id);
       reply["episode"] = episode->id;
@@ -547,31 +483,9 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
     case core::Op::kStep: {
       auto request = core::parse_step(frame, limits);
       if (!request) return send_error(route, id, request.error().code, request.error().message);
-      std::shared_ptr<Episode> episode;
-      std::uint32_t step = 0;
-      {
-        std::lock_guard lock(episodes_mutex_);
-        const auto it = episodes_.find(request->episode);
-        if (it == episodes_.end()) {
-          return send_error(route, id, ErrorCode::kUnknownEpisode,
-                            "unknown episode '" + core::excerpt(request->episode, 64) +
-                                "': it was never opened, was closed, or expired after " +
-                                std::to_string(options_.episode_idle_timeout.count()) +
-                                " s idle; call reset");
-        }
-        episode = it->second;
-        if (episode->finished || episode->steps_charged >= episode->max_steps) {
-          return send_error(route, id, ErrorCode::kEpisodeDone,
-                            "episode '" + episode->id + "' is over (" +
-                                std::to_string(episode->steps_charged) + " of " +
-                                std::to_string(episode->max_steps) +
-                                " steps used); call reset for a new one");
-        }
-        step = ++episode->steps_numbered;
-        ++episode->steps_charged;
-        ++episode->steps_running;
-        episode->last_active = Clock::now();
-      }
+      auto begun = episodes_.begin_step(request->episode);
+      if (!begun) return send_error(route, id, begun.error().code, begun.error().message);
+      auto [episode, step] = std::move(begun).value();
       StepJob job{episode->task, std::move(request->source), std::move(request->plan),
                   episode->seed, episode->reward_spec};
       return start_job(route, id, op, std::move(job), std::move(episode), step);
@@ -590,23 +504,12 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
     case core::Op::kClose: {
       auto request = core::parse_close(frame, limits);
       if (!request) return send_error(route, id, request.error().code, request.error().message);
-      std::shared_ptr<Episode> episode;
-      {
-        std::lock_guard lock(episodes_mutex_);
-        const auto it = episodes_.find(request->episode);
-        if (it == episodes_.end()) {
-          return send_error(route, id, ErrorCode::kUnknownEpisode,
-                            "unknown episode '" + core::excerpt(request->episode, 64) + "'");
-        }
-        episode = it->second;
-        episode_bytes_ -= episode->footprint_bytes;
-        episodes_.erase(it);
-      }
+      auto closed = episodes_.close(request->episode);
+      if (!closed) return send_error(route, id, closed.error().code, closed.error().message);
       Value reply = core::ok_reply(id);
-      std::lock_guard lock(episodes_mutex_);
-      reply["episode"] = episode->id;
-      reply["steps"] = episode->steps_counted;
-      reply["best"] = episode->best;
+      reply["episode"] = closed->id;
+      reply["steps"] = closed->steps;
+      reply["best"] = closed->best;
       return send(route, reply);
     }
   }
@@ -617,19 +520,12 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
   ++inflight_;
   auto work = [this, route, id, op, job = std::move(job), episode, step]() {
     StepResult result = pipeline_.run(job);
-    const bool infra = result.status == core::StepStatus::kInfraError;
     const double base = result.reward.base;
     if (episode && job.reward_spec.improvement) {
-      // Reward only what this step adds over the episode's best so far.
-      std::lock_guard lock(episodes_mutex_);
-      result.reward =
-          rewards::shape_for_episode(job.reward_spec, result.reward, episode->best_base);
+      result.reward = episodes_.shape_reward(*episode, job.reward_spec, result.reward);
     }
-    Value record = step_record(op, job, result);
-    if (episode) {
-      record["episode"] = episode->id;
-      record["step"] = step;
-    }
+    Value record = step_record(op, job, result, options_.arch, options_.gpus,
+                               episode ? episode->id : std::string(), step);
     {
       std::lock_guard lock(stats_mutex_);
       ++statuses_[std::string(core::step_status_name(result.status))];
@@ -638,12 +534,7 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
     // step that cannot be logged is answered as an error and leaves its episode as it was.
     if (auto logged = log_->append(record); !logged) {
       core::log_error("trajectory log append failed: " + logged.error().message);
-      if (episode) {
-        std::lock_guard lock(episodes_mutex_);
-        --episode->steps_charged;
-        --episode->steps_running;
-        episode->last_active = Clock::now();
-      }
+      if (episode) episodes_.step_not_logged(*episode);
       return std::make_pair(
           route,
           core::error_reply(id, ErrorCode::kInternal,
@@ -658,43 +549,13 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
       ++scores_;
       return std::make_pair(route, std::move(reply));
     }
-    bool terminated = false;
-    bool truncated = false;
-    Value best;
-    {
-      std::lock_guard lock(episodes_mutex_);
-      --episode->steps_running;
-      episode->last_active = Clock::now();
-      if (infra) {
-        // The server's fault: the step gives its place in the budget back.
-        --episode->steps_charged;
-      } else {
-        ++episode->steps_counted;
-        if (job.reward_spec.improvement && (!episode->best_base || base > *episode->best_base)) {
-          episode->best_base = base;
-        }
-        // The best step is judged on the unshaped reward: with improvement shaping a later,
-        // better kernel can earn less than the first one did.
-        if (episode->best.is_null() || base > episode->best["base"].get<double>()) {
-          episode->best = Value{{"step", step},
-                                {"reward", result.reward.total},
-                                {"base", base},
-                                {"status", core::step_status_name(result.status)}};
-          if (result.speedup) episode->best["speedup"] = *result.speedup;
-        }
-        if (episode->stop_on_ok && result.status == core::StepStatus::kOk) {
-          episode->finished = true;
-          terminated = true;
-        }
-      }
-      truncated = !terminated && episode->steps_counted >= episode->max_steps;
-      best = episode->best;
-    }
+    const StepEnd end =
+        episodes_.finish_step(*episode, step, result, base, job.reward_spec.improvement);
     reply["episode"] = episode->id;
     reply["step"] = step;
-    reply["terminated"] = terminated;
-    reply["truncated"] = truncated;
-    reply["best"] = best;
+    reply["terminated"] = end.terminated;
+    reply["truncated"] = end.truncated;
+    reply["best"] = end.best;
     ++steps_;
     return std::make_pair(route, std::move(reply));
   };
@@ -716,31 +577,11 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
   };
   if (!queue_.try_push(std::move(wrapped))) {
     --inflight_;
-    if (episode) {
-      std::lock_guard lock(episodes_mutex_);
-      --episode->steps_charged;
-      --episode->steps_running;
-      --episode->steps_numbered;
-    }
+    if (episode) episodes_.cancel_step(*episode);
     send_error(route, id, ErrorCode::kBusy,
                "the server has " + std::to_string(options_.max_queued) +
                    " requests queued, its limit; retry later");
   }
-}
-
-Value Server::Impl::step_record(core::Op op, const StepJob& job, const StepResult& result) const {
-  return Value{{"kind", core::op_name(op)},
-               {"time", core::utc_time_text()},
-               {"server_version", CRUCIBLE_VERSION},
-               {"arch", options_.arch},
-               {"gpus", options_.gpus},
-               {"task", job.task->id},
-               {"seed", job.seed},
-               {"source", job.source},
-               {"plan", job.plan},
-               {"reward_spec", rewards::reward_spec_to_value(job.reward_spec)},
-               {"result", result.to_value()},
-               {"reward", result.reward.total}};
 }
 
 void Server::Impl::worker_main() {
@@ -837,20 +678,6 @@ void Server::Impl::send_error(const Route& route, const Value& id, ErrorCode cod
   send(route, core::error_reply(id, code, message));
 }
 
-void Server::Impl::expire_episodes() {
-  const auto cutoff = Clock::now() - options_.episode_idle_timeout;
-  std::lock_guard lock(episodes_mutex_);
-  for (auto it = episodes_.begin(); it != episodes_.end();) {
-    const bool busy = it->second->steps_running > 0;
-    if (!busy && it->second->last_active < cutoff) {
-      episode_bytes_ -= it->second->footprint_bytes;
-      it = episodes_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
 Value Server::Impl::hello_reply(const Value& id) const {
   Value reply = core::ok_reply(id);
   reply["server"] = "crucible";
@@ -884,9 +711,9 @@ Value Server::Impl::stats_reply(const Value& id) const {
     reply["statuses"] = statuses_;
   }
   {
-    std::lock_guard lock(episodes_mutex_);
-    reply["episodes_open"] = episodes_.size();
-    reply["episode_bytes"] = episode_bytes_;
+    const Episodes::Usage usage = episodes_.usage();
+    reply["episodes_open"] = usage.open;
+    reply["episode_bytes"] = usage.bytes;
   }
   reply["stages"] = pipeline_.describe();
   // Counts only: the log's host path is the operator's business, not every client's.
