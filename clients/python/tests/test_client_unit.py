@@ -65,7 +65,8 @@ def test_a_reply_for_an_unknown_id_is_dropped_and_counted(fake_server):
 
 @pytest.mark.parametrize("code", SERVER_CODES)
 def test_each_wire_error_code_raises_its_own_exception(fake_server, code):
-    with Client(fake_server.endpoint, timeout=5) as client:
+    # busy_retries=0: a `busy` reply raises at once instead of being retried.
+    with Client(fake_server.endpoint, timeout=5, busy_retries=0) as client:
         future = client.submit("hello")
         peer, request = fake_server.recv()
         fake_server.error(peer, request["id"], code, f"the {code} message")
@@ -367,7 +368,8 @@ def test_gym_wrapper_speaks_gymnasium(fake_server):
     gymnasium = pytest.importorskip("gymnasium")
     from crucible_client import CrucibleGymEnv
 
-    env = CrucibleGymEnv("llm/rms_norm", fake_server.endpoint, max_steps=1, timeout=5)
+    env = CrucibleGymEnv("llm/rms_norm", fake_server.endpoint, max_steps=1, timeout=5,
+                         hardware_notes=False)
     assert isinstance(env, gymnasium.Env)
     assert env.action_space.contains("__global__ void k(float* x) {\n\tx[0] = 1.0f;\n}\n")
     outcome = {}
@@ -376,11 +378,14 @@ def test_gym_wrapper_speaks_gymnasium(fake_server):
     peer, request = fake_server.recv()
     assert (request["op"], request["task"], request["seed"], request["max_steps"]) == (
         "reset", "llm/rms_norm", 9, 1)
-    fake_server.reply(peer, request["id"], episode="ep-g", task={"id": "llm/rms_norm"},
+    fake_server.reply(peer, request["id"], episode="ep-g",
+                      task={"id": "llm/rms_norm", "title": "RMSNorm", "description": "x"},
                       max_steps=1, step=0)
     worker.join(timeout=5)
     observation, info = outcome["reset"]
-    assert observation["episode"] == "ep-g" and info == {"episode": "ep-g"}
+    assert observation in env.observation_space
+    assert observation["text"].startswith("# RMSNorm") and int(observation["status"]) == 0
+    assert info["task"] == "llm/rms_norm" and "ep-g" not in repr(info)
 
     worker = threading.Thread(target=lambda: outcome.update(step=env.step("src")))
     worker.start()
@@ -390,7 +395,10 @@ def test_gym_wrapper_speaks_gymnasium(fake_server):
                       terminated=False, truncated=True, best=None)
     worker.join(timeout=5)
     observation, reward, terminated, truncated, info = outcome["step"]
-    assert observation["status"] == "compile_error" and reward == -1.0 and truncated
+    assert observation in env.observation_space
+    assert observation["text"].startswith("Step 1: compile_error")
+    assert info["result"]["status"] == "compile_error" and reward == -1.0 and truncated
+    assert "ep-g" not in repr(info)
 
     closer = threading.Thread(target=env.close)
     closer.start()

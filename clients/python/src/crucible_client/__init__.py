@@ -6,7 +6,9 @@
         obs, reward, terminated, truncated, info = env.step(open("kernel.cu").read())
 
 Client keeps many requests in flight from threads; AsyncClient does the same on asyncio.
-`crucible_client.gym_env.CrucibleGymEnv` wraps an episode as a gymnasium.Env (optional).
+`crucible_client.prompts` renders prompts from task views, extracts sources from completions
+and writes feedback from results; `crucible_client.adapters` has reward functions for TRL and
+verl; `crucible_client.gym_env.CrucibleGymEnv` wraps an episode as a gymnasium.Env (optional).
 """
 
 from .client import DEFAULT_TIMEOUT_S, Client

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 
 from . import wire
-from .client import DEFAULT_TIMEOUT_S, ScoreItem, Client
-from .errors import CrucibleConnectionError, CrucibleError, CrucibleTimeout, ProtocolError
+from .client import (
+    _CONNECTED_EVENT,
+    BUSY_BACKOFF_CAP_S,
+    BUSY_BACKOFF_S,
+    DEFAULT_BUSY_RETRIES,
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    Client,
+    ScoreItem,
+)
+from .errors import Busy, CrucibleConnectionError, CrucibleError, CrucibleTimeout, ProtocolError
 
 __all__ = ["AsyncClient"]
 
@@ -21,7 +32,9 @@ class AsyncClient:
 
     Replies are read by one background task and matched to requests by id. Errors are the
     same as Client's: the CrucibleError subclass of the wire code, CrucibleTimeout after
-    `timeout` seconds. Use from one event loop.
+    `timeout` seconds, CrucibleConnectionError when no connection comes up within
+    `connect_timeout` seconds (the request is then not sent). `busy` replies are retried up
+    to `busy_retries` times with exponential backoff. Use from one event loop.
 
         async with AsyncClient(endpoint) as client:
             replies = await client.score_many(items, max_inflight=64)
@@ -34,20 +47,33 @@ class AsyncClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         max_frame_bytes: Optional[int] = wire.MAX_FRAME_BYTES,
         context: Optional[zmq.asyncio.Context] = None,
+        connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT_S,
+        busy_retries: int = DEFAULT_BUSY_RETRIES,
     ):
         self.endpoint = endpoint
         self.timeout = float(timeout)
         self.max_frame_bytes = max_frame_bytes
+        self.connect_timeout = connect_timeout
+        self.busy_retries = max(0, int(busy_retries))
+        self.busy_retried = 0
         self._context = context or zmq.asyncio.Context.instance()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         if "[" in endpoint:  # tcp://[::1]:5555: ZeroMQ speaks IPv6 only when asked
             self._socket.setsockopt(zmq.IPV6, 1)
+        self._monitor: Optional[zmq.asyncio.Socket] = None
         try:
+            if connect_timeout is not None:
+                self._monitor = self._socket.get_monitor_socket(
+                    _CONNECTED_EVENT | zmq.EVENT_DISCONNECTED)
             self._socket.connect(endpoint)
         except zmq.ZMQError as exc:
+            if self._monitor is not None:
+                self._monitor.close(linger=0)
             self._socket.close(linger=0)
             raise CrucibleConnectionError(None, f"cannot connect to {endpoint!r}: {exc}") from None
+        self._connected: Optional[asyncio.Event] = None
+        self._watcher: Optional[asyncio.Task] = None
         self._ids = itertools.count(1)
         self._pending: Dict[int, asyncio.Future] = {}
         self._reader: Optional[asyncio.Task] = None
@@ -59,16 +85,65 @@ class AsyncClient:
         self, op: str, *, timeout: Optional[float] = None, **fields: Any
     ) -> Dict[str, Any]:
         """Sends one request and returns its full reply map, or raises a CrucibleError."""
+        wait = self.timeout if timeout is None else float(timeout)
+        deadline = asyncio.get_running_loop().time() + wait
+        attempt = 0
+        while True:
+            try:
+                return await self._request_once(op, wait, fields)
+            except Busy:
+                loop = asyncio.get_running_loop()
+                delay = min(BUSY_BACKOFF_CAP_S, BUSY_BACKOFF_S * 2 ** attempt)
+                delay *= random.uniform(0.5, 1.0)
+                if attempt >= self.busy_retries or loop.time() + delay >= deadline:
+                    raise
+                await asyncio.sleep(delay)
+                attempt += 1
+                self.busy_retried += 1
+                wait = max(0.001, deadline - loop.time())
+
+    async def _wait_connected(self, op: str) -> None:
+        if self._monitor is None or self.connect_timeout is None:
+            return
+        loop = asyncio.get_running_loop()
+        if self._connected is None:
+            self._connected = asyncio.Event()
+        if self._watcher is None or self._watcher.done():
+            self._watcher = loop.create_task(self._watch_monitor())
+        if self._connected.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._connected.wait(), self.connect_timeout)
+        except asyncio.TimeoutError:
+            raise CrucibleConnectionError(
+                None,
+                f"could not connect to {self.endpoint} within {self.connect_timeout:g} s "
+                f"('{op}' was not sent): is a crucible server listening there?",
+            ) from None
+
+    async def _watch_monitor(self) -> None:
+        assert self._monitor is not None and self._connected is not None
+        while not self._closed:
+            try:
+                event = parse_monitor_message(await self._monitor.recv_multipart())
+            except (zmq.ZMQError, asyncio.CancelledError):
+                return
+            if event.get("event") == _CONNECTED_EVENT:
+                self._connected.set()
+            elif event.get("event") == zmq.EVENT_DISCONNECTED:
+                self._connected.clear()
+
+    async def _request_once(self, op: str, wait: float, fields: Dict[str, Any]) -> Dict[str, Any]:
         if self._closed:
             raise CrucibleConnectionError(None, "the client is closed")
         rid = next(self._ids)
         frame = wire.encode_request(rid, op, fields, self.max_frame_bytes)
+        await self._wait_connected(op)
         loop = asyncio.get_running_loop()
         if self._reader is None or self._reader.done():
             self._reader = loop.create_task(self._read_loop())
         future = loop.create_future()
         self._pending[rid] = future
-        wait = self.timeout if timeout is None else float(timeout)
         try:
             await self._socket.send(frame)
             reply = await asyncio.wait_for(future, wait)
@@ -154,12 +229,20 @@ class AsyncClient:
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(CrucibleConnectionError(None, "the client was closed"))
-        if self._reader is not None:
-            self._reader.cancel()
+        for task in (self._reader, self._watcher):
+            if task is None:
+                continue
+            task.cancel()
             try:
-                await self._reader
+                await task
             except (asyncio.CancelledError, Exception):
                 pass
+        if self._monitor is not None:
+            try:
+                self._socket.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            self._monitor.close(linger=0)
         self._socket.close(linger=0)
 
     async def __aenter__(self) -> "AsyncClient":

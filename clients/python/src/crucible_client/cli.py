@@ -11,6 +11,7 @@ from . import wire
 from .client import DEFAULT_TIMEOUT_S
 from .env import Env
 from .errors import CrucibleError
+from .prompts import render_prompt
 
 
 def _json_default(value: Any) -> Any:
@@ -59,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     task.add_argument("task")
     ops.add_parser("stats", help="server counters")
 
+    prompt = ops.add_parser("prompt", help="print the prompt an LLM would get for a task")
+    prompt.add_argument("task")
+    prompt.add_argument("--compact", action="store_true", help="names and types only")
+    prompt.add_argument("--no-reference", action="store_true", help="leave the reference out")
+    prompt.add_argument("--max-chars", type=int, help="character budget")
+    prompt.add_argument("--example", help="a source file shown as a one-shot example")
+
     score = ops.add_parser("score", help="score one source file without an episode")
     score.add_argument("task")
     score.add_argument("file", help="CUDA source file, or - for stdin")
@@ -91,6 +99,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                 _print(env.task(args.task))
             elif args.command == "stats":
                 _print(env.stats())
+            elif args.command == "prompt":
+                example = _read_source(args.example) if args.example else None
+                sys.stdout.write(render_prompt(
+                    env.task(args.task), style="compact" if args.compact else "full",
+                    reference=not args.no_reference, example=example, hello=env.hello(),
+                    max_chars=args.max_chars))
             elif args.command == "score":
                 _print(env.score(args.task, _read_source(args.file), plan=_json_arg(args.plan),
                                  seed=args.seed, reward=_json_arg(args.reward)))
@@ -113,6 +127,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except CrucibleError as exc:
         _print({"ok": False, "error": {"code": exc.code, "message": exc.message}})
         return 1
+    except ValueError as exc:  # a prompt that cannot fit its budget
+        print(f"crucible-client: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"crucible-client: {exc}", file=sys.stderr)
         return 2

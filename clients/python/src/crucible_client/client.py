@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import random
 import socket
 import threading
 import time
@@ -16,19 +17,29 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from . import wire
-from .errors import CrucibleConnectionError, CrucibleError, CrucibleTimeout, ProtocolError
+from .errors import Busy, CrucibleConnectionError, CrucibleError, CrucibleTimeout, ProtocolError
 
-__all__ = ["Client", "DEFAULT_TIMEOUT_S"]
+__all__ = ["Client", "DEFAULT_BUSY_RETRIES", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_TIMEOUT_S"]
 
 # Generous: a step compiles (seconds), checks correctness on every case and times both
 # kernels. Trainers that want a tighter bound pass their own.
 DEFAULT_TIMEOUT_S = 300.0
+# How long a request waits for a connection before failing: a wrong address should fail in
+# seconds, not after the request timeout. A server that is up accepts within milliseconds.
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+# `busy` means the server did nothing and asks to be retried later: retried this many times,
+# waiting BUSY_BACKOFF_S doubled on each retry (with jitter), at most BUSY_BACKOFF_CAP_S.
+DEFAULT_BUSY_RETRIES = 8
+BUSY_BACKOFF_S = 0.1
+BUSY_BACKOFF_CAP_S = 5.0
 
 _monitor_ids = itertools.count()
+# A connection counts as up once the ZMTP handshake succeeded (libzmq >= 4.3), else on TCP connect.
+_CONNECTED_EVENT = getattr(zmq, "EVENT_HANDSHAKE_SUCCEEDED", zmq.EVENT_CONNECTED)
 
 
 class _Pending:
-    __slots__ = ("future", "deadline", "timeout", "op", "sent")
+    __slots__ = ("future", "deadline", "timeout", "op", "sent", "queued_at")
 
     def __init__(self, future: Future, deadline: float, timeout: float, op: str):
         self.future = future
@@ -36,6 +47,7 @@ class _Pending:
         self.timeout = timeout
         self.op = op
         self.sent = False
+        self.queued_at = time.monotonic()
 
 
 class _Pipeline:
@@ -45,10 +57,19 @@ class _Pipeline:
     is garbage collected still shuts its thread down (weakref.finalize).
     """
 
-    def __init__(self, sock: zmq.Socket, monitor: Optional[zmq.Socket], endpoint: str):
+    def __init__(
+        self,
+        sock: zmq.Socket,
+        monitor: Optional[zmq.Socket],
+        endpoint: str,
+        connect_timeout: Optional[float] = None,
+    ):
         self.sock = sock
         self.monitor = monitor
         self.endpoint = endpoint
+        # The connect check needs the monitor to know when a connection is up.
+        self.connect_timeout = connect_timeout if monitor is not None else None
+        self.connected = False
         self.lock = threading.Lock()
         self.outbox: collections.deque = collections.deque()  # (id, frame)
         self.pending: Dict[wire.RequestId, _Pending] = {}
@@ -98,7 +119,7 @@ class _Pipeline:
                 with self.lock:
                     if self.closing:
                         break
-                    want_out = bool(self.outbox)
+                    want_out = bool(self.outbox) and self._may_send()
                 poller.register(self.sock, zmq.POLLIN | (zmq.POLLOUT if want_out else 0))
                 events = dict(poller.poll(self._poll_ms()))
                 if self.wake_r.fileno() in events or self.wake_r in events:
@@ -128,6 +149,8 @@ class _Pipeline:
             if not self.deadlines:
                 return 1000
             wait = self.deadlines[0][0] - time.monotonic()
+            if self.connect_timeout is not None and not self.connected and self.outbox:
+                wait = min(wait, 0.05)  # watch unsent requests for the connect check
         return max(0, min(1000, int(wait * 1000) + 1))
 
     def _drain_wake(self) -> None:
@@ -137,10 +160,16 @@ class _Pipeline:
         except (BlockingIOError, OSError):
             pass
 
+    def _may_send(self) -> bool:
+        # With a monitor, send only once it has reported the connection up: right after a
+        # disconnect the socket can still accept a frame into the old connection's pipe,
+        # which ZMQ_IMMEDIATE then discards with it.
+        return self.monitor is None or self.connected
+
     def _flush_outbox(self) -> None:
         while True:
             with self.lock:
-                if not self.outbox:
+                if not self.outbox or not self._may_send():
                     return
                 rid, frame = self.outbox[0]
                 entry = self.pending.get(rid)
@@ -194,7 +223,10 @@ class _Pipeline:
                 return
             except zmq.ZMQError:
                 return
-            if event.get("event") == zmq.EVENT_DISCONNECTED:
+            if event.get("event") == _CONNECTED_EVENT:
+                self.connected = True
+            elif event.get("event") == zmq.EVENT_DISCONNECTED:
+                self.connected = False
                 self.disconnects += 1
                 # The server's replies to anything already sent went to the lost connection;
                 # waiting for them would only run out the timeout.
@@ -208,12 +240,28 @@ class _Pipeline:
 
     def _expire(self, now: float) -> None:
         expired: List[_Pending] = []
+        unconnected: List[_Pending] = []
         with self.lock:
+            if self.connect_timeout is not None and not self.connected:
+                # With ZMQ_IMMEDIATE a request waits in the outbox until a connection is up;
+                # one that waited past the connect timeout was never sent and fails now.
+                for rid, entry in list(self.pending.items()):
+                    if not entry.sent and now - entry.queued_at >= self.connect_timeout:
+                        unconnected.append(self.pending.pop(rid))
             while self.deadlines and self.deadlines[0][0] <= now:
                 _, rid = heapq.heappop(self.deadlines)
                 entry = self.pending.pop(rid, None)
                 if entry is not None:
                     expired.append(entry)
+        for entry in unconnected:
+            _settle(
+                entry.future,
+                exc=CrucibleConnectionError(
+                    None,
+                    f"could not connect to {self.endpoint} within {self.connect_timeout:g} s "
+                    f"('{entry.op}' was not sent): is a crucible server listening there?",
+                ),
+            )
         for entry in expired:
             where = "queued on the socket" if entry.sent else "never queued: the socket was full"
             _settle(
@@ -275,24 +323,33 @@ class Client:
         max_frame_bytes: Optional[int] = wire.MAX_FRAME_BYTES,
         context: Optional[zmq.Context] = None,
         detect_disconnect: bool = True,
+        connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT_S,
+        busy_retries: int = DEFAULT_BUSY_RETRIES,
     ):
         if timeout <= 0:
             raise ValueError("timeout must be positive")
+        if connect_timeout is not None and connect_timeout <= 0:
+            raise ValueError("connect_timeout must be positive or None")
         self.endpoint = endpoint
         self.timeout = float(timeout)
         self.max_frame_bytes = max_frame_bytes
+        self.busy_retries = max(0, int(busy_retries))
+        self._busy_retried = 0
         self._context = context or zmq.Context.instance()
         self._ids = itertools.count(1)
         self._id_lock = threading.Lock()
         sock = self._context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        # Queue only on live connections, so a request waits in our outbox (where the connect
+        # check can fail it unsent) instead of in a pipe to a peer that may never answer.
+        sock.setsockopt(zmq.IMMEDIATE, 1)
         if "[" in endpoint:  # tcp://[::1]:5555: ZeroMQ speaks IPv6 only when asked
             sock.setsockopt(zmq.IPV6, 1)
         monitor = None
         try:
-            if detect_disconnect:
+            if detect_disconnect or connect_timeout is not None:
                 address = f"inproc://crucible-client-monitor-{id(self)}-{next(_monitor_ids)}"
-                sock.monitor(address, zmq.EVENT_DISCONNECTED)
+                sock.monitor(address, zmq.EVENT_DISCONNECTED | _CONNECTED_EVENT)
                 monitor = self._context.socket(zmq.PAIR)
                 monitor.setsockopt(zmq.LINGER, 0)
                 monitor.connect(address)
@@ -302,7 +359,7 @@ class Client:
                 monitor.close(linger=0)
             sock.close(linger=0)
             raise CrucibleConnectionError(None, f"cannot connect to {endpoint!r}: {exc}") from None
-        self._pipeline = _Pipeline(sock, monitor, endpoint)
+        self._pipeline = _Pipeline(sock, monitor, endpoint, connect_timeout)
         self._pipeline.thread.start()
         self._finalizer = weakref.finalize(self, self._pipeline.shutdown)
 
@@ -312,11 +369,49 @@ class Client:
 
         Fields set to None are left out of the request. Raises TooLarge (before sending) when
         the frame is over `max_frame_bytes`, CrucibleConnectionError when the client is closed.
+        A `busy` reply is retried (a new id each time) up to `busy_retries` times with
+        exponential backoff, within the request's timeout; the last `Busy` is raised after that.
         """
+        wait = self.timeout if timeout is None else float(timeout)
+        deadline = time.monotonic() + wait
+        first = self._send_once(op, fields, wait)
+        if self.busy_retries == 0:
+            return first
+        outer: Future = Future()
+        outer.set_running_or_notify_cancel()
+
+        def settle_from(inner: Future, attempt: int) -> None:
+            exc = inner.exception()
+            if isinstance(exc, Busy) and attempt < self.busy_retries and not self.closed:
+                delay = min(BUSY_BACKOFF_CAP_S, BUSY_BACKOFF_S * 2 ** attempt)
+                delay *= random.uniform(0.5, 1.0)
+                if time.monotonic() + delay < deadline:
+                    timer = threading.Timer(delay, retry, (attempt + 1,))
+                    timer.daemon = True
+                    timer.start()
+                    return
+            if exc is not None:
+                _settle(outer, exc=exc)
+            else:
+                _settle(outer, result=inner.result())
+
+        def retry(attempt: int) -> None:
+            with self._id_lock:
+                self._busy_retried += 1
+            try:
+                inner = self._send_once(op, fields, max(0.001, deadline - time.monotonic()))
+            except CrucibleError as exc:
+                _settle(outer, exc=exc)
+                return
+            inner.add_done_callback(lambda f: settle_from(f, attempt))
+
+        first.add_done_callback(lambda f: settle_from(f, 0))
+        return outer
+
+    def _send_once(self, op: str, fields: Mapping[str, Any], wait: float) -> Future:
         with self._id_lock:
             rid = next(self._ids)
         frame = wire.encode_request(rid, op, fields, self.max_frame_bytes)
-        wait = self.timeout if timeout is None else float(timeout)
         future: Future = Future()
         future.set_running_or_notify_cancel()  # in flight: cannot be cancelled
         entry = _Pending(future, time.monotonic() + wait, wait, op)
@@ -407,6 +502,16 @@ class Client:
     def disconnects(self) -> int:
         """Times the connection to the server was lost (it reconnects by itself)."""
         return self._pipeline.disconnects
+
+    @property
+    def busy_retried(self) -> int:
+        """Requests sent again after a `busy` reply."""
+        return self._busy_retried
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection to the server is up now (False without a monitor)."""
+        return self._pipeline.connected
 
     @property
     def closed(self) -> bool:
