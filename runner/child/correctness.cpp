@@ -182,8 +182,14 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     }
     write_canaries();
     write_inputs_and_poison(draw);
+    check(cuStreamSynchronize(stream), "inputs");
+    const auto reference_started = Clock::now();
     launch(reference_side(), setup.reference, setup, pointers, workspace_ptrs);
     sync_or_fail(stream, false, "on " + setup.label, job_.kernel_timeout_ms);
+    const double reference_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - reference_started).count();
+    if (reference_ms_.size() < cases_.size()) reference_ms_.assign(cases_.size(), 0.0);
+    reference_ms_[setup.index] = std::max(reference_ms_[setup.index], reference_ms);
     for (std::size_t t = 0; t < n; ++t) {
       if (!tasks::is_output(task_.tensors[t].role)) continue;
       expected[t] = device_.staging("expected:" + std::to_string(t), setup.bytes[t]);
@@ -219,7 +225,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
   }
   check(cuStreamSynchronize(stream), "inputs");
   launch(candidate_side(), setup.candidate, setup, pointers, workspace_ptrs);
-  sync_or_fail(stream, true, "on " + setup.label, job_.kernel_timeout_ms);
+  sync_or_fail(stream, true, "on " + setup.label, deadline_ms(setup), deadline_text(setup));
   if (draw == 0) {
     buffers.stale.assign(n, {});
     for (std::size_t t = 0; t < n; ++t) {
@@ -230,7 +236,10 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
 
   // A hidden case is named by its label only: no name, no symbols (they would give its shape).
   Value verdict{{"case", c.hidden ? setup.label : c.name}, {"hidden", c.hidden}, {"run", draw + 1}};
-  if (!c.hidden) verdict["symbols"] = setup.symbols_value;
+  if (!c.hidden) {
+    verdict["symbols"] = setup.symbols_value;
+    verdict["deadline_ms"] = deadline_ms(setup);
+  }
   Value outputs = Value::array();
   // Each problem twice: in detail (a visible case's reply) and as its kind only (a hidden
   // case's: no count, position or value that would tell its shape).
@@ -344,6 +353,21 @@ Value JobRunner::correctness_value() const {
                {"passed", passed},
                {"checked", case_reports_.size()},
                {"total", cases_.size() * 2}};
+}
+
+double JobRunner::deadline_ms(const CaseSetup& setup) const {
+  if (setup.index >= reference_ms_.size() || reference_ms_[setup.index] <= 0.0) {
+    return job_.kernel_timeout_ms;
+  }
+  return std::clamp(kDeadlineFactor * reference_ms_[setup.index],
+                    std::min(kDeadlineFloorMs, job_.kernel_timeout_ms), job_.kernel_timeout_ms);
+}
+
+std::string JobRunner::deadline_text(const CaseSetup& setup) const {
+  if (!setup.c->hidden) return "";
+  return "its deadline (" + std::to_string(static_cast<long>(kDeadlineFactor)) +
+         " x the reference's time on the case, at least " +
+         std::to_string(static_cast<long>(kDeadlineFloorMs)) + " ms)";
 }
 
 }  // namespace crucible::runner::child

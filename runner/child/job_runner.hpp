@@ -111,6 +111,16 @@ class JobRunner {
   void record_failure(const CaseSetup& setup, int draw, const std::vector<std::string>& problems,
                       const std::vector<std::string>& kinds);
 
+  // The candidate's deadline on a case: kDeadlineFactor times the reference's own time on it
+  // (its slower correctness run, launch to completion), at least kDeadlineFloorMs, at most the
+  // job's kernel_timeout_ms. Before the reference has run on the case: kernel_timeout_ms.
+  static constexpr double kDeadlineFactor = 100.0;
+  static constexpr double kDeadlineFloorMs = 100.0;
+  double deadline_ms(const CaseSetup& setup) const;
+  // How a timeout message names the deadline: the figure on a visible case; on a hidden one
+  // the rule only (the figure follows the reference's time, which tells the case's size).
+  std::string deadline_text(const CaseSetup& setup) const;
+
   // timing.cpp
   Value time_case(const CaseSetup& setup);
   Value time_visible_cases();
@@ -136,6 +146,7 @@ class JobRunner {
   std::vector<std::pair<SpeedupEstimate, double>> estimates_;  // per timed case, with weight
   std::uint64_t next_tag_ = 1;
   bool in_timing_ = false;
+  std::vector<double> reference_ms_;  // per case: the reference's slower correctness run
   Value phases_ = Value::object();
   const TaskChecker* checker_ = nullptr;
 };

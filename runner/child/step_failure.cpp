@@ -15,7 +15,10 @@ void fail(StepStatus status, std::string message, bool context_lost) {
   throw StepFailure{status, std::move(message), context_lost};
 }
 
-void sync_or_fail(CUstream stream, bool candidate, const std::string& what, double timeout_ms) {
+void sync_or_fail(CUstream stream, bool candidate, const std::string& what, double timeout_ms,
+                  const std::string& deadline_text) {
+  const std::string within =
+      deadline_text.empty() ? std::to_string(static_cast<long>(timeout_ms)) + " ms" : deadline_text;
   const auto deadline = Clock::now() + std::chrono::duration<double, std::milli>(timeout_ms);
   const auto relaxed = Clock::now() + std::chrono::milliseconds(2);
   CUresult rc;
@@ -24,15 +27,11 @@ void sync_or_fail(CUstream stream, bool candidate, const std::string& what, doub
     if (now > deadline) {
       abandon_context();
       if (!candidate) {
-        fail(StepStatus::kInfraError,
-             "the reference did not finish " + what + " within " +
-                 std::to_string(static_cast<long>(timeout_ms)) + " ms",
+        fail(StepStatus::kInfraError, "the reference did not finish " + what + " within " + within,
              true);
       }
       fail(StepStatus::kTimeout,
-           "your kernel did not finish " + what + " within " +
-               std::to_string(static_cast<long>(timeout_ms)) + " ms; it was killed",
-           true);
+           "your kernel did not finish " + what + " within " + within + "; it was killed", true);
     }
     if (now > relaxed) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

@@ -24,7 +24,9 @@ struct StepFailure {
 // then lost); a kernel still running at the deadline is a timeout, and since only SIGKILL stops
 // a spinning kernel the report says the context is lost so the server kills this process.
 // `candidate`: whose kernels are on the stream (the reference's faults are infra errors).
-void sync_or_fail(CUstream stream, bool candidate, const std::string& what, double timeout_ms);
+// `deadline_text` names the deadline in the timeout message ("within 100 ms" when empty).
+void sync_or_fail(CUstream stream, bool candidate, const std::string& what, double timeout_ms,
+                  const std::string& deadline_text = "");
 
 // A 64-bit mix of two words (splitmix64's finaliser): seeds, canaries and secret choices.
 std::uint64_t mix(std::uint64_t a, std::uint64_t b);

@@ -261,8 +261,9 @@ Value JobRunner::time_case(const CaseSetup& setup) {
                            tol.atol, tol.rtol, result(t, 2));
     }
     download(check_host, check_results.data(), check_results.bytes(), stream);
+    // Candidate, its checks and the reference: a few deadlines' worth.
     sync_or_fail(stream, true, "in timed call " + std::to_string(this_call) + " of " + setup.label,
-                 2 * job_.kernel_timeout_ms);
+                 4 * deadline_ms(setup));
     auto verdict = [&](std::size_t t, std::size_t k) {
       std::uint64_t v[3];
       std::memcpy(v, check_host + 24 * (kChecks * t + k), sizeof v);
@@ -325,7 +326,7 @@ Value JobRunner::time_case(const CaseSetup& setup) {
 
   auto collect = [&] {
     // 32 calls of both kernels may be in flight.
-    sync_or_fail(stream, true, "in timed calls of " + setup.label, 64 * job_.kernel_timeout_ms);
+    sync_or_fail(stream, true, "in timed calls of " + setup.label, 64 * deadline_ms(setup));
     for (const auto& [tag, span] : timer_.collect()) {
       const auto it = pending.find(tag);
       if (it == pending.end()) continue;
@@ -409,6 +410,7 @@ Value JobRunner::time_case(const CaseSetup& setup) {
               {"speedup", estimate.speedup},
               {"speedup_ci95", estimate.to_value()},
               {"floor_ns", floor_ns},
+              {"deadline_ms", deadline_ms(setup)},
               {"warmup_pairs", schedule.warmup_pairs},
               {"checked_calls", checked},
               {"incomplete_calls", incomplete},
