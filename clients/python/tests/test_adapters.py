@@ -143,3 +143,20 @@ def test_group_mean_keeps_the_groups_mean():
     rewards = _rewards(outcomes, None, "group_mean", ["p", "p", "p", "q"])
     assert rewards == [1.5, 1.0, 0.5, -1.0]
     assert sum(rewards[:3]) / 3 == (1.5 + 0.5) / 2
+
+
+def test_the_scripted_grpo_example_runs(live_server, gpu):
+    import os
+    import subprocess
+    import sys
+
+    script = REPO / "clients" / "python" / "examples" / "scripted_grpo.py"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "clients" / "python" / "src"))
+    done = subprocess.run(
+        [sys.executable, str(script), "--endpoint", live_server.endpoint, "--task", TASK,
+         "--file", str(REPO / "tasks" / "llm" / "rms_norm" / "solution.cu")],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "completion 1: compile_error   reward -1.0" in done.stdout
+    assert ("dropped (infra_error)" in done.stdout) is (not gpu)
+    assert "- line 3: error:" in done.stdout

@@ -43,6 +43,10 @@ def __getattr__(name: str):
         from .aio import AsyncClient
 
         return AsyncClient
+    if name == "AsyncEnv":
+        from .aio import AsyncEnv
+
+        return AsyncEnv
     if name == "CrucibleGymEnv":
         from .gym_env import CrucibleGymEnv
 
@@ -52,6 +56,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "AsyncClient",
+    "AsyncEnv",
     "BadRequest",
     "Busy",
     "Client",

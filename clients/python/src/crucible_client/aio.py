@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import zmq
 import zmq.asyncio
@@ -22,9 +22,16 @@ from .client import (
     Client,
     ScoreItem,
 )
-from .errors import Busy, CrucibleConnectionError, CrucibleError, CrucibleTimeout, ProtocolError
+from .errors import (
+    Busy,
+    CrucibleConnectionError,
+    CrucibleError,
+    CrucibleTimeout,
+    ProtocolError,
+    UnknownEpisode,
+)
 
-__all__ = ["AsyncClient"]
+__all__ = ["AsyncClient", "AsyncEnv"]
 
 
 class AsyncClient:
@@ -250,3 +257,105 @@ class AsyncClient:
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await self.close()
+
+
+class AsyncEnv:
+    """Env's one-episode view for asyncio trainers: the same calls, awaited.
+
+        async with AsyncEnv(endpoint) as env:
+            observation = await env.reset("llm/rms_norm", seed=0, max_steps=4)
+            observation, reward, terminated, truncated, info = await env.step(source)
+
+    Observations and errors are Env's; many AsyncEnvs (one per rollout) can share a loop and
+    run their steps concurrently. Keyword arguments beyond `timeout` go to AsyncClient.
+    """
+
+    def __init__(
+        self,
+        endpoint: str = wire.DEFAULT_ENDPOINT,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        *,
+        client_name: str = "crucible_client.AsyncEnv",
+        **client_options: Any,
+    ):
+        self.client = AsyncClient(endpoint, timeout=timeout, **client_options)
+        self.client_name = client_name
+        self.episode: Optional[str] = None
+        self.task_id: Optional[str] = None
+        self.max_steps: Optional[int] = None
+        self.steps = 0
+
+    async def hello(self) -> Dict[str, Any]:
+        return await self.client.hello(self.client_name)
+
+    async def tasks(self, category: Optional[str] = None) -> List[Dict[str, Any]]:
+        return await self.client.tasks(category)
+
+    async def task(self, task_id: str) -> Dict[str, Any]:
+        return await self.client.task(task_id)
+
+    async def score(self, task: str, source: Any, **fields: Any) -> Dict[str, Any]:
+        return await self.client.score(task, source, **fields)
+
+    async def stats(self) -> Dict[str, Any]:
+        return await self.client.stats()
+
+    async def reset(
+        self,
+        task: str,
+        seed: Optional[int] = None,
+        options: Optional[Dict[str, Any]] = None,
+        max_steps: Optional[int] = None,
+        reward: Optional[Dict[str, Any]] = None,
+    ) -> Dict[str, Any]:
+        """Opens a new episode (closing the previous one); returns the observation
+        {episode, task, max_steps, step}."""
+        if self.episode is not None:
+            try:
+                await self.close_episode()
+            except UnknownEpisode:
+                pass  # it expired on the server; nothing left to close
+        observation = wire.body(await self.client.request(
+            "reset", task=task, seed=seed, max_steps=max_steps, reward=reward, options=options))
+        self.episode = observation["episode"]
+        self.task_id = task
+        self.max_steps = observation.get("max_steps")
+        self.steps = observation.get("step", 0)
+        return observation
+
+    async def step(
+        self, source: Any, plan: Any = None
+    ) -> Tuple[Dict[str, Any], float, bool, bool, Dict[str, Any]]:
+        """(observation, reward, terminated, truncated, info), as Env.step."""
+        if self.episode is None:
+            raise RuntimeError("step() needs an open episode: call reset() first")
+        reply = await self.client.request(
+            "step", episode=self.episode, source=wire.source_text(source), plan=plan)
+        observation = dict(reply.get("result") or {})
+        observation["step"] = reply.get("step")
+        self.steps = reply.get("step", self.steps)
+        return (observation, float(reply.get("reward", 0.0)),
+                bool(reply.get("terminated", False)), bool(reply.get("truncated", False)), reply)
+
+    async def close_episode(self) -> Optional[Dict[str, Any]]:
+        if self.episode is None:
+            return None
+        episode, self.episode = self.episode, None
+        return wire.body(await self.client.request("close", episode=episode))
+
+    async def close(self) -> Optional[Dict[str, Any]]:
+        """Closes the open episode (if any) and the connection; returns the close reply."""
+        try:
+            return await self.close_episode()
+        finally:
+            await self.client.close()
+
+    async def __aenter__(self) -> "AsyncEnv":
+        return self
+
+    async def __aexit__(self, exc_type: Any, *rest: Any) -> None:
+        try:
+            await self.close()
+        except CrucibleError:
+            if exc_type is None:
+                raise
