@@ -80,3 +80,13 @@ def test_a_sync_vector_env_steps_several_episodes(live_server):
         assert list(rewards) == [-1.0, -1.0, -1.0]
     finally:
         vector.close()
+
+
+def test_a_text_space_smaller_than_the_task_still_gives_whole_lines(live_server):
+    env = CrucibleGymEnv(TASK, live_server.endpoint, max_steps=2, text_chars=600)
+    try:
+        observation, _ = env.reset(seed=1)
+        assert observation in env.observation_space
+        assert 0 < len(observation["text"]) <= 600 and observation["text"].endswith("\n")
+    finally:
+        env.close()

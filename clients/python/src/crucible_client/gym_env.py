@@ -18,7 +18,7 @@ from gymnasium.envs.registration import EnvSpec
 from . import wire
 from .client import DEFAULT_TIMEOUT_S
 from .env import Env
-from .prompts import render_feedback, render_prompt
+from .prompts import PromptTooLarge, render_feedback, render_prompt
 
 __all__ = ["CrucibleGymEnv", "ENV_ID", "STATUS_NAMES"]
 
@@ -131,7 +131,13 @@ class CrucibleGymEnv(gymnasium.Env):
                 self._hello = self.env.hello()
             prompt_options["hello"] = self._hello
         prompt_options.setdefault("max_chars", self.text_chars)
-        text = render_prompt(view, **prompt_options)
+        try:
+            text = render_prompt(view, **prompt_options)
+        except PromptTooLarge:
+            # The task's required parts alone exceed the space: keep whole lines up to it.
+            prompt_options["max_chars"] = None
+            full = render_prompt(view, **prompt_options)[: self.text_chars]
+            text = full[: full.rfind("\n") + 1] or full
         observation = self._observation(text, "none", int(reply.get("step", 0)), None)
         info = {"task": task, "max_steps": reply.get("max_steps"),
                 "reward_spec": reply.get("reward_spec"), "task_view": view}
