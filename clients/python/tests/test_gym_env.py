@@ -90,3 +90,20 @@ def test_a_text_space_smaller_than_the_task_still_gives_whole_lines(live_server)
         assert 0 < len(observation["text"]) <= 600 and observation["text"].endswith("\n")
     finally:
         env.close()
+
+
+def test_an_async_vector_env_runs_episodes_in_subprocesses(live_server):
+    import functools
+
+    make = functools.partial(CrucibleGymEnv, TASK, live_server.endpoint, max_steps=3,
+                             text_chars=4000)
+    vector = gymnasium.vector.AsyncVectorEnv([make, make], context="spawn")
+    try:
+        observations, _ = vector.reset(seed=2)
+        assert list(observations["step"]) == [0, 0]
+        observations, rewards, *_ = vector.step((BROKEN, "no kernel here"))
+        assert [STATUS_NAMES[int(s)] for s in observations["status"]] == [
+            "compile_error", "invalid_action"]
+        assert list(rewards) == [-1.0, -1.0]
+    finally:
+        vector.close()
