@@ -3,12 +3,15 @@ results. Pure functions first; the last tests render every real task the server 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from crucible_client.prompts import (
     NoSourceFound,
     PromptTooLarge,
     completion_text,
+    drop_file_mentions,
     extract_source,
     hardware_notes,
     render_feedback,
@@ -17,7 +20,8 @@ from crucible_client.prompts import (
 )
 
 REFERENCE = "\n".join(
-    ["// Reference: one block per row.", "// See the design notes for why.",
+    ["// Reference: one block per row.", "// See the design notes for why.", "//",
+     "// Launch plan (DESIGN.md section 2): one block", "// per row, as in kernels/x/y.cu.",
      "// @launch k<<<n, 256>>>(out, x, n)", "#include <cuda_bf16.h>",
      'extern "C" __global__ void k(float* out, const float* x, int n) {']
     + [f"  out[{i}] = x[{i}];  // element {i}" for i in range(80)]
@@ -72,6 +76,10 @@ def test_compact_prompt_drops_descriptions_and_comment_lines_but_keeps_directive
 
 def test_reference_can_be_left_out_or_shown_without_comments():
     assert "__global__" not in render_prompt(TASK, reference=False)
+    shown = render_prompt(TASK)
+    assert "DESIGN.md" not in shown and "per row, as in" not in shown
+    assert "// See the design notes for why." in shown
+    assert "DESIGN.md section 2" in render_prompt(TASK, reference="verbatim")
     code_only = render_prompt(TASK, reference="code")
     assert "// See the design notes" not in code_only and "// @launch" in code_only
 
@@ -111,6 +119,15 @@ def test_hardware_notes_come_from_hello_and_say_nothing_without_it():
         "- The kernel is compiled for sm_90a."]
     notes = hardware_notes({"arch": "sm_90a", "gpus": [{"index": 0, "name": "Some GPU"}]})
     assert notes == ["- The kernel runs on Some GPU, compiled for sm_90a."]
+
+
+def test_comment_paragraphs_that_point_at_files_go_whole():
+    source = ("// Intro line.\n//\n// Plan (see DESIGN.md): one block\n// per row.\n//\n"
+              "// @launch k<<<n, 256>>>(out)\n// Notes on bench/results/x.json and\n"
+              "// more.\nint a;  // from docs/y.md\n// Last words.\n")
+    assert drop_file_mentions(source) == (
+        "// Intro line.\n//\n// @launch k<<<n, 256>>>(out)\n"
+        "int a;  // from docs/y.md\n// Last words.\n")
 
 
 def test_strip_comments_keeps_code_directives_and_trailing_comments():
@@ -237,6 +254,12 @@ def test_every_real_task_renders_within_a_budget(client):
         prompt = render_prompt(view, hello=hello, max_chars=8000)
         assert len(prompt) <= 8000 and view["title"] in prompt
         assert view["reference"]["path"] not in prompt
+        if "## Reference kernel" in prompt:  # no comment points at a file the agent lacks
+            shown = prompt.split("## Reference kernel", 1)[1].split("## ", 1)[0]
+            for line in shown.splitlines():
+                if line.lstrip().startswith("//") and "@launch" not in line:
+                    mention = re.search(r"\w/[\w.-]+\.[A-Za-z]|DESIGN\.md", line)
+                    assert not mention, (entry["id"], line)
         compact = render_prompt(view, style="compact", reference=False)
         assert "## Reference kernel" not in compact
 

@@ -23,6 +23,7 @@ __all__ = [
     "NoSourceFound",
     "PromptTooLarge",
     "completion_text",
+    "drop_file_mentions",
     "extract_source",
     "hardware_notes",
     "render_feedback",
@@ -77,6 +78,48 @@ class _Section:
 
     def size(self) -> int:
         return sum(len(line) + 1 for line in self.text_lines()) + 1  # + the blank separator
+
+
+# A file the agent cannot open: a path with a directory and an extension, or a document name.
+_FILE_MENTION = re.compile(
+    r"(?:[\w.-]+/)+[\w.-]+\.[A-Za-z]\w*|\b[\w-]+\.(?:md|rst|txt|json|py|toml|yaml|yml)\b")
+
+
+def _is_comment_line(line: str) -> bool:
+    stripped = line.strip()
+    return stripped.startswith("//") and not stripped[2:].lstrip().startswith("@")
+
+
+def drop_file_mentions(source: str) -> str:
+    """The source without the comment paragraphs that point at files the agent cannot open.
+
+    A paragraph is a run of whole-line `//` comments up to an empty `//` line, a directive or
+    code; a paragraph naming a path (`kernels/llm/rms_norm.cu`) or a document (`DESIGN.md`)
+    goes whole, so no sentence is left cut. Code, directives and trailing comments stay.
+    """
+    lines = source.splitlines()
+    keep = [True] * len(lines)
+    i = 0
+    while i < len(lines):
+        if not _is_comment_line(lines[i]) or not lines[i].strip()[2:].strip():
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and _is_comment_line(lines[j]) and lines[j].strip()[2:].strip():
+            j += 1
+        if any(_FILE_MENTION.search(line) for line in lines[i:j]):
+            for k in range(i, j):
+                keep[k] = False
+        i = j
+    out: List[str] = []
+    for line, kept in zip(lines, keep):
+        if not kept:
+            continue
+        # Two paragraph breaks in a row where a paragraph went: keep one.
+        if line.strip() == "//" and out and out[-1].strip() == "//":
+            continue
+        out.append(line)
+    return "\n".join(out) + ("\n" if source.endswith("\n") else "")
 
 
 def strip_comments(source: str) -> str:
@@ -222,8 +265,9 @@ def render_prompt(
     """A prompt for writing the kernel of one task, from its agent view (the `task` op's map).
 
     - `style`: "full" (descriptions, case notes, roofline) or "compact" (names and types only).
-    - `reference`: True shows the reference kernel, "code" shows it without whole-line
-      comments, False leaves it out. Its file path is never shown.
+    - `reference`: True shows the reference kernel without the comment paragraphs that point
+      at files the agent cannot open (`drop_file_mentions`), "code" without any whole-line
+      comment, "verbatim" as the server sent it, False not at all. Its path is never shown.
     - `example`: a one-shot example of a correct answer: a source string, or
       `{"source": ..., "title": ...}` (for instance another task's solution).
     - `hello`: the server's `hello` reply; adds notes on its compile target and GPUs.
@@ -265,7 +309,12 @@ def render_prompt(
     ref = task.get("reference")
     ref_source = ref.get("source") if isinstance(ref, Mapping) else None
     if reference and ref_source:
-        text = strip_comments(ref_source) if (reference == "code" or compact) else ref_source
+        if reference == "code" or compact:
+            text = strip_comments(ref_source)
+        elif reference == "verbatim":
+            text = ref_source
+        else:
+            text = drop_file_mentions(ref_source)
         sections.append(_code_section(
             "reference", 40,
             ["## Reference kernel", "",
