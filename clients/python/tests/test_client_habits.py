@@ -29,9 +29,7 @@ def test_a_wrong_port_fails_in_seconds_not_after_the_request_timeout():
 
 def test_env_and_async_client_fail_fast_too():
     endpoint = f"tcp://127.0.0.1:{free_loopback_port()}"
-    env = Env(endpoint, timeout=300)
-    env.client.close()
-    env.client = Client(endpoint, timeout=300, connect_timeout=0.5)
+    env = Env(endpoint, timeout=300, connect_timeout=0.5)
     with pytest.raises(CrucibleConnectionError):
         env.hello()
     env.client.close()

@@ -34,8 +34,10 @@ class Env:
         *,
         client_name: str = "crucible_client.Env",
         context: Optional[zmq.Context] = None,
+        **client_options: Any,
     ):
-        self.client = Client(endpoint, timeout=timeout, context=context)
+        # client_options go to Client: connect_timeout, busy_retries, max_frame_bytes...
+        self.client = Client(endpoint, timeout=timeout, context=context, **client_options)
         self.client_name = client_name
         self.episode: Optional[str] = None  # id of the open episode, if any
         self.task_id: Optional[str] = None
