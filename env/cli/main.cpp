@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -17,6 +18,7 @@
 
 #include "core/log.hpp"
 #include "core/msgpack_codec.hpp"
+#include "core/text.hpp"
 #include "core/text_file.hpp"
 #include "env/cli/eval.hpp"
 #include "env/cli/replay.hpp"
@@ -382,6 +384,47 @@ int run_tasks_new(const std::string& home_flag, const std::string& id, const std
   return 0;
 }
 
+// Levenshtein distance between two short strings (task ids).
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "unknown task 'X'" with the closest ids (or the tasks whose name matches X's last part).
+std::string unknown_task_message(const tasks::Registry& registry, const std::string& id) {
+  std::vector<std::pair<std::size_t, std::string>> near;
+  const std::string name = id.substr(id.rfind('/') == std::string::npos ? 0 : id.rfind('/') + 1);
+  for (const auto& task : registry.all()) {
+    const std::size_t distance = edit_distance(id, task.id);
+    const bool same_name = task.id.size() >= name.size() + 1 &&
+                           task.id.compare(task.id.size() - name.size(), name.size(), name) == 0 &&
+                           task.id[task.id.size() - name.size() - 1] == '/';
+    if (same_name || distance <= std::max<std::size_t>(2, id.size() / 4)) {
+      near.emplace_back(same_name ? 0 : distance, task.id);
+    }
+  }
+  std::sort(near.begin(), near.end());
+  std::string message = "unknown task '" + core::excerpt(id, 100) + "'";
+  if (!near.empty()) {
+    message += "; did you mean";
+    for (std::size_t i = 0; i < near.size() && i < 3; ++i) {
+      message += (i == 0 ? " " : " or ") + near[i].second;
+    }
+    message += "?";
+  }
+  return message + " (`crucible tasks list` shows them all)";
+}
+
 // `crucible tasks check`: every task named (or all) held to what can be checked here.
 int run_tasks_check(const std::string& home_flag, const std::vector<std::string>& ids, bool all,
                     const env::PipelineOptions& pipeline_options) {
@@ -395,8 +438,7 @@ int run_tasks_check(const std::string& home_flag, const std::vector<std::string>
   for (const auto& id : ids) {
     const auto* task = registry->find(id);
     if (task == nullptr) {
-      std::cerr << "crucible tasks check: unknown task '" << id
-                << "'; `crucible tasks list` shows them\n";
+      std::cerr << "crucible tasks check: " << unknown_task_message(*registry, id) << "\n";
       return kExitUsage;
     }
     selected.push_back(task);
@@ -690,6 +732,7 @@ void add_compile_workers_option(CLI::App* command, env::PipelineOptions& pipelin
 
 int main(int argc, char** argv) {
   CLI::App app{"crucible: an RL environment server for GPU-kernel-generation agents"};
+  app.set_version_flag("--version", std::string("crucible ") + CRUCIBLE_VERSION);
   app.footer(
       "Exit status: 0 done; 2 bad command line, unusable input or output that could not be "
       "written; 3 (export, replay) every good record was handled but part of the log was "
@@ -755,6 +798,9 @@ int main(int argc, char** argv) {
   auto* tasks_cmd = app.add_subcommand("tasks", "list, show, create (new) and check tasks");
   tasks_cmd->require_subcommand(1);
   auto* list_cmd = tasks_cmd->add_subcommand("list", "one line per task");
+  bool list_json = false;
+  list_cmd->add_flag("--json", list_json,
+                     "a JSON array: id, category, title, module, visible and hidden case counts");
   std::string show_id;
   auto* show_cmd = tasks_cmd->add_subcommand("show", "what an agent is shown for a task");
   show_cmd->add_option("id", show_id, "task id, e.g. llm/rms_norm")->required();
@@ -893,12 +939,25 @@ int main(int argc, char** argv) {
     auto registry = load_registry(resolve_home(home_flag));
     if (!registry) return kExitUsage;
     if (*list_cmd) {
+      if (list_json) {
+        core::Value list = core::Value::array();
+        for (const auto& task : registry->all()) {
+          list.push_back(core::Value{{"id", task.id},
+                                     {"category", task.category},
+                                     {"title", task.title},
+                                     {"module", task.module},
+                                     {"visible_cases", task.visible_cases().size()},
+                                     {"hidden_cases", task.hidden_cases().size()}});
+        }
+        std::cout << core::to_json_text(list, 2) << "\n";
+        return 0;
+      }
       std::cout << tasks::format_task_table(*registry);
       return 0;
     }
     const auto* task = registry->find(show_id);
     if (task == nullptr) {
-      std::cerr << "crucible: unknown task '" << show_id << "'; `crucible tasks list` shows them\n";
+      std::cerr << "crucible: " << unknown_task_message(*registry, show_id) << "\n";
       return kExitUsage;
     }
     if (show_json) {

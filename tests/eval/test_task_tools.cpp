@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "tests/eval/eval_test_support.hpp"
@@ -82,7 +83,7 @@ TEST_CASE(
       {"tasks new vision/thing", "unknown category 'vision'"},
       {"tasks new llm/Thing", "an id is <category>/<name>"},
       {"tasks new llm/a/b", "an id is <category>/<name>"},
-      {"tasks new ssm/x --from llm/nope", "no task 'llm/nope' to copy"},
+      {"tasks new world/x --from llm/nope", "no task 'llm/nope' to copy"},
   };
   for (const auto& row : rows) {
     std::string output;
@@ -91,6 +92,28 @@ TEST_CASE(
     CHECK_MESSAGE(output.find(row.message) != std::string::npos, output);
   }
   CHECK_FALSE(fs::exists(home.root / "tasks/world/x"));
+}
+
+TEST_CASE("tasks list --json, --version, and a mistyped task id answered with the close ones") {
+  const std::string cli = std::string(CRUCIBLE_EXE) + " --home '" CRUCIBLE_SOURCE_DIR "' ";
+  std::string output;
+  REQUIRE(run_command(cli + "tasks list --json", &output) == 0);
+  const auto list = nlohmann::json::parse(output);
+  REQUIRE(list.is_array());
+  bool found = false;
+  for (const auto& task : list) {
+    CHECK(task["visible_cases"].get<int>() > 0);
+    if (task["id"] == "llm/rms_norm") found = task["category"] == "llm";
+  }
+  CHECK(found);
+  REQUIRE(run_command(std::string(CRUCIBLE_EXE) + " --version", &output) == 0);
+  CHECK(output.rfind("crucible ", 0) == 0);
+  CHECK(run_command(cli + "tasks show llm/rms_nrom", &output) == 2);
+  CHECK(output.find("did you mean llm/rms_norm?") != std::string::npos);
+  CHECK(run_command(cli + "tasks check silu_and_mul", &output) == 2);
+  CHECK(output.find("did you mean llm/silu_and_mul?") != std::string::npos);
+  CHECK(run_command(cli + "tasks show zzz/qqqqqqqq", &output) == 2);
+  CHECK(output.find("did you mean") == std::string::npos);
 }
 
 TEST_CASE("tasks check: every shipped task passes what can be checked without a GPU") {
