@@ -60,7 +60,7 @@ std::string format_task_table(const Registry& registry) {
   return out.str();
 }
 
-std::string format_task_details(const Task& task) {
+std::string format_task_details(const Task& task, bool include_hidden) {
   std::ostringstream out;
   out << task.id << " — " << task.title << "\n";
   out << "  mirrors:   " << task.module << "\n";
@@ -105,8 +105,12 @@ std::string format_task_details(const Task& task) {
   }
   out << "roofline\n  bytes = " << task.roofline.bytes << "\n  flops = " << task.roofline.flops
       << "\n";
-  out << "cases (floor = H200 roofline time)\n";
+  out << (include_hidden ? "cases, hidden ones included (floor = H200 roofline time)\n"
+                         : "visible cases (floor = H200 roofline time); hidden: " +
+                               std::to_string(task.hidden_cases().size()) +
+                               " (tasks show --all lists them)\n");
   for (const auto& c : task.cases) {
+    if (c.hidden && !include_hidden) continue;
     std::string symbols;
     for (const auto& [name, value] : c.symbols) {
       if (!symbols.empty()) symbols += " ";

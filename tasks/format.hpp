@@ -11,9 +11,10 @@ namespace crucible::tasks {
 // Ends with a newline. Pure.
 std::string format_task_table(const Registry& registry);
 
-// Everything an operator wants to know about one task, hidden cases included (this is an
-// operator's view, not an agent's): module, description, symbols, tensors, scalars, tolerances,
-// roofline per case, reference path. Ends with a newline. Pure.
-std::string format_task_details(const Task& task);
+// One task: module, description, symbols, tensors, scalars, tolerances, reference path, and
+// its cases with their roofline floors: the visible ones (what an agent is shown), and with
+// `include_hidden` the hidden ones too (a maintainer's view, `crucible tasks show --all`).
+// Ends with a newline. Pure.
+std::string format_task_details(const Task& task, bool include_hidden = false);
 
 }  // namespace crucible::tasks

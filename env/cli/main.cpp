@@ -806,6 +806,8 @@ int main(int argc, char** argv) {
   show_cmd->add_option("id", show_id, "task id, e.g. llm/rms_norm")->required();
   bool show_json = false;
   show_cmd->add_flag("--json", show_json, "print the agent view as JSON");
+  bool show_all = false;
+  show_cmd->add_flag("--all", show_all, "also list the hidden cases (for maintainers)");
   std::string new_id;
   std::string new_from = "llm/rms_norm";
   auto* new_cmd = tasks_cmd->add_subcommand(
@@ -961,9 +963,11 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
     if (show_json) {
-      std::cout << core::to_json_text(tasks::agent_view(*task), 2) << "\n";
+      std::cout << core::to_json_text(show_all ? tasks::full_view(*task) : tasks::agent_view(*task),
+                                      2)
+                << "\n";
     } else {
-      std::cout << tasks::format_task_details(*task);
+      std::cout << tasks::format_task_details(*task, show_all);
     }
     return 0;
   }

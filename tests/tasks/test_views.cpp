@@ -149,8 +149,12 @@ TEST_CASE("format: a library reference shows as timed, with its starting point")
   CHECK(view["reference"]["path"].get<std::string>() == "kernels/llm/linear.cu");
 }
 
-TEST_CASE("format: task details show tensors, roofline and every case with its floor") {
-  const std::string details = format_task_details(rms_norm());
+TEST_CASE("format: task details show the visible cases; --all adds the hidden ones") {
+  const std::string shown = format_task_details(rms_norm());
+  CHECK(shown.find("decode_1") != std::string::npos);
+  CHECK(shown.find("h_tokens_1023") == std::string::npos);
+  CHECK(shown.find("(tasks show --all lists them)") != std::string::npos);
+  const std::string details = format_task_details(rms_norm(), true);
   for (const char* needle :
        {"llm/rms_norm", "vllm._C.rms_norm", "kernels/llm/rms_norm.cu", "num_tokens", "weight",
         "elementwise against the reference", "epsilon", "2 * num_tokens", "decode_1",
