@@ -46,6 +46,7 @@ env::Server* g_server = nullptr;
 // had to skip some of it (damaged bytes, a torn tail, records of the wrong shape).
 constexpr int kExitUsage = 2;
 constexpr int kExitSkipped = 3;
+constexpr int kExitNothingMeasured = 4;  // eval: every sample was an infra_error
 
 // Limits of the options (docs/eval.md). The idle timeout is capped far below where
 // std::chrono overflows (~9.2e9 s), which would expire every episode at once.
@@ -621,6 +622,11 @@ int run_eval_command(const std::string& home_flag, const EvalArgs& args,
               << " samples left; run the same command with --resume to finish\n";
     return 130;
   }
+  if (overall.value("samples", 0) > 0 && overall.value("scored", 0) == 0) {
+    std::cerr << "crucible eval: nothing was measured: every sample was an infra_error (the "
+                 "server's fault, not the samples'; summary.json lists the reasons)\n";
+    return kExitNothingMeasured;
+  }
   return 0;
 }
 
@@ -737,7 +743,7 @@ int main(int argc, char** argv) {
       "Exit status: 0 done; 2 bad command line, unusable input or output that could not be "
       "written; 3 (export, replay) every good record was handled but part of the log was "
       "skipped (damaged bytes, a torn tail, records of the wrong shape), as listed on stderr; "
-      "130 (eval) interrupted.");
+      "4 (eval) nothing was measured: every sample was an infra_error; 130 (eval) interrupted.");
   app.require_subcommand(1);
   std::string home_flag;
   std::string log_level = "info";

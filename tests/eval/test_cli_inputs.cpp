@@ -481,6 +481,24 @@ TEST_CASE("eval CLI: an input that holds no sample exits 2 saying nothing was sc
   CHECK(output.find("crucible eval: nothing was scored: no sample of ") != std::string::npos);
 }
 
+TEST_CASE("eval CLI: a run in which every sample was an infra_error exits 4 and says so") {
+  const auto dir = testing::fresh_dir("cli-nothing-measured");
+  // With --no-compile every sample that gets past validation is the server's infra_error.
+  testing::write_file(dir / "one.jsonl", Value{{"task", "llm/rms_norm"},
+                                               {"source",
+                                                "extern \"C\" __global__ void k() {}\n"
+                                                "// @launch k<<<1, 1>>>()\n"}}
+                                                 .dump() +
+                                             "\n");
+  std::string output;
+  const int rc = run_crucible(
+      "eval --no-compile -o " + shell_quoted(dir / "out") + " " + shell_quoted(dir / "one.jsonl"),
+      &output);
+  CHECK_MESSAGE(rc == 4, output);
+  CHECK(output.find("nothing was measured: every sample was an infra_error") != std::string::npos);
+  CHECK(std::filesystem::exists(dir / "out" / "summary.json"));  // the reasons are still written
+}
+
 TEST_CASE("eval CLI: an output file that cannot be written exits 2 with the file and the reason") {
   const auto dir = testing::fresh_dir("cli-eval-write");
   testing::write_file(dir / "in.jsonl",
