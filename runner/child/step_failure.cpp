@@ -5,6 +5,7 @@
 
 #include "runner/child/cuda_check.hpp"
 #include "runner/child/device.hpp"
+#include "runner/judge/timing_schedule.hpp"
 
 namespace crucible::runner::child {
 
@@ -44,11 +45,6 @@ void sync_or_fail(CUstream stream, bool candidate, const std::string& what, doub
   fail(StepStatus::kRuntimeError, "your kernel faulted " + what + ": " + cuda_error_text(rc), true);
 }
 
-std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
-  std::uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) { return mix_words(a, b); }
 
 }  // namespace crucible::runner::child

@@ -27,23 +27,13 @@
 
 #include "core/numeric.hpp"
 #include "core/result.hpp"
+#include "runner/judge/checker_support.hpp"
 #include "runner/judge/task_checker.hpp"
 
 namespace crucible::runner {
 namespace {
 
 constexpr double kDrawTolerance = 1e-4;
-
-const HostTensorView* find_named(std::span<const HostTensorView> views, std::string_view name) {
-  for (const auto& view : views) {
-    if (view.name == name) return &view;
-  }
-  return nullptr;
-}
-
-double element_of(const HostTensorView& view, std::size_t index) {
-  return core::element_as_double(view.dtype, view.data, index);
-}
 
 // One row's filtered distribution, in double.
 class Row {

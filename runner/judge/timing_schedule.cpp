@@ -7,20 +7,16 @@
 
 namespace crucible::runner {
 
-namespace {
-
-std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
+std::uint64_t mix_words(std::uint64_t a, std::uint64_t b) {
   std::uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 
-}  // namespace
-
 CallSchedule make_call_schedule(std::uint64_t secret, std::size_t case_index,
                                 const ScheduleRule& rule) {
-  std::mt19937_64 random(mix(secret, 0x7363686564756C65ull + case_index));
+  std::mt19937_64 random(mix_words(secret, 0x7363686564756C65ull + case_index));
   CallSchedule schedule;
   schedule.warmup_pairs =
       rule.warmup_pairs + std::uniform_int_distribution<std::size_t>(0, rule.warmup_pairs)(random);
@@ -38,7 +34,7 @@ CallSchedule make_call_schedule(std::uint64_t secret, std::size_t case_index,
 }
 
 std::uint64_t timed_call_seed(std::uint64_t secret, std::uint64_t case_seed, std::size_t call) {
-  return mix(mix(secret, case_seed), 0x74696D6564ull + call);
+  return mix_words(mix_words(secret, case_seed), 0x74696D6564ull + call);
 }
 
 double escape_probability(double f, std::size_t checks) {

@@ -10,6 +10,10 @@
 
 namespace crucible::runner {
 
+// A 64-bit mix of two words (splitmix64's finaliser): the runner's seeds, canaries and secret
+// choices are all made with it.
+std::uint64_t mix_words(std::uint64_t a, std::uint64_t b);
+
 struct ScheduleRule {
   std::size_t warmup_pairs = 5;  // at least this many warm-up pairs; up to twice as many
   std::size_t min_samples = 30;  // measured calls per side the stopping rule always waits for
