@@ -304,7 +304,10 @@ def bad_address(text, rng):
 
 
 def spin(text, rng):
-    return insert_in_body(text, "if (threadIdx.x == 0) { volatile int spin = 1; while (spin) {} }")
+    # A loop the compiler cannot drop: ptxas removes a loop on a (volatile) local variable, which
+    # has no side effect, so that version never hung on the H200. clock64() is an asm volatile
+    # read of a counter that stays non-negative for centuries.
+    return insert_in_body(text, "if (threadIdx.x == 0) { while (clock64() >= 0) {} }")
 
 
 MUTATIONS = {  # class: [(name, function, applies to the reference source too)]
