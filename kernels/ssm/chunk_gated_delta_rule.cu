@@ -2,23 +2,25 @@
 // chunk_gated_delta_rule as vLLM's Qwen3-Next layer calls it: cu_seqlens, q/k L2-normalised in
 // the kernel, initial and final states), chunks of 64 tokens, head sizes 128.
 //
-// @workspace ws_w float[(cdiv(num_tokens, 64) + num_seqs) * num_v_heads * 8192]
+// @workspace ws_w f16[(cdiv(num_tokens, 64) + num_seqs) * num_v_heads * 8192]
 // @workspace ws_u float[(cdiv(num_tokens, 64) + num_seqs) * num_v_heads * 8192]
-// @workspace ws_a float[(cdiv(num_tokens, 64) + num_seqs) * num_v_heads * 4096]
+// @workspace ws_a f16[(cdiv(num_tokens, 64) + num_seqs) * num_v_heads * 4096]
+// @workspace ws_qk f16[(cdiv(num_tokens, 64) + num_seqs) * num_k_heads * 16384]
 // @workspace ws_rows float[(cdiv(num_tokens, 64) + num_seqs) * num_v_heads * 192]
 // @launch gdr_chunk_prepare<<<dim3(cdiv(num_tokens, 64) + num_seqs, num_v_heads), 256, 108544>>>(
-//     q, k, v, g, beta, cu_seqlens, ws_w, ws_u, ws_a, ws_rows, scale, num_seqs, num_k_heads,
+//     q, k, v, g, beta, cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, scale, num_seqs,
+//     num_k_heads, num_v_heads)
+// @launch gdr_chunk_scan<<<dim3(2, num_v_heads, num_seqs), 128, 173120>>>(initial_state,
+//     cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, o, final_state, num_seqs, num_k_heads,
 //     num_v_heads)
-// @launch gdr_chunk_scan<<<dim3(4, num_v_heads, num_seqs), 128, 166656>>>(q, k, initial_state,
-//     cu_seqlens, ws_w, ws_u, ws_a, ws_rows, o, final_state, num_seqs, num_k_heads, num_v_heads)
 //
 // The chunked form (Yang, Kautz and Hatamizadeh, "Gated Delta Networks", 2024; FLA). In a chunk
-// of L <= 64 tokens with normalised keys k_i, scaled normalised queries q_i, betas b_i and
-// cumulative gates c_i = g_1 + ... + g_i (from the chunk's start), the state S entering the chunk
-// and the corrections u_i of the recurrence satisfy (I + M) u = diag(b) V - diag(b e^c) K S with
+// of L <= 64 tokens with normalised keys k_i, normalised queries q_i, betas b_i and cumulative
+// gates c_i = g_1 + ... + g_i (from the chunk's start), the state S entering the chunk and the
+// corrections u_i of the recurrence satisfy (I + M) u = diag(b) V - diag(b e^c) K S with
 // M_ij = b_i (k_i . k_j) e^(c_i - c_j) for j < i. With T = (I + M)^-1:
 //   W = T diag(b e^c) K,  U = T diag(b) V,  u = U - W S,
-//   o_i = e^(c_i) q_i S + sum_(j <= i) (q_i . k_j) e^(c_i - c_j) u_j,
+//   o_i = scale e^(c_i) q_i S + sum_(j <= i) A_ij u_j,  A_ij = scale (q_i . k_j) e^(c_i - c_j),
 //   S' = e^(c_L) S + sum_j e^(c_L - c_j) k_j u_j^T.
 // Only differences of cumulative gates inside one chunk are exponentiated (never a sum over the
 // whole sequence), and the upper triangle is masked before its exponential is taken.
@@ -26,33 +28,63 @@
 // Kernels:
 // - gdr_chunk_prepare, one block per (chunk, value head), all chunks in parallel: K K^T and
 //   Q K^T of the raw bf16 rows on bf16 tensor cores (mma.sync m16n8k16: exact products, fp32
-//   sums; the norms are applied afterwards as row and column scales), M and the causal
-//   intra-chunk matrix A, T by forward substitution in fp32 (one thread per column: no barrier
-//   inside the solve), then W and U on bf16 tensor cores with T's scaled columns split into two
-//   bf16 parts (hi + lo, 16 bits of mantissa) against the exact raw k and v. Writes W, U, A and
-//   the row factors e^(c_i) |q_i|^-1 scale, e^(c_L - c_i) |k_i|^-1 and e^(c_L).
-// - gdr_chunk_scan, one block per (sequence, value head, 32 value columns), walking the
-//   sequence's chunks in order with its fp32 state slice (128 x 32) in shared memory: u = U - W S
-//   and Q S, then A u, o, and S' = e^(c_L) S + K^T (f u), on TF32 tensor cores (mma.sync
-//   m16n8k8; operands rounded to 10 mantissa bits per chunk, the state itself kept fp32 between
-//   chunks). The next chunk's W, A and U slices are copied with cp.async while the current
-//   chunk's state update runs.
+//   sums; the norms are applied afterwards as row and column scales), M and A, T by forward
+//   substitution in fp32 (one thread per column: no barrier inside the solve), then W and U on
+//   bf16 tensor cores with T's scaled columns split into two bf16 parts (hi + lo, 16 bits of
+//   mantissa) against the exact raw k and v. Writes W (fp16), U transposed (fp32), A (fp16), the
+//   normalised q and k rows (fp16, once per key head) and the row factors scale e^(c_i),
+//   e^(c_L - c_i) and e^(c_L).
+// - gdr_chunk_scan, one block per (sequence, value head, 64 value columns), walking the
+//   sequence's chunks in order. Each of its 4 warps owns 16 value columns and keeps its slice of
+//   the state transposed (16 x 128, fp32) in mma accumulator registers for the whole sequence, so
+//   every product of a chunk is warp-local: with the state's fragments as the A operand,
+//   u^T = U^T - S^T W^T and P^T = S^T Q^T, then S^T = e^(c_L) S^T + (f u)^T K and
+//   o^T = (scale e^c P)^T + u^T A^T, the accumulators of one product feeding the next as A
+//   operands and W, Q, K and A coming from shared memory through ldmatrix. Products run on fp16
+//   tensor cores (mma.sync m16n8k16, fp32 sums): fp16 carries TF32's 10 mantissa bits, the
+//   precision the task's tolerances were derived for, at twice TF32's rate; every operand is
+//   normalised or bounded (|q|, |k| = 1; A, e^c <= 1; the state and u of the recurrence's
+//   scale), far inside fp16's range, and values under its normal range lose only absolute error
+//   below 1e-7. The next chunk's W, A, U, q and k slices and row factors are copied with cp.async
+//   into the second of two stage buffers while the current chunk computes: one block barrier a
+//   chunk. Each warp writes its outputs through a small shared tile as 16-byte rows.
 // Chunks are numbered across the batch, sequence after sequence (cdiv(length, 64) each); the
 // grid of the first kernel covers the bound cdiv(num_tokens, 64) + num_seqs and its extra
 // blocks exit.
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace {
 
 constexpr int kChunk = 64;
 constexpr int kDim = 128;         // head_k_dim = head_v_dim
-constexpr int kLdB = kDim + 8;    // bf16 rows of q, k, v in shared memory
+constexpr int kLdB = kDim + 8;    // bf16 rows of q, k, v in the prepare's shared memory
 constexpr int kLdG = kChunk + 8;  // fp32 64 x 64 matrices (and the bf16 parts aliasing them)
-constexpr int kLdW = kDim + 4;    // fp32 64 x 128 matrices of the scan
-constexpr int kTileV = 32;        // value columns a scan block owns
-constexpr int kLdS = kTileV + 4;  // fp32 rows of 32 columns
 constexpr int kRowsStride = 192;  // row factors a (chunk, head): fq[64], fk[64], e^(c_L)
+
+// The scan's shared memory: two stage buffers, each W, q, k (fp16 [64][kLdH]), A (fp16
+// [64][kLdHA]), the block's U^T columns (fp32 [64][kLdUT]) and the row factors (132 floats,
+// padded to 544 bytes); then each warp's output tile (bf16 [64][kLdO]). Row strides of 272, 144
+// and 288 bytes put the 8 rows an ldmatrix or a half-warp's float2 reads in distinct banks.
+constexpr int kScanWarps = 4;
+constexpr int kScanCols = 16 * kScanWarps;  // value columns of a scan block
+constexpr int kLdH = kDim + 8;
+constexpr int kLdHA = kChunk + 8;
+constexpr int kLdUT = kChunk + 8;
+constexpr int kLdO = 24;
+constexpr int kStW = 0;
+constexpr int kStQ = kStW + kChunk * kLdH * 2;
+constexpr int kStK = kStQ + kChunk * kLdH * 2;
+constexpr int kStA = kStK + kChunk * kLdH * 2;
+constexpr int kStU = kStA + kChunk * kLdHA * 2;
+constexpr int kStRows = kStU + kScanCols * kLdUT * 4;
+constexpr int kStageBytes = kStRows + 544;
+constexpr int kScanOut = 2 * kStageBytes;
+constexpr int kScanSmemBytes = kScanOut + kScanWarps * kChunk * kLdO * 2;
+static_assert(kScanSmemBytes == 173120, "the scan's @launch passes 173120 bytes");
+static_assert(kStageBytes % 16 == 0 && kStRows % 16 == 0 && kStU % 16 == 0, "16-byte copies");
+static_assert(kDim % kScanCols == 0, "the scan grid's x is kDim / kScanCols = 2");
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -60,9 +92,9 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Tensor-core tiles through mma.sync (PTX ISA, "Matrix fragments for mma.m16n8k16" and
-// "mma.m16n8k8"): lane = 4 g + t. A 16 x 16 fp32 tile is two 16 x 8 accumulators; in half h a
-// lane holds rows g and g + 8 at columns 8 h + 2 t and 8 h + 2 t + 1.
+// Tensor-core tiles through mma.sync (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane =
+// 4 g + t. A 16 x 16 fp32 tile is two 16 x 8 accumulators; in half h a lane holds rows g and
+// g + 8 at columns 8 h + 2 t and 8 h + 2 t + 1.
 struct Tile {
   float v[2][4];
 
@@ -70,24 +102,7 @@ struct Tile {
 #pragma unroll
     for (int h = 0; h < 2; ++h) v[h][0] = v[h][1] = v[h][2] = v[h][3] = 0.f;
   }
-  __device__ void scale(float f) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[h][e] *= f;
-    }
-  }
   // Row-major fp32 tile at p with leading dimension ld.
-  __device__ void load(const float* p, int ld) {
-    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      v[h][0] = p[g * ld + 8 * h + 2 * t];
-      v[h][1] = p[g * ld + 8 * h + 2 * t + 1];
-      v[h][2] = p[(g + 8) * ld + 8 * h + 2 * t];
-      v[h][3] = p[(g + 8) * ld + 8 * h + 2 * t + 1];
-    }
-  }
   __device__ void store(float* p, int ld) const {
     const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
 #pragma unroll
@@ -109,10 +124,10 @@ __device__ __forceinline__ unsigned bf16_pack(__nv_bfloat16 lo, __nv_bfloat16 hi
          (static_cast<unsigned>(__bfloat16_as_ushort(hi)) << 16);
 }
 
-__device__ __forceinline__ unsigned to_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
+// Two floats rounded to fp16, lo in the low half (the lower k or n index of a fragment pair).
+__device__ __forceinline__ unsigned f16_pack(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&h);
 }
 
 __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4],
@@ -124,13 +139,32 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const unsigned 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                                 unsigned b1) {
+__device__ __forceinline__ void mma_m16n8k16_f16(float (&d)[4], const unsigned (&a)[4],
+                                                 unsigned b0, unsigned b1) {
   asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8 x 8 b16 matrices from shared memory (PTX ldmatrix): lanes 8 m .. 8 m + 7 give the row
+// addresses of matrix m, and matrix m lands in r[m]. Plain: lane 4 g + t receives row g,
+// elements 2 t and 2 t + 1; transposed: elements (2 t, g) and (2 t + 1, g).
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], const void* row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
 }
 
 // The bf16 A fragment of a row-major 16 x 16 block at a (leading dimension lda, even).
@@ -167,30 +201,6 @@ __device__ __forceinline__ void mma_bf16_bn(Tile& c, const __nv_bfloat16* a, int
     const unsigned b0 = bf16_pack(b[(2 * t) * ldb + n], b[(2 * t + 1) * ldb + n]);
     const unsigned b1 = bf16_pack(b[(2 * t + 8) * ldb + n], b[(2 * t + 9) * ldb + n]);
     mma_m16n8k16_bf16(c.v[h], fa, b0, b1);
-  }
-}
-
-// C += (sign A) B on TF32, A 16 x 8 fp32 (row-major a[r * lda + k], or column-major
-// a[k * lda + r] when a_col), B 8 x 16 row-major fp32 (b[k * ldb + n]).
-__device__ __forceinline__ void mma_tf32(Tile& c, const float* a, int lda, bool a_col, float sign,
-                                         const float* b, int ldb) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  unsigned fa[4];
-  if (a_col) {
-    fa[0] = to_tf32(sign * a[t * lda + g]);
-    fa[1] = to_tf32(sign * a[t * lda + g + 8]);
-    fa[2] = to_tf32(sign * a[(t + 4) * lda + g]);
-    fa[3] = to_tf32(sign * a[(t + 4) * lda + g + 8]);
-  } else {
-    fa[0] = to_tf32(sign * a[g * lda + t]);
-    fa[1] = to_tf32(sign * a[(g + 8) * lda + t]);
-    fa[2] = to_tf32(sign * a[g * lda + t + 4]);
-    fa[3] = to_tf32(sign * a[(g + 8) * lda + t + 4]);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int n = 8 * h + g;
-    mma_m16n8k8_tf32(c.v[h], fa, to_tf32(b[t * ldb + n]), to_tf32(b[(t + 4) * ldb + n]));
   }
 }
 
@@ -238,16 +248,6 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-__device__ __forceinline__ void bf16x8_to_float(const uint4 raw, float* dst) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int p = 0; p < 4; ++p) {
-    const float2 f = __bfloat1622float2(pairs[p]);
-    dst[2 * p] = f.x;
-    dst[2 * p + 1] = f.y;
-  }
-}
-
 }  // namespace
 
 // Shared memory (bytes): k, q, v rows (bf16, 3 x 17408), then K K^T / M / W's T parts (18432),
@@ -256,7 +256,8 @@ __global__ void __launch_bounds__(256)
     gdr_chunk_prepare(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                       const __nv_bfloat16* __restrict__ v, const float* __restrict__ g,
                       const __nv_bfloat16* __restrict__ beta, const int* __restrict__ cu_seqlens,
-                      float* __restrict__ ws_w, float* __restrict__ ws_u, float* __restrict__ ws_a,
+                      __half* __restrict__ ws_w, float* __restrict__ ws_u,
+                      __half* __restrict__ ws_a, __half* __restrict__ ws_qk,
                       float* __restrict__ ws_rows, float scale, int num_seqs, int num_k_heads,
                       int num_v_heads) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -269,7 +270,7 @@ __global__ void __launch_bounds__(256)
   float* gc = tm + kChunk * kLdG;                            // cumulative gates
   float* bt = gc + kChunk;                                   // beta
   float* rk = bt + kChunk;                                   // 1 / |k|
-  float* rq = rk + kChunk;                                   // scale / |q|
+  float* rq = rk + kChunk;                                   // 1 / |q|
   __nv_bfloat16* tw = reinterpret_cast<__nv_bfloat16*>(gk);  // W's T parts, once M is used
   __nv_bfloat16* tu = reinterpret_cast<__nv_bfloat16*>(gq);  // U's T parts, once A is out
   __shared__ int s_chunk[2];
@@ -279,7 +280,8 @@ __global__ void __launch_bounds__(256)
   const int warp = tid >> 5;
   const int chunk = blockIdx.x;
   const int hv = blockIdx.y;
-  const int h = hv / (num_v_heads / num_k_heads);
+  const int group = num_v_heads / num_k_heads;
+  const int h = hv / group;
 
   if (warp == 0) {
     int seq, first;
@@ -351,7 +353,7 @@ __global__ void __launch_bounds__(256)
     if (lane == 0) {
       const bool in = r < len;
       rk[r] = in ? 1.f / sqrtf(sk + 1e-6f) : 0.f;
-      rq[r] = in ? scale / sqrtf(sq + 1e-6f) : 0.f;
+      rq[r] = in ? 1.f / sqrtf(sq + 1e-6f) : 0.f;
       bt[r] = in ? __bfloat162float(beta[static_cast<size_t>(t0 + r) * num_v_heads + hv]) : 0.f;
     }
   }
@@ -380,7 +382,7 @@ __global__ void __launch_bounds__(256)
     float m = 0.f, a = 0.f;
     if (j <= i) {
       const float d = expf(gc[i] - gc[j]);
-      a = rq[i] * rk[j] * gq[i * kLdG + j] * d;
+      a = scale * rq[i] * rk[j] * gq[i * kLdG + j] * d;
       if (j < i) m = bt[i] * rk[i] * rk[j] * gk[i * kLdG + j] * d;
     }
     gk[i * kLdG + j] = m;
@@ -390,15 +392,32 @@ __global__ void __launch_bounds__(256)
 
   const size_t cg = static_cast<size_t>(chunk) * num_v_heads + hv;
   {
-    float* a_out = ws_a + cg * (kChunk * kChunk);
-    for (int idx = tid; idx < kChunk * kChunk; idx += blockDim.x) {
-      a_out[idx] = gq[(idx >> 6) * kLdG + (idx & 63)];
+    __half2* a_out = reinterpret_cast<__half2*>(ws_a + cg * (kChunk * kChunk));
+    for (int idx = tid; idx < kChunk * kChunk / 2; idx += blockDim.x) {
+      const float* a_row = gq + (idx >> 5) * kLdG + (idx & 31) * 2;
+      a_out[idx] = __floats2half2_rn(a_row[0], a_row[1]);
+    }
+    // The normalised q and k rows, once per key head (by its first value head's block).
+    if (hv % group == 0) {
+      __half2* qk_out =
+          reinterpret_cast<__half2*>(ws_qk + (static_cast<size_t>(chunk) * num_k_heads + h) *
+                                                 (2 * kChunk * kDim));
+      for (int idx = tid; idx < kChunk * kDim / 2; idx += blockDim.x) {
+        const int r = idx >> 6;
+        const int c2 = (idx & 63) * 2;
+        qk_out[idx] = __floats2half2_rn(__bfloat162float(qb[r * kLdB + c2]) * rq[r],
+                                        __bfloat162float(qb[r * kLdB + c2 + 1]) * rq[r]);
+        qk_out[kChunk * kDim / 2 + idx] =
+            __floats2half2_rn(__bfloat162float(kb[r * kLdB + c2]) * rk[r],
+                              __bfloat162float(kb[r * kLdB + c2 + 1]) * rk[r]);
+      }
     }
     float* rows_out = ws_rows + cg * kRowsStride;
     const float c_last = gc[kChunk - 1];
     if (tid < kChunk) {
-      rows_out[tid] = expf(gc[tid]) * rq[tid];
-      rows_out[kChunk + tid] = expf(c_last - gc[tid]) * rk[tid];
+      const bool in = tid < len;
+      rows_out[tid] = in ? expf(gc[tid]) * scale : 0.f;
+      rows_out[kChunk + tid] = in ? expf(c_last - gc[tid]) : 0.f;
     }
     if (tid == kChunk) rows_out[2 * kChunk] = expf(c_last);
   }
@@ -442,9 +461,11 @@ __global__ void __launch_bounds__(256)
   }
   __syncthreads();
 
-  // W = T' K_raw and U = T'' V_raw: 32 tiles each, 8 a warp, two parts each.
-  float* w_out = ws_w + cg * (kChunk * kDim);
+  // W = T' K_raw and U = T'' V_raw: 32 tiles each, 8 a warp, two parts each. W is stored
+  // row-major in fp16, U transposed (U^T[column][token]) in fp32.
+  __half* w_out = ws_w + cg * (kChunk * kDim);
   float* u_out = ws_u + cg * (kChunk * kDim);
+  const int lg = lane >> 2, lt = lane & 3;
   for (int t = warp; t < 64; t += 8) {
     const bool is_w = t < 32;
     const int rt = (t & 31) >> 3;
@@ -461,175 +482,258 @@ __global__ void __launch_bounds__(256)
                     src + kk * kLdB + ct * 16, kLdB);
       }
     }
-    acc.store((is_w ? w_out : u_out) + rt * 16 * kDim + ct * 16, kDim);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = rt * 16 + lg;
+      const int col = ct * 16 + 8 * hh + 2 * lt;
+      if (is_w) {
+        *reinterpret_cast<__half2*>(w_out + row * kDim + col) =
+            __floats2half2_rn(acc.v[hh][0], acc.v[hh][1]);
+        *reinterpret_cast<__half2*>(w_out + (row + 8) * kDim + col) =
+            __floats2half2_rn(acc.v[hh][2], acc.v[hh][3]);
+      } else {
+        u_out[col * kChunk + row] = acc.v[hh][0];
+        u_out[(col + 1) * kChunk + row] = acc.v[hh][1];
+        u_out[col * kChunk + row + 8] = acc.v[hh][2];
+        u_out[(col + 1) * kChunk + row + 8] = acc.v[hh][3];
+      }
+    }
   }
 }
 
-// Shared memory (floats): S 128 x 36, W, Q, K 64 x 132 each, A 64 x 72, u, U (then A u), Q S
-// 64 x 36 each, row factors 192: 41664 floats = 166656 bytes.
-__global__ void __launch_bounds__(128)
-    gdr_chunk_scan(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
-                   const float* __restrict__ initial_state, const int* __restrict__ cu_seqlens,
-                   const float* __restrict__ ws_w, const float* __restrict__ ws_u,
-                   const float* __restrict__ ws_a, const float* __restrict__ ws_rows,
-                   __nv_bfloat16* __restrict__ o, float* __restrict__ final_state, int num_seqs,
-                   int num_k_heads, int num_v_heads) {
+
+// Fragment conventions of the scan (lane = 4 g + t, warp w owns value columns v0 + 16 w + m,
+// m < 16): an accumulator array x[j][4] of a 16 x (8 J) matrix X holds X[g][8 j + 2 t],
+// X[g][8 j + 2 t + 1], X[g + 8][8 j + 2 t], X[g + 8][8 j + 2 t + 1] in x[j][0..3]. Columns
+// 16 s .. 16 s + 15 of it, packed to fp16 pairs, are exactly the A operand of the k step s:
+// {x[2 s][0, 1]}, {x[2 s][2, 3]}, {x[2 s + 1][0, 1]}, {x[2 s + 1][2, 3]}.
+__device__ __forceinline__ void a_fragment(unsigned (&a)[4], const float (&lo)[4],
+                                           const float (&hi)[4]) {
+  a[0] = f16_pack(lo[0], lo[1]);
+  a[1] = f16_pack(lo[2], lo[3]);
+  a[2] = f16_pack(hi[0], hi[1]);
+  a[3] = f16_pack(hi[2], hi[3]);
+}
+
+// Shared memory: see kScanSmemBytes.
+__global__ void __launch_bounds__(128, 1)
+    gdr_chunk_scan(const float* __restrict__ initial_state, const int* __restrict__ cu_seqlens,
+                   const __half* __restrict__ ws_w, const float* __restrict__ ws_u,
+                   const __half* __restrict__ ws_a, const __half* __restrict__ ws_qk,
+                   const float* __restrict__ ws_rows, __nv_bfloat16* __restrict__ o,
+                   float* __restrict__ final_state, int num_seqs, int num_k_heads,
+                   int num_v_heads) {
   extern __shared__ __align__(128) unsigned char smem[];
-  float* s = reinterpret_cast<float*>(smem);  // state slice [128][kLdS]
-  float* wc = s + kDim * kLdS;                // W [64][kLdW]
-  float* qf = wc + kChunk * kLdW;             // raw q [64][kLdW]
-  float* kf = qf + kChunk * kLdW;             // raw k [64][kLdW]
-  float* ac = kf + kChunk * kLdW;             // A [64][kLdG]
-  float* un = ac + kChunk * kLdG;             // u [64][kLdS]
-  float* uc = un + kChunk * kLdS;             // U tile, then A u [64][kLdS]
-  float* pq = uc + kChunk * kLdS;             // Q S [64][kLdS]
-  float* rows = pq + kChunk * kLdS;           // fq[64], fk[64], e^(c_L)
   __shared__ int s_first;
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int v0 = blockIdx.x * kTileV;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int v0 = blockIdx.x * kScanCols;
   const int hv = blockIdx.y;
   const int n = blockIdx.z;
   const int h = hv / (num_v_heads / num_k_heads);
   const int bos = cu_seqlens[n];
   const int eos = cu_seqlens[n + 1];
+  const int vw = v0 + 16 * warp;  // the warp's first value column
 
   if (warp == 0) {
     int seq, first;
     locate_chunks(cu_seqlens, num_seqs, -1, n, &seq, &first);
     if (lane == 0) s_first = first;
   }
-  const size_t state_base = (static_cast<size_t>(n) * num_v_heads + hv) * kDim * kDim + v0;
-  for (int idx = tid; idx < kDim * (kTileV / 4); idx += blockDim.x) {
-    const int r = idx >> 3;
-    const int c4 = (idx & 7) * 4;
-    *reinterpret_cast<float4*>(s + r * kLdS + c4) =
-        *reinterpret_cast<const float4*>(initial_state + state_base + r * kDim + c4);
+
+  // The state slice, transposed: st[j] holds S^T[m][8 j + 2 t (+1)] = S[key][vw + m] for
+  // m = g, g + 8 (16 tiles of 8 keys).
+  const size_t state_base = (static_cast<size_t>(n) * num_v_heads + hv) * kDim * kDim + vw + g;
+  float st[16][4];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float* row = initial_state + state_base + static_cast<size_t>(8 * j + 2 * t) * kDim;
+    st[j][0] = row[0];
+    st[j][1] = row[kDim];
+    st[j][2] = row[8];
+    st[j][3] = row[kDim + 8];
   }
   __syncthreads();
   const int first = s_first;
   const int num_chunks = (eos - bos + kChunk - 1) / kChunk;
 
-  // W, A, the U tile and the row factors of chunk c, copied asynchronously (the next chunk's
-  // copies overlap the state update of the current one).
-  auto issue_chunk_copies = [&](int c) {
-    const size_t cg = static_cast<size_t>(first + c) * num_v_heads + hv;
-    const float* w_in = ws_w + cg * (kChunk * kDim);
-    for (int idx = tid; idx < kChunk * (kDim / 4); idx += blockDim.x) {
-      const int r = idx >> 5;
-      const int c4 = (idx & 31) * 4;
-      cp_async16(wc + r * kLdW + c4, w_in + r * kDim + c4);
-    }
-    const float* a_in = ws_a + cg * (kChunk * kChunk);
-    for (int idx = tid; idx < kChunk * (kChunk / 4); idx += blockDim.x) {
-      const int r = idx >> 4;
-      const int c4 = (idx & 15) * 4;
-      cp_async16(ac + r * kLdG + c4, a_in + r * kChunk + c4);
-    }
-    const float* u_in = ws_u + cg * (kChunk * kDim) + v0;
-    for (int idx = tid; idx < kChunk * (kTileV / 4); idx += blockDim.x) {
-      const int r = idx >> 3;
-      const int c4 = (idx & 7) * 4;
-      cp_async16(uc + r * kLdS + c4, u_in + r * kDim + c4);
-    }
-    // fq, fk and e^(c_L): the first 132 of the 192 floats.
-    for (int idx = tid; idx < (2 * kChunk + 4) / 4; idx += blockDim.x) {
-      cp_async16(rows + idx * 4, ws_rows + cg * kRowsStride + idx * 4);
-    }
-  };
-  if (num_chunks > 0) issue_chunk_copies(0);
-
-  for (int c = 0; c < num_chunks; ++c) {
-    const int t0 = bos + c * kChunk;
-    const int len = min(kChunk, eos - t0);
+  // The chunk's copies into stage buffer `buf`: W, q, k and A whole, the block's 64 columns of
+  // U^T, and fq, fk, e^(c_L) (the first 132 of the 192 row factors).
+  auto issue_chunk_copies = [&](int c, int buf) {
+    unsigned char* stage = smem + buf * kStageBytes;
+    const size_t cv = static_cast<size_t>(first + c) * num_v_heads + hv;
+    const size_t ck = static_cast<size_t>(first + c) * num_k_heads + h;
+    const __half* w_in = ws_w + cv * (kChunk * kDim);
+    const __half* q_in = ws_qk + ck * (2 * kChunk * kDim);
+    const __half* k_in = q_in + kChunk * kDim;
     for (int idx = tid; idx < kChunk * (kDim / 8); idx += blockDim.x) {
       const int r = idx >> 4;
       const int c8 = (idx & 15) * 8;
-      uint4 kr = make_uint4(0u, 0u, 0u, 0u), qr = kr;
-      if (r < len) {
-        const size_t tok = static_cast<size_t>(t0 + r);
-        kr = *reinterpret_cast<const uint4*>(k + (tok * num_k_heads + h) * kDim + c8);
-        qr = *reinterpret_cast<const uint4*>(q + (tok * num_k_heads + h) * kDim + c8);
-      }
-      bf16x8_to_float(kr, kf + r * kLdW + c8);
-      bf16x8_to_float(qr, qf + r * kLdW + c8);
+      const int dst = (r * kLdH + c8) * 2;
+      cp_async16(stage + kStW + dst, w_in + r * kDim + c8);
+      cp_async16(stage + kStQ + dst, q_in + r * kDim + c8);
+      cp_async16(stage + kStK + dst, k_in + r * kDim + c8);
     }
+    const __half* a_in = ws_a + cv * (kChunk * kChunk);
+    for (int idx = tid; idx < kChunk * (kChunk / 8); idx += blockDim.x) {
+      const int r = idx >> 3;
+      const int c8 = (idx & 7) * 8;
+      cp_async16(stage + kStA + (r * kLdHA + c8) * 2, a_in + r * kChunk + c8);
+    }
+    const float* u_in = ws_u + cv * (kChunk * kDim) + static_cast<size_t>(v0) * kChunk;
+    for (int idx = tid; idx < kScanCols * (kChunk / 4); idx += blockDim.x) {
+      const int r = idx >> 4;
+      const int c4 = (idx & 15) * 4;
+      cp_async16(stage + kStU + (r * kLdUT + c4) * 4, u_in + r * kChunk + c4);
+    }
+    for (int idx = tid; idx < (2 * kChunk + 4) / 4; idx += blockDim.x) {
+      cp_async16(stage + kStRows + idx * 16, ws_rows + cv * kRowsStride + idx * 4);
+    }
+  };
+  issue_chunk_copies(0, 0);
+
+  // ldmatrix row addresses of this lane: matrix mi = lane / 8, row lane % 8. Plain (W, q, A: the
+  // n index is the stored row): rows 8 (mi / 2) + r8, columns 8 (mi % 2). Transposed (k: the k
+  // index is the stored row): rows 8 (mi % 2) + r8, columns 8 (mi / 2).
+  const int mi = lane >> 3;
+  const int r8 = lane & 7;
+  const int plain_row = 8 * (mi >> 1) + r8, plain_col = 8 * (mi & 1);
+  const int trans_row = 8 * (mi & 1) + r8, trans_col = 8 * (mi >> 1);
+  __nv_bfloat16* o_tile =
+      reinterpret_cast<__nv_bfloat16*>(smem + kScanOut) + warp * (kChunk * kLdO);
+
+  for (int c = 0; c < num_chunks; ++c) {
+    // Chunk c's copies have landed and every warp is done with chunk c - 1's buffer: fill it
+    // with chunk c + 1's while chunk c computes.
     cp_async_wait_all();
     __syncthreads();
+    if (c + 1 < num_chunks) issue_chunk_copies(c + 1, (c + 1) & 1);
+    const unsigned char* stage = smem + (c & 1) * kStageBytes;
+    const __half* w_s = reinterpret_cast<const __half*>(stage + kStW);
+    const __half* q_s = reinterpret_cast<const __half*>(stage + kStQ);
+    const __half* k_s = reinterpret_cast<const __half*>(stage + kStK);
+    const __half* a_s = reinterpret_cast<const __half*>(stage + kStA);
+    const float* ut_s = reinterpret_cast<const float*>(stage + kStU) + (16 * warp + g) * kLdUT;
+    const float* rows = reinterpret_cast<const float*>(stage + kStRows);
 
-    // u = U - W S and Q S: 8 tiles of 16 x 16 each, 4 a warp.
-    for (int t = warp; t < 16; t += 4) {
-      const bool is_u = t < 8;
-      const int rt = (t & 7) >> 1;
-      const int ct = t & 1;
-      Tile acc;
-      if (is_u) {
-        acc.load(uc + rt * 16 * kLdS + ct * 16, kLdS);
-      } else {
-        acc.zero();
-      }
-      const float* a_src = is_u ? wc : qf;
-      const float sign = is_u ? -1.f : 1.f;
-#pragma unroll 4
-      for (int kk = 0; kk < kDim; kk += 8) {
-        mma_tf32(acc, a_src + rt * 16 * kLdW + kk, kLdW, false, sign, s + kk * kLdS + ct * 16,
-                 kLdS);
-      }
-      acc.store((is_u ? un : pq) + rt * 16 * kLdS + ct * 16, kLdS);
-    }
-    __syncthreads();
-
-    // A u (A is causal and zero past the chunk): 8 tiles, 2 a warp, into the U buffer.
-    for (int t = warp; t < 8; t += 4) {
-      const int rt = t >> 1;
-      const int ct = t & 1;
-      Tile acc;
-      acc.zero();
+    // u^T = U^T - S^T W^T and P^T = S^T Q^T (16 x 64 each, 8 k steps over the keys).
+    float un[8][4], p[8][4];
 #pragma unroll
-      for (int kk = 0; kk < kChunk; kk += 8) {
-        mma_tf32(acc, ac + rt * 16 * kLdG + kk, kLdG, false, 1.f, un + kk * kLdS + ct * 16, kLdS);
-      }
-      acc.store(uc + rt * 16 * kLdS + ct * 16, kLdS);
+    for (int j = 0; j < 8; ++j) {
+      const float2 top = *reinterpret_cast<const float2*>(ut_s + 8 * j + 2 * t);
+      const float2 bottom = *reinterpret_cast<const float2*>(ut_s + 8 * kLdUT + 8 * j + 2 * t);
+      un[j][0] = top.x;
+      un[j][1] = top.y;
+      un[j][2] = bottom.x;
+      un[j][3] = bottom.y;
+      p[j][0] = p[j][1] = p[j][2] = p[j][3] = 0.f;
     }
-    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      unsigned sa[4], na[4];
+      a_fragment(sa, st[2 * s], st[2 * s + 1]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) na[e] = sa[e] ^ 0x80008000u;  // -S, exactly
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        const int offset = (16 * jp + plain_row) * kLdH + 16 * s + plain_col;
+        unsigned b[4];
+        ldsm_x4(b, w_s + offset);
+        mma_m16n8k16_f16(un[2 * jp], na, b[0], b[1]);
+        mma_m16n8k16_f16(un[2 * jp + 1], na, b[2], b[3]);
+        ldsm_x4(b, q_s + offset);
+        mma_m16n8k16_f16(p[2 * jp], sa, b[0], b[1]);
+        mma_m16n8k16_f16(p[2 * jp + 1], sa, b[2], b[3]);
+      }
+    }
 
-    // o = fq (Q S) + A u for the chunk's tokens; u scaled by fk for the state update.
-    for (int idx = tid; idx < kChunk * kTileV; idx += blockDim.x) {
-      const int i = idx >> 5;
-      const int j = idx & 31;
-      if (i < len) {
-        o[(static_cast<size_t>(t0 + i) * num_v_heads + hv) * kDim + v0 + j] =
-            __float2bfloat16(fmaf(rows[i], pq[i * kLdS + j], uc[i * kLdS + j]));
-      }
-      un[i * kLdS + j] *= rows[kChunk + i];
+    // u^T as the A operand, scaled by fk = e^(c_L - c_j) for the state and plain for A u.
+    unsigned uf[4][4], ua[4][4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const float2 f0 = *reinterpret_cast<const float2*>(rows + kChunk + 16 * s + 2 * t);
+      const float2 f1 = *reinterpret_cast<const float2*>(rows + kChunk + 16 * s + 8 + 2 * t);
+      const float scaled_lo[4] = {un[2 * s][0] * f0.x, un[2 * s][1] * f0.y, un[2 * s][2] * f0.x,
+                                  un[2 * s][3] * f0.y};
+      const float scaled_hi[4] = {un[2 * s + 1][0] * f1.x, un[2 * s + 1][1] * f1.y,
+                                  un[2 * s + 1][2] * f1.x, un[2 * s + 1][3] * f1.y};
+      a_fragment(uf[s], scaled_lo, scaled_hi);
+      a_fragment(ua[s], un[2 * s], un[2 * s + 1]);
     }
+
+    // S^T = e^(c_L) S^T + (fk u)^T K: 16 tiles of 8 keys, 4 k steps over the tokens.
     const float e_last = rows[2 * kChunk];
-    __syncthreads();
-    // W, A, U and the row factors are read for this chunk: start the next chunk's copies.
-    if (c + 1 < num_chunks) issue_chunk_copies(c + 1);
-
-    // S = e^(c_L) S + K^T (fk u): 16 tiles of the 128 x 32 slice, 4 a warp.
-    for (int t = warp; t < 16; t += 4) {
-      const int rt = t >> 1;
-      const int ct = t & 1;
-      Tile acc;
-      acc.load(s + rt * 16 * kLdS + ct * 16, kLdS);
-      acc.scale(e_last);
 #pragma unroll
-      for (int kk = 0; kk < kChunk; kk += 8) {
-        mma_tf32(acc, kf + kk * kLdW + rt * 16, kLdW, true, 1.f, un + kk * kLdS + ct * 16, kLdS);
-      }
-      acc.store(s + rt * 16 * kLdS + ct * 16, kLdS);
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[j][e] *= e_last;
     }
-    __syncthreads();
+#pragma unroll
+    for (int np = 0; np < 8; ++np) {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        unsigned b[4];
+        ldsm_x4_trans(b, k_s + (16 * s + trans_row) * kLdH + 16 * np + trans_col);
+        mma_m16n8k16_f16(st[2 * np], uf[s], b[0], b[1]);
+        mma_m16n8k16_f16(st[2 * np + 1], uf[s], b[2], b[3]);
+      }
+    }
+
+    // o^T = (fq P)^T + u^T A^T, A lower triangular: token block i reads u of blocks s <= i.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 f = *reinterpret_cast<const float2*>(rows + 8 * j + 2 * t);
+      p[j][0] *= f.x;
+      p[j][1] *= f.y;
+      p[j][2] *= f.x;
+      p[j][3] *= f.y;
+    }
+#pragma unroll
+    for (int ip = 0; ip < 4; ++ip) {
+#pragma unroll
+      for (int s = 0; s <= ip; ++s) {
+        unsigned b[4];
+        ldsm_x4(b, a_s + (16 * ip + plain_row) * kLdHA + 16 * s + plain_col);
+        mma_m16n8k16_f16(p[2 * ip], ua[s], b[0], b[1]);
+        mma_m16n8k16_f16(p[2 * ip + 1], ua[s], b[2], b[3]);
+      }
+    }
+
+    // The warp's 64 x 16 output tile, through shared memory as 16-byte rows of 8 columns.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      __nv_bfloat16* row = o_tile + (8 * j + 2 * t) * kLdO + g;
+      row[0] = __float2bfloat16(p[j][0]);
+      row[kLdO] = __float2bfloat16(p[j][1]);
+      row[8] = __float2bfloat16(p[j][2]);
+      row[kLdO + 8] = __float2bfloat16(p[j][3]);
+    }
+    __syncwarp();
+    const int t0 = bos + c * kChunk;
+    const int len = min(kChunk, eos - t0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int item = lane + 32 * i;
+      const int token = item >> 1;
+      const int part = item & 1;
+      if (token < len) {
+        *reinterpret_cast<uint4*>(
+            o + (static_cast<size_t>(t0 + token) * num_v_heads + hv) * kDim + vw + 8 * part) =
+            *reinterpret_cast<const uint4*>(o_tile + token * kLdO + 8 * part);
+      }
+    }
   }
 
-  for (int idx = tid; idx < kDim * (kTileV / 4); idx += blockDim.x) {
-    const int r = idx >> 3;
-    const int c4 = (idx & 7) * 4;
-    *reinterpret_cast<float4*>(final_state + state_base + r * kDim + c4) =
-        *reinterpret_cast<const float4*>(s + r * kLdS + c4);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    float* row = final_state + state_base + static_cast<size_t>(8 * j + 2 * t) * kDim;
+    row[0] = st[j][0];
+    row[kDim] = st[j][1];
+    row[8] = st[j][2];
+    row[kDim + 8] = st[j][3];
   }
 }
