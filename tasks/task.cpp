@@ -54,8 +54,8 @@ const std::vector<std::string>& known_categories() {
 }
 
 const std::vector<std::string>& known_checkers() {
-  static const std::vector<std::string> kCheckers{"topk", "moe_align", "sampling", "llada_remask",
-                                                  "knn"};
+  static const std::vector<std::string> kCheckers{"topk",         "moe_align", "sampling",
+                                                  "llada_remask", "knn",       "nms"};
   return kCheckers;
 }
 

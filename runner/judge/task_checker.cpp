@@ -9,6 +9,7 @@ const TaskChecker* find_task_checker(std::string_view name) {
   if (name == "sampling") return &sampling_checker();
   if (name == "llada_remask") return &llada_remask_checker();
   if (name == "knn") return &knn_checker();
+  if (name == "nms") return &nms_checker();
   return nullptr;
 }
 

@@ -65,4 +65,8 @@ const TaskChecker& llada_remask_checker();
 // points. Defined in runner/judge/knn_checker.cpp.
 const TaskChecker& knn_checker();
 
+// Batched non-maximum suppression (edge/batched_nms): outputs keep and num_kept, any order of
+// tied scores, IoUs next to the threshold either way. Defined in runner/judge/nms_checker.cpp.
+const TaskChecker& nms_checker();
+
 }  // namespace crucible::runner
