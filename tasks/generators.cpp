@@ -297,7 +297,75 @@ double surface_point_coordinate(const GeneratorSpec& spec, std::uint64_t seed,
   return centre[coordinate] + radius * direction[coordinate] / norm;
 }
 
+// M-RoPE position ids (Qwen2-VL, arXiv:2409.12191 section 2.1; transformers'
+// Qwen2VLModel.get_rope_index, vLLM's MRotaryEmbedding.get_input_positions): element i is
+// component i / tokens (0 temporal, 1 height, 2 width) of token i mod tokens. A sequence repeats
+// a period of `text` text tokens, each at t = h = w = the next position, then one vision block
+// of frames x grid_h x grid_w merged patches, whose patch (f, y, x) sits at
+// (st + f * temporal_step, st + y, st + x), st the position after the text before it; the next
+// text begins one past the block's largest component. Sequence s starts at a position drawn from
+// (seed, s) such that its last position stays below `max`.
+constexpr std::uint64_t kMropeStartSalt = 0x3D0A1E57A27ULL;
+
+struct MropePeriod {
+  std::int64_t tokens;   // tokens of one text run and one vision block
+  std::int64_t advance;  // positions one period takes
+};
+
+MropePeriod mrope_period(const MropeLayout& layout) {
+  const std::int64_t vision = layout.frames * layout.grid_h * layout.grid_w;
+  if (vision == 0) return {layout.text, layout.text};
+  const std::int64_t extent = std::max({(layout.frames - 1) * layout.temporal_step,
+                                        layout.grid_h - 1, layout.grid_w - 1});
+  return {layout.text + vision, layout.text + extent + 1};
+}
+
+// The three components of token j (< sequence) of a sequence starting at position 0.
+std::array<std::int64_t, 3> mrope_components(const MropeLayout& layout, std::int64_t j) {
+  const MropePeriod period = mrope_period(layout);
+  const std::int64_t base = (j / period.tokens) * period.advance;
+  const std::int64_t r = j % period.tokens;
+  if (r < layout.text) return {base + r, base + r, base + r};
+  const std::int64_t v = r - layout.text;
+  const std::int64_t per_frame = layout.grid_h * layout.grid_w;
+  const std::int64_t st = base + layout.text;
+  return {st + (v / per_frame) * layout.temporal_step, st + (v % per_frame) / layout.grid_w,
+          st + v % layout.grid_w};
+}
+
+double mrope_position(const GeneratorSpec& spec, std::uint64_t seed, std::uint64_t index) {
+  const MropeLayout& layout = spec.mrope;
+  if (layout.tokens <= 0 || layout.sequence <= 0 || mrope_period(layout).tokens <= 0) return 0.0;
+  const auto tokens = static_cast<std::uint64_t>(layout.tokens);
+  const auto component = static_cast<std::size_t>((index / tokens) % 3);
+  const auto token = static_cast<std::int64_t>(index % tokens);
+  const std::int64_t sequence = token / layout.sequence;
+  const std::int64_t span = mrope_sequence_span(layout);
+  const auto starts = static_cast<std::uint64_t>(spec.max > span ? spec.max - span + 1 : 1);
+  const std::uint64_t start =
+      stream_bits(seed ^ kMropeStartSalt, static_cast<std::uint64_t>(sequence)) % starts;
+  return static_cast<double>(start) + static_cast<double>(mrope_components(
+                                          layout, token % layout.sequence)[component]);
+}
+
 }  // namespace
+
+std::int64_t mrope_sequence_span(const MropeLayout& layout) {
+  const MropePeriod period = mrope_period(layout);
+  if (layout.sequence <= 0 || period.tokens <= 0) return 0;
+  const std::int64_t full = layout.sequence / period.tokens;
+  const std::int64_t rest = layout.sequence % period.tokens;
+  const std::int64_t before = full * period.advance;
+  if (rest <= layout.text) return before + rest;
+  // A partial vision block: its first `seen` patches in (frame, row, column) order.
+  const std::int64_t seen = rest - layout.text;
+  const std::int64_t per_frame = layout.grid_h * layout.grid_w;
+  const std::int64_t last_frame = (seen - 1) / per_frame;
+  const std::int64_t last_row = seen >= per_frame ? layout.grid_h - 1 : (seen - 1) / layout.grid_w;
+  const std::int64_t last_column = seen >= layout.grid_w ? layout.grid_w - 1 : seen - 1;
+  return before + layout.text +
+         std::max({last_frame * layout.temporal_step, last_row, last_column}) + 1;
+}
 
 double portable_log(double x) {
   if (!(x > 0.0))
@@ -378,6 +446,8 @@ double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint6
       return power_law_offset(spec, seed, index);
     case GeneratorKind::kSurfacePoints:
       return surface_point_coordinate(spec, seed, index);
+    case GeneratorKind::kMropePositions:
+      return mrope_position(spec, seed, index);
     case GeneratorKind::kCaptured:
       break;
   }
@@ -450,6 +520,7 @@ bool uses_seed(const GeneratorSpec& spec) {
     case GeneratorKind::kRouting:
     case GeneratorKind::kPowerLawOffsets:
     case GeneratorKind::kSurfacePoints:
+    case GeneratorKind::kMropePositions:
       return true;
     case GeneratorKind::kConstant:
     case GeneratorKind::kOnes:

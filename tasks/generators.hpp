@@ -47,9 +47,14 @@ core::Status check_stream_range(const GeneratorSpec& spec, std::uint64_t first_i
                                 std::uint64_t count);
 
 // Whether the values of `spec` depend on the seed (randn, uniform, positions, permutation,
-// routing, power_law_offsets, surface_points); constant, ones, zeros, list, rope_cache and captured
-// values are the same for every seed.
+// routing, power_law_offsets, surface_points, mrope_positions); constant, ones, zeros, list,
+// rope_cache and captured values are the same for every seed.
 bool uses_seed(const GeneratorSpec& spec);
+
+// How many positions one sequence of an mrope_positions layout spans: its largest component + 1
+// from a start of 0 (`layout.sequence` tokens). The generator draws each sequence's start so
+// that start + span <= max.
+std::int64_t mrope_sequence_span(const MropeLayout& layout);
 
 // Fills `out` with elements first_index, first_index + 1, ... of the stream; `out.size()` must be
 // a multiple of dtype_size(dtype). A captured spec reads its recorded tensor (element i is element

@@ -1,8 +1,10 @@
 // Value-generator tables: one parser per generator kind, each checking its parameters and the
 // dtype of the tensor it fills.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
+#include "tasks/generators.hpp"
 #include "tasks/manifest_internal.hpp"
 
 namespace crucible::tasks::manifest_detail {
@@ -12,7 +14,7 @@ namespace fs = std::filesystem;
 
 std::string known_generator_list() {
   std::vector<std::string> names;
-  for (int i = 0; i <= static_cast<int>(GeneratorKind::kList); ++i) {
+  for (int i = 0; i <= static_cast<int>(GeneratorKind::kMropePositions); ++i) {
     names.emplace_back(generator_name(static_cast<GeneratorKind>(i)));
   }
   return join(names);
@@ -220,6 +222,54 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
             "'power_law_offsets' needs an i32 or i64 tensor, this one is " + dtype_text);
       }
       break;
+    case GeneratorKind::kMropePositions: {
+      ctx.read.check_keys(*table, path,
+                          {"generator", "note", "tokens", "max", "sequence", "text", "frames",
+                           "grid_h", "grid_w", "temporal_step"});
+      MropeLayout& m = spec.mrope;
+      m.tokens = ctx.read.integer(*table, "tokens", path, true).value_or(1);
+      spec.max = ctx.read.integer(*table, "max", path, true).value_or(1);
+      m.sequence = ctx.read.integer(*table, "sequence", path, false).value_or(m.tokens);
+      m.text = ctx.read.integer(*table, "text", path, false).value_or(0);
+      m.frames = ctx.read.integer(*table, "frames", path, false).value_or(0);
+      m.grid_h = ctx.read.integer(*table, "grid_h", path, false).value_or(1);
+      m.grid_w = ctx.read.integer(*table, "grid_w", path, false).value_or(1);
+      m.temporal_step = ctx.read.integer(*table, "temporal_step", path, false).value_or(1);
+      // Bounds keep every product of the layout far inside 64 bits.
+      const auto in_range = [&](const char* key, std::int64_t value, std::int64_t lo,
+                                std::int64_t hi) {
+        if (value < lo || value > hi) {
+          ctx.problems.add(child(path, key), "must be in [" + std::to_string(lo) + ", " +
+                                                 std::to_string(hi) + "], got " +
+                                                 std::to_string(value));
+          return false;
+        }
+        return true;
+      };
+      constexpr std::int64_t kMaxTokens = std::int64_t{1} << 32;
+      bool valid = in_range("tokens", m.tokens, 1, kMaxTokens);
+      valid = in_range("max", spec.max, 1, std::int64_t{1} << 40) && valid;
+      valid = in_range("sequence", m.sequence, 1, std::max<std::int64_t>(m.tokens, 1)) && valid;
+      valid = in_range("text", m.text, 0, kMaxTokens) && valid;
+      valid = in_range("frames", m.frames, 0, 4096) && valid;
+      valid = in_range("grid_h", m.grid_h, 1, 4096) && valid;
+      valid = in_range("grid_w", m.grid_w, 1, 4096) && valid;
+      valid = in_range("temporal_step", m.temporal_step, 0, 4096) && valid;
+      if (valid && m.text == 0 && m.frames == 0) {
+        ctx.problems.add(child(path, "text"), "must be positive when frames is 0 (no tokens)");
+      } else if (valid && mrope_sequence_span(m) > spec.max) {
+        ctx.problems.add(child(path, "max"),
+                         "a sequence of this layout spans " +
+                             std::to_string(mrope_sequence_span(m)) +
+                             " positions, more than max = " + std::to_string(spec.max));
+      }
+      if (dtype != core::DType::kI32 && dtype != core::DType::kI64) {
+        ctx.problems.add(
+            child(path, "generator"),
+            "'mrope_positions' needs an i32 or i64 tensor, this one is " + dtype_text);
+      }
+      break;
+    }
     case GeneratorKind::kCaptured: {
       ctx.read.check_keys(*table, path, {"generator", "note", "file", "tensor"});
       spec.file = ctx.read.string(*table, "file", path, true).value_or("");

@@ -12,10 +12,10 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kRoleNames{"in", "out", "inout"};
 constexpr std::array<std::string_view, 2> kParityKindNames{"composite", "kernel"};
-constexpr std::array<std::string_view, 13> kGeneratorNames{
-    "randn",     "uniform",           "constant",      "ones",        "zeros",
-    "positions", "routing",           "captured",      "permutation", "rope_cache",
-    "list",      "power_law_offsets", "surface_points"};
+constexpr std::array<std::string_view, 14> kGeneratorNames{
+    "randn",     "uniform",           "constant",       "ones",           "zeros",
+    "positions", "routing",           "captured",       "permutation",    "rope_cache",
+    "list",      "power_law_offsets", "surface_points", "mrope_positions"};
 
 // Shortest text that reads back as the same double ("1", "0.1", "1e-05").
 std::string number_text(double value) {
@@ -54,8 +54,8 @@ const std::vector<std::string>& known_categories() {
 }
 
 const std::vector<std::string>& known_checkers() {
-  static const std::vector<std::string> kCheckers{"topk",         "moe_align", "sampling",
-                                                  "llada_remask", "knn",       "nms"};
+  static const std::vector<std::string> kCheckers{"topk", "moe_align", "sampling", "llada_remask",
+                                                  "knn"};
   return kCheckers;
 }
 
@@ -118,6 +118,15 @@ std::string describe(const GeneratorSpec& spec) {
     case GeneratorKind::kSurfacePoints:
       text += "(objects=" + std::to_string(spec.max) + ")";
       break;
+    case GeneratorKind::kMropePositions: {
+      const MropeLayout& m = spec.mrope;
+      text += "(tokens=" + std::to_string(m.tokens) + ", max=" + std::to_string(spec.max) +
+              ", sequence=" + std::to_string(m.sequence) + ", text=" + std::to_string(m.text) +
+              ", frames=" + std::to_string(m.frames) + ", grid_h=" + std::to_string(m.grid_h) +
+              ", grid_w=" + std::to_string(m.grid_w) +
+              ", temporal_step=" + std::to_string(m.temporal_step) + ")";
+      break;
+    }
     case GeneratorKind::kOnes:
     case GeneratorKind::kZeros:
       break;

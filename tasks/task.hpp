@@ -54,9 +54,22 @@ enum class GeneratorKind {
   kList,             // element i = values[i mod values.size()]: fixed lengths, fixed sizes
   kPowerLawOffsets,  // CSR row / jagged bag offsets, rows + 1 of them, power-law segment sizes
   kSurfacePoints,    // xyz points on a floor plane and `objects` spheres resting on it
+  kMropePositions,   // [3, tokens] t/h/w position ids of a VLM prompt: text and image grids
 };
 std::string_view generator_name(GeneratorKind kind);
 std::optional<GeneratorKind> generator_from_name(std::string_view name);
+
+// The layout of mrope_positions (docs/tasks.md): sequences of `sequence` tokens packed into
+// `tokens`, each a repetition of `text` text tokens then `frames` x grid_h x grid_w vision tokens.
+struct MropeLayout {
+  std::int64_t tokens = 1;         // tokens of the [3, tokens] tensor (num_tokens)
+  std::int64_t sequence = 1;       // tokens a packed sequence (1: a decode batch)
+  std::int64_t text = 0;           // text tokens before each vision block
+  std::int64_t frames = 0;         // temporal patches of a vision block (1: an image; 0: text only)
+  std::int64_t grid_h = 1;         // merged patch rows of a vision block
+  std::int64_t grid_w = 1;         // merged patch columns
+  std::int64_t temporal_step = 1;  // temporal position advance a frame (Qwen2.5-VL: seconds)
+};
 
 struct GeneratorSpec {
   GeneratorKind kind = GeneratorKind::kRandn;
@@ -70,6 +83,7 @@ struct GeneratorSpec {
   double skew = 0.0;                // routing: Zipf exponent of expert popularity (0: uniform);
                                     // power_law_offsets: exponent of the segment sizes
   std::int64_t rows = 0;            // power_law_offsets: segments (offsets 0 .. rows); max = total
+  MropeLayout mrope;                // mrope_positions: the prompt layout; max = positions bound
   double pad = 0.0;                 // permutation: share of elements set to -1 (padding)
   std::int64_t dim = 0;             // rope_cache: row length (rotary dims), even
   double theta = 10000.0;           // rope_cache: base of the inverse frequencies

@@ -89,6 +89,16 @@ core::Value generator_value(const GeneratorSpec& spec) {
     case GeneratorKind::kSurfacePoints:
       out["objects"] = spec.max;
       break;
+    case GeneratorKind::kMropePositions:
+      out["tokens"] = spec.mrope.tokens;
+      out["max"] = spec.max;
+      out["sequence"] = spec.mrope.sequence;
+      out["text"] = spec.mrope.text;
+      out["frames"] = spec.mrope.frames;
+      out["grid_h"] = spec.mrope.grid_h;
+      out["grid_w"] = spec.mrope.grid_w;
+      out["temporal_step"] = spec.mrope.temporal_step;
+      break;
     case GeneratorKind::kPowerLawOffsets:
       out["rows"] = spec.rows;
       out["total"] = spec.max;

@@ -1,6 +1,7 @@
 // Input generators: bit-for-bit determinism, sliceability, distributions, float conversions.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -560,4 +561,93 @@ TEST_CASE("surface_points: points on the floor or on spheres resting on it, in t
     other_top = std::max(other_top, static_cast<double>(other[p * 3 + 2]));
   }
   CHECK(std::abs(other_top - hi[2]) < 2e-3);
+}
+
+namespace {
+
+GeneratorSpec mrope_positions(std::int64_t tokens, std::int64_t max, std::int64_t sequence,
+                              std::int64_t text, std::int64_t frames, std::int64_t grid_h,
+                              std::int64_t grid_w, std::int64_t temporal_step = 1) {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kMropePositions;
+  spec.max = max;
+  spec.mrope = {tokens, sequence, text, frames, grid_h, grid_w, temporal_step};
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("mrope_positions: text then an image grid, as Qwen2-VL's get_rope_index lays it out") {
+  // 2 text tokens, a 2 x 3 image (t fixed, h over rows, w over columns, both from the position
+  // after the text), then text again from one past the image's largest component (2 + 2 + 1).
+  // max equals the span, so the only start is 0.
+  const GeneratorSpec spec = mrope_positions(10, 7, 10, 2, 1, 2, 3);
+  CHECK(mrope_sequence_span(spec.mrope) == 7);
+  const auto ids = as<std::int64_t>(generate(spec, core::DType::kI64, 30, 5).value());
+  const std::vector<std::int64_t> t(ids.begin(), ids.begin() + 10);
+  const std::vector<std::int64_t> h(ids.begin() + 10, ids.begin() + 20);
+  const std::vector<std::int64_t> w(ids.begin() + 20, ids.end());
+  CHECK(t == std::vector<std::int64_t>{0, 1, 2, 2, 2, 2, 2, 2, 5, 6});
+  CHECK(h == std::vector<std::int64_t>{0, 1, 2, 2, 2, 3, 3, 3, 5, 6});
+  CHECK(w == std::vector<std::int64_t>{0, 1, 2, 3, 4, 2, 3, 4, 5, 6});
+  // A sequence that ends inside the image spans its largest component so far.
+  CHECK(mrope_sequence_span(mrope_positions(5, 5, 5, 2, 1, 2, 3).mrope) == 5);
+  CHECK(mrope_sequence_span(mrope_positions(6, 6, 6, 2, 1, 2, 3).mrope) == 5);
+}
+
+TEST_CASE("mrope_positions: video frames advance t by the temporal step, h and w restart") {
+  // 1 text token, 3 frames of 1 x 2 patches, 4 positions a frame (Qwen2.5-VL's absolute time).
+  const GeneratorSpec spec = mrope_positions(7, 10, 7, 1, 3, 1, 2, 4);
+  CHECK(mrope_sequence_span(spec.mrope) == 10);
+  const auto ids = as<std::int64_t>(generate(spec, core::DType::kI64, 21, 9).value());
+  CHECK(std::vector<std::int64_t>(ids.begin(), ids.begin() + 7) ==
+        std::vector<std::int64_t>{0, 1, 1, 5, 5, 9, 9});
+  CHECK(std::vector<std::int64_t>(ids.begin() + 7, ids.begin() + 14) ==
+        std::vector<std::int64_t>{0, 1, 1, 1, 1, 1, 1});
+  CHECK(std::vector<std::int64_t>(ids.begin() + 14, ids.end()) ==
+        std::vector<std::int64_t>{0, 1, 2, 1, 2, 1, 2});
+}
+
+TEST_CASE("mrope_positions: decode tokens sit at drawn positions, equal in all three rows") {
+  const std::int64_t tokens = 4000, max = 32768;
+  const GeneratorSpec spec = mrope_positions(tokens, max, 1, 1, 0, 1, 1);
+  const auto ids = as<std::int64_t>(generate(spec, core::DType::kI64, 3 * tokens, 21).value());
+  std::int64_t lo = max, hi = 0;
+  for (std::int64_t i = 0; i < tokens; ++i) {
+    CHECK(ids[i] == ids[tokens + i]);
+    CHECK(ids[i] == ids[2 * tokens + i]);
+    lo = std::min(lo, ids[i]);
+    hi = std::max(hi, ids[i]);
+  }
+  CHECK(lo >= 0);
+  CHECK(hi < max);
+  CHECK(hi - lo > max * 9 / 10);  // spread over the whole range
+  CHECK(uses_seed(spec));
+  CHECK(generate(spec, core::DType::kI64, 3 * tokens, 22).value() !=
+        generate(spec, core::DType::kI64, 3 * tokens, 21).value());
+}
+
+TEST_CASE("mrope_positions: packed sequences restart at their own starts; slices equal the whole") {
+  // Three sequences of 300 tokens (20 text, a 12 x 20 image, text again), each offset by its own
+  // start below max - span; within a sequence the layout of a sequence starting at 0.
+  const GeneratorSpec spec = mrope_positions(900, 5000, 300, 20, 1, 12, 20);
+  const GeneratorSpec at_zero = mrope_positions(300, mrope_sequence_span(spec.mrope), 300, 20, 1,
+                                                12, 20);
+  const auto ids = as<std::int64_t>(generate(spec, core::DType::kI64, 2700, 3).value());
+  const auto base = as<std::int64_t>(generate(at_zero, core::DType::kI64, 900, 3).value());
+  std::set<std::int64_t> starts;
+  for (std::int64_t s = 0; s < 3; ++s) {
+    const std::int64_t start = ids[s * 300];
+    starts.insert(start);
+    CHECK(start + mrope_sequence_span(spec.mrope) <= 5000);
+    for (std::int64_t c = 0; c < 3; ++c) {
+      for (std::int64_t j = 0; j < 300; ++j) {
+        CHECK(ids[c * 900 + s * 300 + j] - start == base[c * 300 + j]);
+      }
+    }
+  }
+  CHECK(starts.size() == 3);
+  std::vector<std::byte> slice(8 * 1001);
+  REQUIRE(generate_into(spec, core::DType::kI64, 3, slice, 777).ok());
+  CHECK(std::memcmp(slice.data(), ids.data() + 777, slice.size()) == 0);
 }
