@@ -28,8 +28,9 @@
 // Kernels:
 // - gdr_chunk_prepare, one block per (chunk, value head), all chunks in parallel: K K^T and
 //   Q K^T of the raw bf16 rows on bf16 tensor cores (mma.sync m16n8k16: exact products, fp32
-//   sums; the norms are applied afterwards as row and column scales), M and A, T by forward
-//   substitution in fp32 (one thread per column: no barrier inside the solve), then W and U on
+//   sums; the norms are applied afterwards as row and column scales), M and A, T = (I + M)^-1 in
+//   fp32 by 16 x 16 blocks (forward substitution inside the diagonal blocks, one thread a column,
+//   then each block row from the rows above it: three levels of small products), then W and U on
 //   bf16 tensor cores with T's scaled columns split into two bf16 parts (hi + lo, 16 bits of
 //   mantissa) against the exact raw k and v. Writes W (fp16), U transposed (fp32), A (fp16), the
 //   normalised q and k rows (fp16, once per key head) and the row factors scale e^(c_i),
@@ -422,27 +423,62 @@ __global__ void __launch_bounds__(256)
     if (tid == kChunk) rows_out[2 * kChunk] = expf(c_last);
   }
 
-  // T = (I + M)^-1 by forward substitution, column c by thread c:
-  // T[i][c] = delta_ic - sum_(j < i) M[i][j] T[j][c]. Every thread runs the same loop bounds, so
-  // M[i][j] is a broadcast read.
+  // T = (I + M)^-1 by 16 x 16 blocks (M strictly lower, so T is lower with a unit diagonal).
+  // The diagonal blocks by forward substitution, one thread a column held in registers:
+  // T[i][c] = delta_ic - sum_(j < i) M[i][j] T[j][c]; the blocks above the diagonal are zero.
+  // A's values are written out above, so its buffer holds the block products below (the barrier
+  // orders its reads before those writes).
   if (tid < kChunk) {
-    const int c = tid;
-    tm[c] = c == 0 ? 1.f : 0.f;
-    for (int i = 1; i < kChunk; ++i) {
-      const float* m_row = gk + i * kLdG;
-      float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-      int j = 0;
-      for (; j + 4 <= i; j += 4) {
-        s0 = fmaf(m_row[j], tm[j * kLdG + c], s0);
-        s1 = fmaf(m_row[j + 1], tm[(j + 1) * kLdG + c], s1);
-        s2 = fmaf(m_row[j + 2], tm[(j + 2) * kLdG + c], s2);
-        s3 = fmaf(m_row[j + 3], tm[(j + 3) * kLdG + c], s3);
-      }
-      for (; j < i; ++j) s0 = fmaf(m_row[j], tm[j * kLdG + c], s0);
-      tm[i * kLdG + c] = i == c ? 1.f : (i < c ? 0.f : -((s0 + s1) + (s2 + s3)));
+    const int b0 = (tid >> 4) * 16;
+    const int cc = tid & 15;
+    float col[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float s = 0.f;
+#pragma unroll
+      for (int j = 0; j < i; ++j) s = fmaf(gk[(b0 + i) * kLdG + b0 + j], col[j], s);
+      col[i] = i == cc ? 1.f : (i < cc ? 0.f : -s);
     }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) tm[(b0 + i) * kLdG + b0 + cc] = col[i];
+  }
+  for (int idx = tid; idx < kChunk * kChunk; idx += blockDim.x) {
+    const int i = idx >> 6;
+    const int j = idx & 63;
+    if ((j >> 4) > (i >> 4)) tm[i * kLdG + j] = 0.f;
   }
   __syncthreads();
+  // Block row r from the rows above it: (I + M)_rr T_rb + sum_(b <= k < r) M_rk T_kb = 0, so
+  // T_rb = -T_rr X_rb with X_rb = sum_(b <= k < r) M_rk T_kb (X in A's buffer).
+#pragma unroll
+  for (int r = 1; r < 4; ++r) {
+    for (int e = tid; e < r * 256; e += blockDim.x) {
+      const int b = e >> 8;
+      const int i = (e >> 4) & 15;
+      const int c = e & 15;
+      const float* m_row = gk + (16 * r + i) * kLdG;
+      float s = 0.f;
+      for (int kb = b; kb < r; ++kb) {
+#pragma unroll
+        for (int kx = 0; kx < 16; ++kx) {
+          s = fmaf(m_row[16 * kb + kx], tm[(16 * kb + kx) * kLdG + 16 * b + c], s);
+        }
+      }
+      gq[(16 * r + i) * kLdG + 16 * b + c] = s;
+    }
+    __syncthreads();
+    for (int e = tid; e < r * 256; e += blockDim.x) {
+      const int b = e >> 8;
+      const int i = (e >> 4) & 15;
+      const int c = e & 15;
+      const float* t_row = tm + (16 * r + i) * kLdG + 16 * r;  // zero past the diagonal
+      float s = 0.f;
+#pragma unroll
+      for (int kx = 0; kx < 16; ++kx) s = fmaf(t_row[kx], gq[(16 * r + kx) * kLdG + 16 * b + c], s);
+      tm[(16 * r + i) * kLdG + 16 * b + c] = -s;
+    }
+    __syncthreads();
+  }
 
   // T diag(b e^c / |k|) and T diag(b), each split into bf16 hi + lo parts (M and A are no longer
   // needed: the parts overwrite them).
