@@ -65,6 +65,16 @@ core::Value Pipeline::describe() const {
   return out;
 }
 
+core::Value Pipeline::stats() const {
+  core::Value out = core::Value::object();
+  for (const auto& stage : stages_) {
+    if (core::Value counters = stage->stats(); !counters.is_null()) {
+      out[std::string(stage->name())] = std::move(counters);
+    }
+  }
+  return out;
+}
+
 bool ValidateStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) {
   if (job.source.find('\0') != std::string::npos) {
     result.status = core::StepStatus::kInvalidAction;

@@ -43,6 +43,8 @@ class Stage {
   // True when the stage can do real work on this server; shown by `hello` and `stats`.
   virtual bool available() const = 0;
   virtual bool run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) = 0;
+  // The stage's own counters for `stats` (queue depth, utilisation...); null when it has none.
+  virtual core::Value stats() const { return core::Value(); }
 };
 
 class Pipeline {
@@ -53,6 +55,8 @@ class Pipeline {
   StepResult run(const StepJob& job) const;
   // {stage name: available}
   core::Value describe() const;
+  // {stage name: the stage's counters}, for the stages that keep any.
+  core::Value stats() const;
 
  private:
   std::vector<std::unique_ptr<Stage>> stages_;

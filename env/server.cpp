@@ -716,6 +716,9 @@ Value Server::Impl::stats_reply(const Value& id) const {
     reply["episode_bytes"] = usage.bytes;
   }
   reply["stages"] = pipeline_.describe();
+  // Per stage: the compile pool's and the GPU runners' counters, queue depths and (GPU)
+  // utilisation, so a trainer sees where steps wait.
+  reply["pools"] = pipeline_.stats();
   // Counts only: the log's host path is the operator's business, not every client's.
   reply["log"] =
       Value{{"records", log_->records_written()}, {"failed_appends", log_->failed_appends()}};

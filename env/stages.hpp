@@ -23,6 +23,7 @@ class CompileStage final : public Stage {
   std::string_view name() const override { return "compile"; }
   bool available() const override { return true; }
   bool run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) override;
+  core::Value stats() const override { return pool_->stats(); }
 
  private:
   std::shared_ptr<sandbox::CompilePool> pool_;
@@ -44,6 +45,7 @@ class GpuStage final : public Stage {
   std::string_view name() const override { return "gpu"; }
   bool available() const override { return true; }
   bool run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) override;
+  core::Value stats() const override { return runners_->stats(); }
 
  private:
   // The reference of `task`, compiled and with its launch plan evaluated on every case; made on

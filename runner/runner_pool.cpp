@@ -66,12 +66,17 @@ struct RunnerPool::State {
     int jobs = 0;  // on the active runner
     int total_jobs = 0;
     int restarts = 0;
+    // Wall seconds jobs held this lane (sent to the runner until its report or kill): the GPU's
+    // utilisation as the server sees it.
+    double busy_seconds = 0.0;
     Value device_info;
   };
   mutable std::mutex mutex;
   std::condition_variable lane_free;
   std::vector<Lane> lanes;
   std::uint64_t timeouts = 0, crashes = 0, lost_contexts = 0;
+  std::size_t waiting = 0;  // jobs queued for a free lane
+  Clock::time_point created = Clock::now();
 
   void spawner_main() {
     while (true) {
@@ -235,6 +240,7 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
   State::Lane* lane = nullptr;
   {
     std::unique_lock lock(s.mutex);
+    ++s.waiting;
     s.lane_free.wait(lock, [&] {
       for (auto& candidate : s.lanes) {
         if (!candidate.busy) {
@@ -244,12 +250,15 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
       }
       return false;
     });
+    --s.waiting;
     lane->busy = true;
   }
+  const auto held_since = Clock::now();
   auto release = [&] {
     {
       std::lock_guard lock(s.mutex);
       lane->busy = false;
+      lane->busy_seconds += std::chrono::duration<double>(Clock::now() - held_since).count();
     }
     s.lane_free.notify_one();
   };
@@ -331,15 +340,19 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
 
 Value RunnerPool::stats() const {
   std::lock_guard lock(state_->mutex);
+  const double uptime = std::chrono::duration<double>(Clock::now() - state_->created).count();
   Value runners = Value::array();
   for (const auto& lane : state_->lanes) {
     runners.push_back(Value{{"device", lane.device},
                             {"busy", lane.busy},
                             {"jobs", lane.total_jobs},
                             {"restarts", lane.restarts},
-                            {"spare", lane.has_spare}});
+                            {"spare", lane.has_spare},
+                            {"busy_s", lane.busy_seconds},
+                            {"utilisation", uptime > 0.0 ? lane.busy_seconds / uptime : 0.0}});
   }
   return Value{{"runners", runners},
+               {"queue_depth", state_->waiting},
                {"timeouts", state_->timeouts},
                {"crashes", state_->crashes},
                {"lost_contexts", state_->lost_contexts}};

@@ -121,6 +121,10 @@ TEST_CASE("server: hello, tasks, task and stats describe the server truthfully")
   REQUIRE(stats.ok());
   CHECK((*stats)["requests"].get<std::uint64_t>() >= 4);
   CHECK((*stats)["episodes_open"] == 0);
+  // Only stages that keep counters appear; this server runs neither a compile pool nor a GPU.
+  REQUIRE((*stats).contains("pools"));
+  CHECK((*stats)["pools"].is_object());
+  CHECK_FALSE((*stats)["pools"].contains("gpu"));
 }
 
 TEST_CASE("server: an episode runs reset -> step -> close and every step is logged first") {

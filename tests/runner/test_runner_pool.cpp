@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <future>
 #include <set>
+#include <thread>
 
 #include "runner/runner_pool.hpp"
 
@@ -60,7 +62,35 @@ TEST_CASE("runner pool: a hang is killed at the deadline and the spare serves th
   CHECK(after.status == StepStatus::kOk);
   CHECK(runner_pid(after) != runner_pid(before));
   CHECK(recovery < 0.5);
-  CHECK(pool->stats()["timeouts"] == 1);
+  const auto stats = pool->stats();
+  CHECK(stats["timeouts"] == 1);
+  CHECK(stats["queue_depth"] == 0);
+  // The hang held the runner for its whole deadline: that counts as busy time.
+  CHECK(stats["runners"][0]["busy_s"].get<double>() >= 0.5);
+  const double utilisation = stats["runners"][0]["utilisation"].get<double>();
+  CHECK(utilisation > 0.0);
+  CHECK(utilisation <= 1.0);
+}
+
+TEST_CASE("runner pool: stats count the jobs waiting for a busy GPU") {
+  auto pool = start_pool();
+  auto hung = std::async(std::launch::async,
+                         [&] { return pool->run(job("hang", 1), std::chrono::milliseconds(1500)); });
+  // Wait until the hang holds the only runner, then queue a second job behind it.
+  for (int i = 0; i < 200 && !pool->stats()["runners"][0]["busy"].get<bool>(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto queued = std::async(std::launch::async,
+                           [&] { return pool->run(job("ok", 2), std::chrono::milliseconds(5000)); });
+  int seen = 0;
+  for (int i = 0; i < 200 && seen == 0; ++i) {
+    seen = pool->stats()["queue_depth"].get<int>();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(seen == 1);
+  CHECK(hung.get().status == StepStatus::kTimeout);
+  CHECK(queued.get().status == StepStatus::kOk);
+  CHECK(pool->stats()["queue_depth"] == 0);
 }
 
 TEST_CASE("runner pool: a crash, a lost context and a malformed report each replace the runner") {
