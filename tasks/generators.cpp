@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/numeric.hpp"
 #include "tasks/captured.hpp"
 #include "tasks/random.hpp"
 
@@ -127,12 +128,15 @@ core::Status convert(const GeneratorSpec& spec, core::DType dtype, double value,
       store(out, static_cast<std::uint8_t>(integer_value(spec, value) != 0.0 ? 1 : 0));
       return {};
     case core::DType::kFP8E4M3:
+      // Through float, saturating as __NV_SATFINITE does: a draw past 448 becomes +-448.
+      store(out, core::float_to_fp8_e4m3(static_cast<float>(value)));
+      return {};
     case core::DType::kFP8E5M2:
-      break;
+      store(out, core::float_to_fp8_e5m2(static_cast<float>(value)));
+      return {};
   }
-  return core::Error{core::ErrorCode::kInvalidArgument, "no host generator for " +
-                                                            std::string(core::dtype_name(dtype)) +
-                                                            " values; use captured values"};
+  return core::Error{core::ErrorCode::kInvalidArgument,
+                     "no host generator for " + std::string(core::dtype_name(dtype)) + " values"};
 }
 
 // Routing (MoE expert ids). Row r of a [tokens, topk] tensor holds the topk experts token r is

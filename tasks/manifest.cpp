@@ -92,8 +92,30 @@ void parse_roofline(Context& ctx, const toml::table& root, Task& task) {
 // A library reference takes the task's tensors as its own arguments: their roles, ranks, dtypes
 // and shared dimensions must be what the library computes.
 void check_library_contract(Context& ctx, const Task& task) {
-  if (task.reference_library != "cublaslt") return;
   const auto& t = task.tensors;
+  if (task.reference_library == "cublaslt_fp8_rowwise") {
+    const auto is = [&](std::size_t i, Role role, core::DType dtype) {
+      return t[i].role == role && t[i].dtype == dtype && t[i].shape.size() == 2;
+    };
+    const bool kinds = t.size() == 5 && is(0, Role::kOut, core::DType::kBF16) &&
+                       is(1, Role::kIn, core::DType::kFP8E4M3) &&
+                       is(2, Role::kIn, core::DType::kFP8E4M3) &&
+                       is(3, Role::kIn, core::DType::kF32) && is(4, Role::kIn, core::DType::kF32);
+    const bool dims = kinds && t[0].shape[0] == t[1].shape[0] && t[0].shape[1] == t[2].shape[0] &&
+                      t[1].shape[1] == t[2].shape[1] && t[3].shape[0] == t[0].shape[0] &&
+                      t[3].shape[1] == "1" && t[4].shape[0] == t[0].shape[1] &&
+                      t[4].shape[1] == "1";
+    if (!dims) {
+      ctx.problems.add("reference.library",
+                       "\"cublaslt_fp8_rowwise\" computes out[M, N] = a_scales[M] * b_scales[N] * "
+                       "(a[M, K] @ b[N, K]^T): the task needs exactly the tensors (out, a, b, "
+                       "a_scales, b_scales) in that order, roles out, in, in, in, in, dtypes bf16, "
+                       "fp8_e4m3, fp8_e4m3, f32, f32, with shapes [M, N], [M, K], [N, K], [M, 1], "
+                       "[N, 1]");
+    }
+    return;
+  }
+  if (task.reference_library != "cublaslt") return;
   const bool roles =
       t.size() == 3 && t[0].role == Role::kOut && t[1].role == Role::kIn && t[2].role == Role::kIn;
   const bool ranks =

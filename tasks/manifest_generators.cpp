@@ -65,10 +65,6 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
   spec.kind = *kind;
   spec.note = ctx.read.string(*table, "note", path, false).value_or("");
   const std::string dtype_text(core::dtype_name(dtype));
-  if (*kind != GeneratorKind::kCaptured && is_fp8(dtype)) {
-    ctx.problems.add(child(path, "generator"),
-                     "no host generator for " + dtype_text + " values yet; use \"captured\"");
-  }
   switch (*kind) {
     case GeneratorKind::kRandn:
       ctx.read.check_keys(*table, path, {"generator", "note", "mean", "std"});

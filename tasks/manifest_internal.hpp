@@ -53,7 +53,6 @@ bool is_slug(std::string_view name);
 // Every dtype name, for "known: ..." hints.
 std::string dtype_list();
 bool is_integer_dtype(core::DType dtype);
-bool is_fp8(core::DType dtype);
 
 // Reading typed values out of a table, reporting wrong types and missing keys.
 class Reader {

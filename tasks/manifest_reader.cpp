@@ -188,8 +188,4 @@ bool is_integer_dtype(core::DType dtype) {
          dtype == core::DType::kI32 || dtype == core::DType::kI64 || dtype == core::DType::kBool;
 }
 
-bool is_fp8(core::DType dtype) {
-  return dtype == core::DType::kFP8E4M3 || dtype == core::DType::kFP8E5M2;
-}
-
 }  // namespace crucible::tasks::manifest_detail

@@ -60,7 +60,7 @@ const std::vector<std::string>& known_checkers() {
 }
 
 const std::vector<std::string>& known_reference_libraries() {
-  static const std::vector<std::string> kLibraries{"cublaslt"};
+  static const std::vector<std::string> kLibraries{"cublaslt", "cublaslt_fp8_rowwise"};
   return kLibraries;
 }
 

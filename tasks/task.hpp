@@ -35,7 +35,9 @@ const std::vector<std::string>& known_categories();
 // any order inside an expert's segment).
 const std::vector<std::string>& known_checkers();
 // Vendor libraries a task's reference may be computed by (`[reference] library`), instead of its
-// NVRTC source: "cublaslt" (out[M, N] = input[M, K] @ weight[N, K]^T, bf16).
+// NVRTC source: "cublaslt" (out[M, N] = input[M, K] @ weight[N, K]^T, bf16) and
+// "cublaslt_fp8_rowwise" (out[M, N] = a_scales[M] * b_scales[N] * (a[M, K] @ b[N, K]^T), fp8
+// e4m3 operands, fp32 scales, bf16 out).
 const std::vector<std::string>& known_reference_libraries();
 
 // Where a tensor's input values come from. Generated kinds are filled on the host by

@@ -102,6 +102,44 @@ __device__ unsigned short crucible_f16(float value) {
   return (unsigned short)(sign | (rebased >> 13));
 }
 
+// round_magnitude<exponent_bits, mantissa_bits> of core/numeric.cpp.
+__device__ unsigned int crucible_round_magnitude(unsigned int abs_bits, int exponent_bits,
+                                                 int mantissa_bits) {
+  const int bias = (1 << (exponent_bits - 1)) - 1;
+  const int min_normal_exponent = 1 - bias;
+  const int field = (int)(abs_bits >> 23);
+  const crucible_u64 fraction = abs_bits & 0x7FFFFFu;
+  const crucible_u64 significand = field == 0 ? fraction : (fraction | 0x800000u);
+  const int exponent = field == 0 ? -126 : field - 127;
+  const int target_exponent = exponent > min_normal_exponent ? exponent : min_normal_exponent;
+  const int shift = (23 - mantissa_bits) + (target_exponent - exponent);
+  if (shift > 25) return 0;
+  const crucible_u64 kept = significand >> shift;
+  const crucible_u64 rest = significand & ((1ULL << shift) - 1);
+  const crucible_u64 half = 1ULL << (shift - 1);
+  unsigned int result =
+      ((unsigned int)(target_exponent + bias - 1) << mantissa_bits) + (unsigned int)kept;
+  if (rest > half || (rest == half && (result & 1u) != 0)) ++result;
+  return result;
+}
+
+// core::float_to_fp8_e4m3 (e4m3 != 0) and core::float_to_fp8_e5m2: saturating, NaN kept.
+__device__ unsigned char crucible_fp8(float value, int e4m3) {
+  const unsigned int bits = __float_as_uint(value);
+  const unsigned int sign = (bits >> 24) & 0x80u;
+  const unsigned int magnitude = bits & 0x7FFFFFFFu;
+  const unsigned int max_finite = e4m3 ? 0x7Eu : 0x7Bu;
+  if (magnitude > 0x7F800000u) {
+    return (unsigned char)(e4m3 ? (sign | 0x7Fu) : (sign | 0x7Eu | ((bits >> 21) & 1u)));
+  }
+  const unsigned int rounded =
+      magnitude == 0x7F800000u
+          ? max_finite
+          : (e4m3 ? crucible_round_magnitude(magnitude, 4, 3)
+                  : crucible_round_magnitude(magnitude, 5, 2));
+  return (unsigned char)(sign | (rounded < max_finite ? rounded : max_finite));
+}
+
 // clamp_to<T>(value) for a T spanning [lo, hi].
 __device__ __forceinline__ double crucible_clamped(double value, double lo, double hi) {
   if (isnan(value)) return 0.0;
@@ -142,7 +180,7 @@ extern "C" __global__ void crucible_generate(unsigned char* out, crucible_u64 fi
         break;
       default: value = list.values[index % list_length]; break;
     }
-    if (type >= 4) {
+    if (type >= 4 && type <= 9) {
       // integer_value: a uniform draw floors into [lo, hi); everything else rounds to nearest.
       if (kind == 1) {
         const double floored = floor(value);
@@ -172,6 +210,8 @@ extern "C" __global__ void crucible_generate(unsigned char* out, crucible_u64 fi
         ((long long*)out)[i] = v;
         break;
       }
+      case 10: out[i] = crucible_fp8((float)value, 1); break;
+      case 11: out[i] = crucible_fp8((float)value, 0); break;
       default: out[i] = value != 0.0 ? 1 : 0; break;
     }
   }

@@ -14,7 +14,7 @@ namespace {
 
 // Stream kinds and element types as the kernel numbers them.
 enum Kind : int { kRandn, kUniform, kConstant, kOnes, kZeros, kPositions, kPermutation, kList };
-enum Type : int { kBf16, kF16, kF32, kF64, kI8, kU8, kI16, kI32, kI64, kBool };
+enum Type : int { kBf16, kF16, kF32, kF64, kI8, kU8, kI16, kI32, kI64, kBool, kE4m3, kE5m2 };
 
 // A list generator's values travel by value in the kernel's parameters.
 constexpr std::size_t kMaxList = 64;
@@ -45,8 +45,9 @@ int type_code(core::DType dtype) {
     case core::DType::kBool:
       return kBool;
     case core::DType::kFP8E4M3:
+      return kE4m3;
     case core::DType::kFP8E5M2:
-      break;
+      return kE5m2;
   }
   return -1;
 }

@@ -1,5 +1,6 @@
-// The cuBLASLt reference (llm/linear): dlopen'ed entry points, descriptors of one GEMM, the
-// per-shape algorithm search and the LibraryReference that launches the chosen algorithm.
+// The cuBLASLt references (llm/linear, llm/fp8_scaled_linear): dlopen'ed entry points,
+// descriptors of one GEMM, the per-shape algorithm search and the LibraryReference that launches
+// the chosen algorithm.
 #include "runner/child/library_reference.hpp"
 
 #include <cublasLt.h>
@@ -111,8 +112,7 @@ CublasLt& cublaslt() {
   return lt;
 }
 
-// ---- the linear layer
-// ----------------------------------------------------------------------------
+// ---- the linear layers --------------------------------------------------------------------------
 
 // Workspace offered to cuBLASLt (split-K reductions); 32 MiB is what PyTorch offers on Hopper.
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
@@ -120,15 +120,32 @@ constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 constexpr int kCandidates = 32;
 constexpr int kTimedCalls = 5;
 
+// The two GEMMs: bf16 operands ("cublaslt"), or fp8 e4m3 operands with a scale per row of the
+// input and per row of the weight, applied to the fp32 sum ("cublaslt_fp8_rowwise").
+enum class GemmKind { kBf16, kFp8RowwiseScaled };
+
+// OUTER_VEC_32F scales arrived in cuBLASLt 12.9 and are implemented for sm_90 only.
+constexpr std::size_t kOuterVectorMinVersion = 120900;
+
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;
-  core::DType dtype = core::DType::kBF16;
-  auto key() const { return std::make_tuple(m, n, k, static_cast<int>(dtype)); }
+  GemmKind kind = GemmKind::kBf16;
+  auto key() const { return std::make_tuple(m, n, k, static_cast<int>(kind)); }
+  std::size_t operand_bytes() const { return kind == GemmKind::kBf16 ? 2 : 1; }
+};
+
+// The task tensors one call reads and writes, in manifest order: (out, input, weight) for
+// kBf16, (out, a, b, a_scales, b_scales) for kFp8RowwiseScaled (a plays input, b weight).
+struct GemmOperands {
+  CUdeviceptr out = 0, input = 0, weight = 0, input_scales = 0, weight_scales = 0;
 };
 
 // Descriptors of one problem: out[M, N] = input[M, K] @ weight[N, K]^T in row-major terms is,
 // column-major, out^T[N, M] = weight[K, N]^T @ input^T[K, M]: A = weight with op T, B = input
-// with op N, both with leading dimension K; D = out with leading dimension N.
+// with op N, both with leading dimension K; D = out with leading dimension N. (fp8 on Hopper
+// takes only this "TN" arrangement, which is the one a [N, K] weight gives.) With fp8, cuBLASLt's
+// M is the output features and its N the tokens, so its A-scale vector is the weight's
+// per-channel scales and its B-scale vector the per-token ones.
 class GemmDescriptors {
  public:
   explicit GemmDescriptors(const GemmShape& shape) {
@@ -143,15 +160,32 @@ class GemmDescriptors {
   GemmDescriptors(const GemmDescriptors&) = delete;
   GemmDescriptors& operator=(const GemmDescriptors&) = delete;
 
-  void run(const cublasLtMatmulAlgo_t& algo, CUdeviceptr out, CUdeviceptr input, CUdeviceptr weight,
-           CUdeviceptr workspace, std::size_t workspace_bytes, CUstream stream) const {
+  void run(const cublasLtMatmulAlgo_t& algo, const GemmOperands& operands, CUdeviceptr workspace,
+           std::size_t workspace_bytes, CUstream stream) const {
+    auto& lt = cublaslt();
+    // The scale vectors are descriptor attributes: set for every call, since the runner rotates
+    // its buffers between calls.
+    bind_scales(operands);
     const float alpha = 1.0f, beta = 0.0f;
-    auto* d = reinterpret_cast<void*>(out);
-    check_lt(cublaslt().matmul(cublaslt().handle, desc_, &alpha, reinterpret_cast<void*>(weight),
-                               a_, reinterpret_cast<void*>(input), b_, &beta, d, d_, d, d_, &algo,
-                               reinterpret_cast<void*>(workspace), workspace_bytes,
-                               reinterpret_cast<cudaStream_t>(stream)),
+    auto* d = reinterpret_cast<void*>(operands.out);
+    check_lt(lt.matmul(lt.handle, desc_, &alpha, reinterpret_cast<void*>(operands.weight), a_,
+                       reinterpret_cast<void*>(operands.input), b_, &beta, d, d_, d, d_, &algo,
+                       reinterpret_cast<void*>(workspace), workspace_bytes,
+                       reinterpret_cast<cudaStream_t>(stream)),
              "cublasLtMatmul");
+  }
+
+  // Points the fp8 descriptor's scale attributes at the operands' scale vectors (nothing for
+  // bf16).
+  void bind_scales(const GemmOperands& operands) const {
+    if (kind_ != GemmKind::kFp8RowwiseScaled) return;
+    auto& lt = cublaslt();
+    const void* a_scale = reinterpret_cast<const void*>(operands.weight_scales);
+    const void* b_scale = reinterpret_cast<const void*>(operands.input_scales);
+    check_lt(lt.desc_set(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale),
+             "A_SCALE_POINTER");
+    check_lt(lt.desc_set(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale),
+             "B_SCALE_POINTER");
   }
 
   // Up to `count` algorithms in the heuristic's order of preference. Split-K reductions are
@@ -177,7 +211,12 @@ class GemmDescriptors {
                             &returned);
     }
     lt.pref_destroy(preference);
-    check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
+    const std::string what =
+        kind_ == GemmKind::kBf16
+            ? std::string("cublasLtMatmulAlgoGetHeuristic")
+            : std::string("cublasLtMatmulAlgoGetHeuristic (fp8 e4m3 with OUTER_VEC_32F scales, "
+                          "which cuBLASLt >= 12.9 implements on sm_90 only)");
+    check_lt(status, what.c_str());
     results.resize(static_cast<std::size_t>(std::max(returned, 0)));
     std::erase_if(results, [](const auto& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
     if (results.empty()) throw std::runtime_error("cuBLASLt proposes no algorithm for this GEMM");
@@ -187,18 +226,39 @@ class GemmDescriptors {
  private:
   void create(const GemmShape& shape) {
     auto& lt = cublaslt();
-    const cudaDataType_t type = CUDA_R_16BF;
-    (void)shape.dtype;  // bf16 only (checked by prepare_case)
+    kind_ = shape.kind;
+    const bool fp8 = shape.kind == GemmKind::kFp8RowwiseScaled;
+    const cudaDataType_t operand_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    const cudaDataType_t out_type = CUDA_R_16BF;
     check_lt(lt.desc_create(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
     const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
     check_lt(lt.desc_set(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose),
              "TRANSA");
     check_lt(lt.desc_set(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof none), "TRANSB");
+    if (fp8) {
+      if (lt.version() < kOuterVectorMinVersion) {
+        throw std::runtime_error("cuBLASLt " + std::to_string(lt.version()) + " at " + lt.path +
+                                 " has no per-row fp8 scales (OUTER_VEC_32F needs 12.9 or later)");
+      }
+      const std::int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      check_lt(lt.desc_set(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer, sizeof outer),
+               "A_SCALE_MODE OUTER_VEC_32F");
+      check_lt(lt.desc_set(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer, sizeof outer),
+               "B_SCALE_MODE OUTER_VEC_32F");
+      // Fast accumulation off (the default, said explicitly): Hopper's fp8 tensor cores then
+      // hand their partial sums to fp32 registers at short intervals, which is the fp32
+      // accumulation the task defines. With it on, sums stay in the tensor core's narrower
+      // accumulator for all of K.
+      const std::int8_t fast_accumulation = 0;
+      check_lt(lt.desc_set(desc_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accumulation,
+                           sizeof fast_accumulation),
+               "FAST_ACCUM");
+    }
     const auto m = static_cast<std::uint64_t>(shape.m), n = static_cast<std::uint64_t>(shape.n),
                k = static_cast<std::uint64_t>(shape.k);
-    check_lt(lt.layout_create(&a_, type, k, n, static_cast<std::int64_t>(k)), "A layout");
-    check_lt(lt.layout_create(&b_, type, k, m, static_cast<std::int64_t>(k)), "B layout");
-    check_lt(lt.layout_create(&d_, type, n, m, static_cast<std::int64_t>(n)), "D layout");
+    check_lt(lt.layout_create(&a_, operand_type, k, n, static_cast<std::int64_t>(k)), "A layout");
+    check_lt(lt.layout_create(&b_, operand_type, k, m, static_cast<std::int64_t>(k)), "B layout");
+    check_lt(lt.layout_create(&d_, out_type, n, m, static_cast<std::int64_t>(n)), "D layout");
   }
   void destroy() {
     auto& lt = cublaslt();
@@ -210,6 +270,7 @@ class GemmDescriptors {
     desc_ = nullptr;
   }
 
+  GemmKind kind_ = GemmKind::kBf16;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
 };
@@ -264,19 +325,40 @@ constexpr double kTieShare = 0.03;
 // (hidden cases are only checked, never timed). Then counts the kernels of one call.
 Choice choose(const GemmShape& shape, const GemmDescriptors& gemm, const LibraryHooks& hooks,
               bool search) {
-  const auto candidates = gemm.heuristics(search ? kCandidates : 1);
   const CUstream stream = hooks.stream;
-  const std::size_t esize = core::dtype_size(shape.dtype);
+  const std::size_t esize = shape.operand_bytes();
   const auto elements = [](std::int64_t a, std::int64_t b) {
     return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
   };
   DeviceBuffer input(elements(shape.m, shape.k) * esize, false);
   DeviceBuffer weight(elements(shape.n, shape.k) * esize, false);
-  DeviceBuffer out(elements(shape.m, shape.n) * esize, false);
+  DeviceBuffer out(elements(shape.m, shape.n) * 2, false);
   DeviceBuffer workspace(kWorkspaceBytes, false);
-  // 0x3C00: 0.0078 in bf16; sums stay finite for any K.
-  check(cuMemsetD16Async(input.data(), 0x3C00, elements(shape.m, shape.k), stream), "input");
-  check(cuMemsetD16Async(weight.data(), 0x3C00, elements(shape.n, shape.k), stream), "weight");
+  if (shape.kind == GemmKind::kBf16) {
+    // 0x3C00: 0.0078 in bf16; sums stay finite for any K.
+    check(cuMemsetD16Async(input.data(), 0x3C00, elements(shape.m, shape.k), stream), "input");
+    check(cuMemsetD16Async(weight.data(), 0x3C00, elements(shape.n, shape.k), stream), "weight");
+  } else {
+    // 0x30: 0.5 in e4m3; unit scales (0x3F800000 is 1.0f).
+    check(cuMemsetD8Async(input.data(), 0x30, elements(shape.m, shape.k), stream), "input");
+    check(cuMemsetD8Async(weight.data(), 0x30, elements(shape.n, shape.k), stream), "weight");
+  }
+  const bool scaled = shape.kind == GemmKind::kFp8RowwiseScaled;
+  DeviceBuffer input_scales(scaled ? static_cast<std::size_t>(shape.m) * 4 : 0, false);
+  DeviceBuffer weight_scales(scaled ? static_cast<std::size_t>(shape.n) * 4 : 0, false);
+  if (scaled) {
+    check(cuMemsetD32Async(input_scales.data(), 0x3F800000u, static_cast<std::size_t>(shape.m),
+                           stream),
+          "input scales");
+    check(cuMemsetD32Async(weight_scales.data(), 0x3F800000u, static_cast<std::size_t>(shape.n),
+                           stream),
+          "weight scales");
+  }
+  const GemmOperands operands{out.data(), input.data(), weight.data(), input_scales.data(),
+                              weight_scales.data()};
+  // The heuristic sees the descriptor as the calls will (scale pointers set, not null).
+  gemm.bind_scales(operands);
+  const auto candidates = gemm.heuristics(search ? kCandidates : 1);
   std::vector<double> medians(candidates.size(), -1.0);
   if (search) {
     EventPair events;
@@ -286,8 +368,8 @@ Choice choose(const GemmShape& shape, const GemmDescriptors& gemm, const Library
         for (int call = 0; call <= kTimedCalls; ++call) {
           hooks.flush_l2();
           check(cuEventRecord(events.start, stream), "event record");
-          gemm.run(candidates[c].algo, out.data(), input.data(), weight.data(), workspace.data(),
-                   candidates[c].workspaceSize, stream);
+          gemm.run(candidates[c].algo, operands, workspace.data(), candidates[c].workspaceSize,
+                   stream);
           check(cuEventRecord(events.end, stream), "event record");
           check(cuEventSynchronize(events.end), "search call");
           float ms = 0.0f;
@@ -316,13 +398,12 @@ Choice choose(const GemmShape& shape, const GemmDescriptors& gemm, const Library
   choice.algo = candidates[chosen].algo;
   choice.workspace_bytes = candidates[chosen].workspaceSize;
   choice.kernels = hooks.count_kernels([&] {
-    gemm.run(choice.algo, out.data(), input.data(), weight.data(), workspace.data(),
-             choice.workspace_bytes, stream);
+    gemm.run(choice.algo, operands, workspace.data(), choice.workspace_bytes, stream);
   });
   if (choice.kernels == 0) {
     throw std::runtime_error("cuBLASLt's GEMM launched nothing CUPTI saw");
   }
-  choice.text = algo_text(choice.algo);
+  choice.text = (scaled ? "fp8 e4m3, outer-vector fp32 scales, " : "") + algo_text(choice.algo);
   if (search) {
     std::size_t ran = 0;
     for (const double m : medians) ran += m >= 0.0 ? 1 : 0;
@@ -335,21 +416,50 @@ Choice choose(const GemmShape& shape, const GemmDescriptors& gemm, const Library
   return choice;
 }
 
+// The GEMM of a case from its tensors' shapes (manifest order), checked against the library's
+// contract (tasks/manifest.cpp holds manifests to the same).
+GemmShape gemm_shape(GemmKind kind, const std::vector<std::vector<std::int64_t>>& shapes,
+                     core::DType dtype) {
+  const bool fp8 = kind == GemmKind::kFp8RowwiseScaled;
+  const char* name = fp8 ? "cublaslt_fp8_rowwise" : "cublaslt";
+  const std::size_t tensors = fp8 ? 5 : 3;
+  const bool ranks = shapes.size() == tensors &&
+                     std::all_of(shapes.begin(), shapes.end(),
+                                 [](const auto& shape) { return shape.size() == 2; });
+  if (!ranks) {
+    throw std::runtime_error(
+        fp8 ? "cublaslt_fp8_rowwise needs tensors out[M, N], a[M, K], b[N, K], a_scales[M, 1], "
+              "b_scales[N, 1]"
+            : "cublaslt needs tensors out[M, N], input[M, K], weight[N, K]");
+  }
+  // `dtype` is the first tensor's: the output, bf16 in both.
+  if (dtype != core::DType::kBF16) {
+    throw std::runtime_error(std::string(name) + ": a bf16 output only");
+  }
+  GemmShape shape{shapes[1][0], shapes[2][0], shapes[1][1], kind};
+  bool agree = shapes[0][0] == shape.m && shapes[0][1] == shape.n && shapes[2][1] == shape.k;
+  if (fp8) {
+    agree = agree && shapes[3][0] == shape.m && shapes[3][1] == 1 && shapes[4][0] == shape.n &&
+            shapes[4][1] == 1;
+    // cuBLASLt's fp8 kernels need 16-byte aligned rows of the operands.
+    if (shape.k % 16 != 0) {
+      throw std::runtime_error("cublaslt_fp8_rowwise: K must be a multiple of 16, got " +
+                               std::to_string(shape.k));
+    }
+  }
+  if (!agree) {
+    throw std::runtime_error(std::string(name) + ": the tensors' shapes disagree");
+  }
+  return shape;
+}
+
 class CublasLtLinear final : public LibraryReference {
  public:
-  CublasLtLinear() { (void)cublaslt(); }
+  explicit CublasLtLinear(GemmKind kind) : kind_(kind) { (void)cublaslt(); }
 
   void prepare_case(std::size_t index, const std::vector<std::vector<std::int64_t>>& shapes,
                     core::DType dtype, bool timed, const LibraryHooks& hooks) override {
-    if (shapes.size() != 3 || shapes[0].size() != 2 || shapes[1].size() != 2 ||
-        shapes[2].size() != 2) {
-      throw std::runtime_error("cublaslt needs tensors out[M, N], input[M, K], weight[N, K]");
-    }
-    if (dtype != core::DType::kBF16) throw std::runtime_error("cublaslt: bf16 tensors only");
-    GemmShape shape{shapes[1][0], shapes[2][0], shapes[1][1], dtype};
-    if (shapes[0][0] != shape.m || shapes[0][1] != shape.n || shapes[2][1] != shape.k) {
-      throw std::runtime_error("cublaslt: shapes of out, input and weight disagree");
-    }
+    const GemmShape shape = gemm_shape(kind_, shapes, dtype);
     if (workspace_.bytes() == 0) workspace_ = DeviceBuffer(kWorkspaceBytes, false);
     // The search runs once per shape per process: the choice of a runner is the choice of every
     // job it serves, and later jobs skip the search.
@@ -374,8 +484,13 @@ class CublasLtLinear final : public LibraryReference {
   void launch(std::size_t index, const std::vector<CUdeviceptr>& tensors,
               CUstream stream) override {
     const auto& prepared = cases_.at(index);
-    prepared.gemm->run(prepared.choice.algo, tensors.at(0), tensors.at(1), tensors.at(2),
-                       workspace_.data(), prepared.choice.workspace_bytes, stream);
+    GemmOperands operands{tensors.at(0), tensors.at(1), tensors.at(2)};
+    if (kind_ == GemmKind::kFp8RowwiseScaled) {
+      operands.input_scales = tensors.at(3);
+      operands.weight_scales = tensors.at(4);
+    }
+    prepared.gemm->run(prepared.choice.algo, operands, workspace_.data(),
+                       prepared.choice.workspace_bytes, stream);
   }
 
   void scrub(CUstream stream) override {
@@ -391,6 +506,7 @@ class CublasLtLinear final : public LibraryReference {
     std::unique_ptr<GemmDescriptors> gemm;
     Choice choice;
   };
+  GemmKind kind_;
   std::map<std::size_t, Prepared> cases_;
   DeviceBuffer workspace_;  // frees itself, unless the context was abandoned
 };
@@ -398,7 +514,10 @@ class CublasLtLinear final : public LibraryReference {
 }  // namespace
 
 std::unique_ptr<LibraryReference> make_library_reference(const std::string& name) {
-  if (name == "cublaslt") return std::make_unique<CublasLtLinear>();
+  if (name == "cublaslt") return std::make_unique<CublasLtLinear>(GemmKind::kBf16);
+  if (name == "cublaslt_fp8_rowwise") {
+    return std::make_unique<CublasLtLinear>(GemmKind::kFp8RowwiseScaled);
+  }
   throw std::runtime_error("unknown reference library '" + name + "'");
 }
 

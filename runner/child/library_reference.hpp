@@ -22,6 +22,10 @@ namespace crucible::runner::child {
 //   "cublaslt": out[M, N] = input[M, K] @ weight[N, K]^T, bf16 with fp32 accumulation (split-K
 //               reductions in fp32 only); the task's tensors are (out, input, weight) in that
 //               order.
+//   "cublaslt_fp8_rowwise": out[M, N] = a_scales[M] * b_scales[N] * (a[M, K] @ b[N, K]^T), a and b
+//               fp8 e4m3, scales fp32, out bf16, fp32 accumulation (fast accumulation off), the
+//               scales applied to the fp32 sum by cuBLASLt's outer-vector scale mode (cuBLASLt
+//               12.9 or later, sm_90); the task's tensors are (out, a, b, a_scales, b_scales).
 // One instance per job, used from the runner's one thread; the per-shape algorithm choices are
 // process-wide and guarded by a mutex.
 // What the runner lends a library while it readies a case.
@@ -38,8 +42,9 @@ class LibraryReference {
   virtual ~LibraryReference() = default;
 
   // Readies case `index` of the job. `shapes` are the task tensors' shapes in manifest order,
-  // `dtype` their element type, `timed` whether the case is timed (visible): only those get an
-  // algorithm search (once per shape per process); others take the library's first choice.
+  // `dtype` the first tensor's (the output's) element type, `timed` whether the case is timed
+  // (visible): only those get an algorithm search (once per shape per process); others take the
+  // library's first choice.
   // Throws CudaFailure or std::runtime_error with a message saying what is missing or
   // unsupported.
   virtual void prepare_case(std::size_t index, const std::vector<std::vector<std::int64_t>>& shapes,

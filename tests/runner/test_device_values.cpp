@@ -108,7 +108,7 @@ TEST_CASE("device values: each generator on each dtype, saturation, large seeds 
   const core::DType dtypes[] = {core::DType::kBF16, core::DType::kF16, core::DType::kF32,
                                 core::DType::kF64,  core::DType::kI8,  core::DType::kU8,
                                 core::DType::kI16,  core::DType::kI32, core::DType::kI64,
-                                core::DType::kBool};
+                                core::DType::kBool, core::DType::kFP8E4M3, core::DType::kFP8E5M2};
   std::size_t compared = 0;
   for (const auto& spec : specs) {
     for (const auto dtype : dtypes) {
@@ -130,6 +130,7 @@ TEST_CASE("device values: each generator on each dtype, saturation, large seeds 
   tasks::GeneratorSpec captured;
   captured.kind = GeneratorKind::kCaptured;
   CHECK_FALSE(runner::child::generates_on_device(captured, core::DType::kBF16));
-  tasks::GeneratorSpec randn;
-  CHECK_FALSE(runner::child::generates_on_device(randn, core::DType::kFP8E4M3));
+  tasks::GeneratorSpec rope;
+  rope.kind = GeneratorKind::kRopeCache;
+  CHECK_FALSE(runner::child::generates_on_device(rope, core::DType::kF32));
 }

@@ -1,5 +1,6 @@
-// On a GPU: the cuBLASLt reference of llm/linear agrees with the float64 oracle on every case
-// (every row where the CPU oracle is quick, the first and last rows of the largest), launches
+// On a GPU: the cuBLASLt references of llm/linear and llm/fp8_scaled_linear agree with the
+// float64 oracle on every case (every row where the CPU oracle is quick, the first and last rows
+// of the largest), launches
 // the kernels it says it launches, writes nothing around its output and leaves its inputs as
 // they were. The runner times agents against this library call, so it is held to the oracle like
 // every NVRTC reference (tests/kernels/test_references_gpu.cpp).
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "runner/child/cuda_check.hpp"
@@ -36,14 +38,15 @@ namespace {
 constexpr std::int64_t kMaxOracleMacs = std::int64_t{1} << 31;
 constexpr std::int64_t kSampleRows = 4;
 
-}  // namespace
-
-TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on every case") {
+// Holds task `id`'s library reference to its oracle on every case. `token_rows` names the input
+// tensors with one row per token (the rows the sampled check keeps).
+void check_library_reference(const std::string& id, const std::string& library_name,
+                             const std::vector<std::string>& token_rows) {
   auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
   REQUIRE_MESSAGE(registry.ok(), registry.error().message);
-  const tasks::Task* task = registry->find("llm/linear");
+  const tasks::Task* task = registry->find(id);
   REQUIRE(task != nullptr);
-  REQUIRE(task->reference_library == "cublaslt");
+  REQUIRE(task->reference_library == library_name);
   auto& device = runner_test::device();
   auto& timer = runner_test::timer();
   const CUstream stream = device.stream;
@@ -121,12 +124,14 @@ TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on 
     tasks::Case part = c;
     part.symbols["num_tokens"] = static_cast<std::int64_t>(rows.size());
     tasks::InputBytes part_inputs = *inputs;
-    const auto& input = inputs->at("input");
-    const std::size_t row_bytes = static_cast<std::size_t>(k) * 2;
-    part_inputs["input"].assign(rows.size() * row_bytes, std::byte{0});
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      std::memcpy(part_inputs["input"].data() + i * row_bytes,
-                  input.data() + static_cast<std::size_t>(rows[i]) * row_bytes, row_bytes);
+    for (const auto& name : token_rows) {
+      const auto& whole = inputs->at(name);
+      const std::size_t row_bytes = whole.size() / static_cast<std::size_t>(m);
+      part_inputs[name].assign(rows.size() * row_bytes, std::byte{0});
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        std::memcpy(part_inputs[name].data() + i * row_bytes,
+                    whole.data() + static_cast<std::size_t>(rows[i]) * row_bytes, row_bytes);
+      }
     }
     const auto expected = tasks::run_oracle(*task, part, part_inputs);
     REQUIRE_MESSAGE(expected.ok(), expected.error().message);
@@ -144,8 +149,9 @@ TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on 
       }
     }
     CHECK(bad == 0);
-    std::printf("llm/linear cublaslt %-24s %5zu rows  max |error| %.3g  %s\n", c.name.c_str(),
-                rows.size(), worst, library->describe(index).c_str());
+    std::printf("%s %s %-24s %5zu rows  max |error| %.3g  %s\n", id.c_str(),
+                library_name.c_str(), c.name.c_str(), rows.size(), worst,
+                library->describe(index).c_str());
     // Inputs unchanged.
     for (std::size_t t = 1; t < task->tensors.size(); ++t) {
       std::vector<std::byte> after(buffers[t].bytes());
@@ -156,4 +162,14 @@ TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on 
   }
   CHECK(checked == task->cases.size());
   CHECK(sampled > 0);
+}
+
+}  // namespace
+
+TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on every case") {
+  check_library_reference("llm/linear", "cublaslt", {"input"});
+}
+
+TEST_CASE("library reference: cuBLASLt fp8 row-wise scaled GEMM agrees with the float64 oracle") {
+  check_library_reference("llm/fp8_scaled_linear", "cublaslt_fp8_rowwise", {"a", "a_scales"});
 }

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/checksum.hpp"
+#include "core/numeric.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/random.hpp"
 
@@ -163,7 +164,7 @@ TEST_CASE("generators: constants, ones, zeros and positions") {
   }
 }
 
-TEST_CASE("generators: fp8 and bad routing specs are refused, captured without a file too") {
+TEST_CASE("generators: bad routing specs are refused, captured without a file too") {
   GeneratorSpec captured;
   captured.kind = GeneratorKind::kCaptured;
   captured.file = "/nonexistent/captured.safetensors";
@@ -174,11 +175,30 @@ TEST_CASE("generators: fp8 and bad routing specs are refused, captured without a
   GeneratorSpec routing;
   routing.kind = GeneratorKind::kRouting;  // no expert count, no top-k
   CHECK_FALSE(generate(routing, core::DType::kI32, 4, 0).ok());
-  const auto fp8 = generate(randn(0, 1), core::DType::kFP8E4M3, 4, 0);
-  REQUIRE_FALSE(fp8.ok());
-  CHECK(fp8.error().message.find("fp8_e4m3") != std::string::npos);
   std::vector<std::byte> odd(3);
   CHECK_FALSE(generate_into(randn(0, 1), core::DType::kF32, 0, odd).ok());
+}
+
+TEST_CASE("generators: fp8 values are the f64 stream rounded through float, saturated") {
+  // std 300: a few percent of the draws lie past e4m3's 448 and must saturate, none past e5m2's.
+  const auto wide = generate(randn(0, 300), core::DType::kF64, 4096, 7);
+  const auto e4m3 = generate(randn(0, 300), core::DType::kFP8E4M3, 4096, 7);
+  const auto e5m2 = generate(randn(0, 300), core::DType::kFP8E5M2, 4096, 7);
+  REQUIRE(wide.ok());
+  REQUIRE(e4m3.ok());
+  REQUIRE(e5m2.ok());
+  std::size_t saturated = 0;
+  for (std::size_t i = 0; i < 4096; ++i) {
+    double value = 0.0;
+    std::memcpy(&value, wide->data() + i * 8, 8);
+    const auto e4m3_bits = static_cast<std::uint8_t>((*e4m3)[i]);
+    CHECK(e4m3_bits == core::float_to_fp8_e4m3(static_cast<float>(value)));
+    CHECK(static_cast<std::uint8_t>((*e5m2)[i]) ==
+          core::float_to_fp8_e5m2(static_cast<float>(value)));
+    CHECK(std::fabs(core::fp8_e4m3_to_float(e4m3_bits)) <= 448.0f);
+    saturated += std::fabs(value) > 464.0 ? 1 : 0;  // past the rounding midpoint above 448
+  }
+  CHECK(saturated > 20);
 }
 
 TEST_CASE("generators: generate_tensor uses the case shape and refuses outputs") {

@@ -185,12 +185,18 @@ const BadManifest kBadManifests[] = {
      "\"kernels/llm/rms_norm.cu\"), got '../secrets.cu'"},
     {"unknown reference library", "source = \"kernels/llm/toy.cu\"",
      "source = \"kernels/llm/toy.cu\"\nlibrary = \"cudnn\"",
-     "reference.library: unknown library 'cudnn' (known: cublaslt)"},
+     "reference.library: unknown library 'cudnn' (known: cublaslt, cublaslt_fp8_rowwise)"},
     {"library whose contract the tensors break", "source = \"kernels/llm/toy.cu\"",
      "source = \"kernels/llm/toy.cu\"\nlibrary = \"cublaslt\"",
      "reference.library: \"cublaslt\" computes out[M, N] = input[M, K] @ weight[N, K]^T: the task "
      "needs exactly the tensors (out, input, weight) in that order, roles out, in, in, all bf16, "
      "with shapes [M, N], [M, K], [N, K]"},
+    {"fp8 library whose contract the tensors break", "source = \"kernels/llm/toy.cu\"",
+     "source = \"kernels/llm/toy.cu\"\nlibrary = \"cublaslt_fp8_rowwise\"",
+     "reference.library: \"cublaslt_fp8_rowwise\" computes out[M, N] = a_scales[M] * b_scales[N] "
+     "* (a[M, K] @ b[N, K]^T): the task needs exactly the tensors (out, a, b, a_scales, b_scales) "
+     "in that order, roles out, in, in, in, in, dtypes bf16, fp8_e4m3, fp8_e4m3, f32, f32, with "
+     "shapes [M, N], [M, K], [N, K], [M, 1], [N, 1]"},
     {"library without a starting-point source", "source = \"kernels/llm/toy.cu\"",
      "library = \"cublaslt\"",
      "reference.source: missing (a path relative to the repository root, e.g. "
