@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs the GPU suites, benchmarks and the logged-run replay on the GPU machine, from the
 # repository root, with the binaries carried in .bundle/ (see bench/README.md).
-#   device_run.sh [tests] [bench] [ncu] [trajectory] [parity] [variants] [throughput]
-#   (default: all seven)
+#   device_run.sh [tests] [bench] [ncu] [trajectory] [parity] [variants] [throughput] [faults]
+#   (default: all eight)
 # Figures and logs go to $OUT; everything is also packed into $OUT/results.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/crucible-out}
 mkdir -p "$OUT/r"
-parts=${*:-tests bench ncu trajectory parity variants throughput}
+parts=${*:-tests bench ncu trajectory parity variants throughput faults}
 want() { [[ " $parts " == *" $1 "* ]]; }
 cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
 # Only crucible's own programs get the carried libraries (python3 and ncu keep the system's).
@@ -103,4 +103,11 @@ if want throughput; then
     --json "$R/throughput.json" 2>&1 | tee "$R/throughput.txt" | tail -30
   # The server's log and the evals' per-sample results stay; the big per-run files do not.
   rm -rf "$R/throughput/compile-cache" "$R/throughput"/eval_*/report.html "$R/throughput"/single_*
+fi
+if want faults; then
+  # How long a fault takes to be reported (the deadline floor must stay above it).
+  step "fault latency: traps and wild stores in example solutions"
+  python3 bench/gpu/fault_latency.py --samples > "$R/faults.jsonl"
+  run timeout 200 $B/crucible eval "$R/faults.jsonl" -o "$R/faults_eval" -j 1 2>&1 | tail -2
+  python3 bench/gpu/fault_latency.py --results "$R/faults_eval/results.jsonl" --json "$R/fault_latency.json"
 fi
