@@ -301,6 +301,139 @@ double surface_point_coordinate(const GeneratorSpec& spec, std::uint64_t seed,
   return centre[coordinate] + radius * direction[coordinate] / norm;
 }
 
+// Detector candidates (the detections generator): box i belongs to image i / per_image. Which
+// box is which is a function of i alone (kDetectionLayoutKey), so the boxes, scores and classes
+// tensors of a case, each drawn from its own seed, describe the same boxes:
+//  - a tenth of the boxes (never the first of an image) are multi-label copies of the box before
+//    them: the same coordinates under another class (ultralytics' multi_label NMS input);
+//  - of the rest, 12 % are background detections: a box of their own, 8 to 64 px;
+//  - the others are duplicates of object o = floor(objects * u^2) of their image, u uniform:
+//    large, early objects collect more anchors, as they do in a dense head.
+// An object has a centre uniform in the image, a log-uniform scale of 16 px to 0.6 * size and a
+// log-uniform aspect ratio of 1/3 to 3; each duplicate moves each edge by a triangular offset of
+// up to 15 % of the object's width or height (pairs of duplicates then overlap with IoU around
+// 0.6 to 0.9, on both sides of the usual 0.7 threshold). Coordinates are clamped to the image.
+// An object's confidence c is uniform in [0.35, 0.95] and a duplicate scores c * (0.55 + 0.45
+// u); a copy scores its box's score times 0.3 u, a background box 0.05 + 0.3 u. Each image
+// shows one to four classes of `classes`; an object's class is one of them, a copy's class any
+// other; the value is image * classes + class (torchvision batched_nms idxs over a batch).
+constexpr std::uint64_t kDetectionLayoutKey = 0xDE7EC7105ULL;
+constexpr std::uint64_t kDetectionObjectSalt = 0x0B1EC7ULL;
+constexpr std::uint64_t kDetectionPaletteSalt = 0xC0105ULL;
+
+enum class DetectionKind { kObject, kBackground, kCopy };
+
+struct DetectionSlot {
+  DetectionKind kind;
+  std::uint64_t image;
+  std::uint64_t object;  // kObject: the object's index in the batch
+};
+
+DetectionSlot detection_slot(const DetectionScene& scene, std::uint64_t box) {
+  const auto per_image = static_cast<std::uint64_t>(scene.per_image > 0 ? scene.per_image : 1);
+  const auto objects = static_cast<std::uint64_t>(scene.objects > 0 ? scene.objects : 1);
+  const std::uint64_t image = box / per_image;
+  if (box % per_image != 0 && unit_double(keyed_bits(kDetectionLayoutKey, box * 3)) < 0.1) {
+    return {DetectionKind::kCopy, image, 0};
+  }
+  if (unit_double(keyed_bits(kDetectionLayoutKey, box * 3 + 1)) < 0.12) {
+    return {DetectionKind::kBackground, image, 0};
+  }
+  const double u = unit_double(keyed_bits(kDetectionLayoutKey, box * 3 + 2));
+  const auto o =
+      std::min(objects - 1, static_cast<std::uint64_t>(static_cast<double>(objects) * u * u));
+  return {DetectionKind::kObject, image, image * objects + o};
+}
+
+// The box a copy repeats (the nearest earlier box of its image that is not a copy).
+std::uint64_t detection_source(const DetectionScene& scene, std::uint64_t box) {
+  while (detection_slot(scene, box).kind == DetectionKind::kCopy) --box;
+  return box;
+}
+
+double log_uniform(double u, double lo, double hi) {
+  return portable_exp(portable_log(lo) + u * (portable_log(hi) - portable_log(lo)));
+}
+
+double detection_coordinate(const DetectionScene& scene, std::uint64_t seed, std::uint64_t index) {
+  const std::uint64_t box = detection_source(scene, index / 4);
+  const int coordinate = static_cast<int>(index % 4);
+  const std::uint64_t key = splitmix64(seed);
+  const DetectionSlot slot = detection_slot(scene, box);
+  const double size = scene.size;
+  double centre[2], extent[2], jitter = 0.0;
+  if (slot.kind == DetectionKind::kBackground) {
+    const std::uint64_t own = splitmix64(seed ^ kDetectionObjectSalt ^ 0x8ACC6ULL);
+    centre[0] = size * unit_double(keyed_bits(own, box * 4));
+    centre[1] = size * unit_double(keyed_bits(own, box * 4 + 1));
+    extent[0] = log_uniform(unit_double(keyed_bits(own, box * 4 + 2)), 8.0, 64.0);
+    extent[1] = log_uniform(unit_double(keyed_bits(own, box * 4 + 3)), 8.0, 64.0);
+  } else {
+    const std::uint64_t object = splitmix64(seed ^ kDetectionObjectSalt);
+    const double scale =
+        log_uniform(unit_double(keyed_bits(object, slot.object * 4)), 16.0, 0.6 * size);
+    const double aspect = std::sqrt(
+        log_uniform(unit_double(keyed_bits(object, slot.object * 4 + 1)), 1.0 / 3.0, 3.0));
+    centre[0] = size * unit_double(keyed_bits(object, slot.object * 4 + 2));
+    centre[1] = size * unit_double(keyed_bits(object, slot.object * 4 + 3));
+    extent[0] = scale * aspect;
+    extent[1] = scale / aspect;
+    const double a =
+        unit_double(keyed_bits(key, box * 8 + static_cast<std::uint64_t>(coordinate) * 2));
+    const double b =
+        unit_double(keyed_bits(key, box * 8 + static_cast<std::uint64_t>(coordinate) * 2 + 1));
+    jitter = 0.15 * extent[coordinate % 2] * (a + b - 1.0);
+  }
+  const double side = coordinate < 2 ? -0.5 : 0.5;
+  const double value = centre[coordinate % 2] + side * extent[coordinate % 2] + jitter;
+  return std::min(std::max(value, 0.0), size);
+}
+
+double detection_score(const DetectionScene& scene, std::uint64_t seed, std::uint64_t box) {
+  const std::uint64_t key = splitmix64(seed);
+  const DetectionSlot slot = detection_slot(scene, box);
+  const double u = unit_double(keyed_bits(key, box));
+  switch (slot.kind) {
+    case DetectionKind::kCopy:
+      return detection_score(scene, seed, detection_source(scene, box)) * 0.3 * u;
+    case DetectionKind::kBackground:
+      return 0.05 + 0.3 * u;
+    case DetectionKind::kObject:
+      break;
+  }
+  const double confidence =
+      0.35 + 0.6 * unit_double(keyed_bits(splitmix64(seed ^ kDetectionObjectSalt), slot.object));
+  return confidence * (0.55 + 0.45 * u);
+}
+
+double detection_class(const DetectionScene& scene, std::uint64_t seed, std::uint64_t box) {
+  const auto classes = static_cast<std::uint64_t>(scene.classes > 0 ? scene.classes : 1);
+  const std::uint64_t key = splitmix64(seed);
+  const DetectionSlot slot = detection_slot(scene, box);
+  const auto image_class = [&](std::uint64_t pick) {
+    const std::uint64_t palette = splitmix64(seed ^ kDetectionPaletteSalt);
+    const std::uint64_t shown = 1 + keyed_bits(palette, slot.image * 8) % 4;
+    return keyed_bits(palette, slot.image * 8 + 1 + pick % shown) % classes;
+  };
+  std::uint64_t value = 0;
+  switch (slot.kind) {
+    case DetectionKind::kCopy: {
+      const std::uint64_t source =
+          static_cast<std::uint64_t>(detection_class(scene, seed, detection_source(scene, box))) %
+          classes;
+      value = classes > 1 ? (source + 1 + keyed_bits(key, box) % (classes - 1)) % classes : 0;
+      break;
+    }
+    case DetectionKind::kBackground:
+      value = image_class(keyed_bits(key, box));
+      break;
+    case DetectionKind::kObject:
+      value = image_class(keyed_bits(splitmix64(seed ^ kDetectionObjectSalt), slot.object));
+      break;
+  }
+  return static_cast<double>(slot.image * classes + value);
+}
+
 // M-RoPE position ids (Qwen2-VL, arXiv:2409.12191 section 2.1; transformers'
 // Qwen2VLModel.get_rope_index, vLLM's MRotaryEmbedding.get_input_positions): element i is
 // component i / tokens (0 temporal, 1 height, 2 width) of token i mod tokens. A sequence repeats
@@ -452,6 +585,16 @@ double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint6
       return surface_point_coordinate(spec, seed, index);
     case GeneratorKind::kMropePositions:
       return mrope_position(spec, seed, index);
+    case GeneratorKind::kDetections:
+      switch (spec.detections.field) {
+        case DetectionField::kBoxes:
+          return detection_coordinate(spec.detections, seed, index);
+        case DetectionField::kScores:
+          return detection_score(spec.detections, seed, index);
+        case DetectionField::kClasses:
+          return detection_class(spec.detections, seed, index);
+      }
+      break;
     case GeneratorKind::kCaptured:
       break;
   }
@@ -525,6 +668,7 @@ bool uses_seed(const GeneratorSpec& spec) {
     case GeneratorKind::kPowerLawOffsets:
     case GeneratorKind::kSurfacePoints:
     case GeneratorKind::kMropePositions:
+    case GeneratorKind::kDetections:
       return true;
     case GeneratorKind::kConstant:
     case GeneratorKind::kOnes:

@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 
 std::string known_generator_list() {
   std::vector<std::string> names;
-  for (int i = 0; i <= static_cast<int>(GeneratorKind::kMropePositions); ++i) {
+  for (int i = 0; i <= static_cast<int>(GeneratorKind::kDetections); ++i) {
     names.emplace_back(generator_name(static_cast<GeneratorKind>(i)));
   }
   return join(names);
@@ -263,6 +263,49 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
         ctx.problems.add(
             child(path, "generator"),
             "'mrope_positions' needs an i32 or i64 tensor, this one is " + dtype_text);
+      }
+      break;
+    }
+    case GeneratorKind::kDetections: {
+      ctx.read.check_keys(
+          *table, path, {"generator", "note", "field", "per_image", "objects", "classes", "size"});
+      DetectionScene& d = spec.detections;
+      const std::string field = ctx.read.string(*table, "field", path, true).value_or("boxes");
+      d.per_image = ctx.read.integer(*table, "per_image", path, true).value_or(1);
+      d.objects = ctx.read.integer(*table, "objects", path, true).value_or(1);
+      d.classes = ctx.read.integer(*table, "classes", path, false).value_or(80);
+      d.size = ctx.read.number(*table, "size", path, false).value_or(640.0);
+      bool floating = true;
+      if (field == "boxes" || field == "scores") {
+        d.field = field == "boxes" ? DetectionField::kBoxes : DetectionField::kScores;
+      } else if (field == "classes") {
+        d.field = DetectionField::kClasses;
+        floating = false;
+      } else {
+        ctx.problems.add(child(path, "field"),
+                         "must be \"boxes\", \"scores\" or \"classes\", got " + in_quotes(field));
+      }
+      if (d.per_image < 1 || d.per_image > (std::int64_t{1} << 31)) {
+        ctx.problems.add(child(path, "per_image"),
+                         "must be in [1, 2^31], got " + std::to_string(d.per_image));
+      }
+      if (d.objects < 1 || d.objects > 1024) {
+        ctx.problems.add(child(path, "objects"),
+                         "must be in [1, 1024], got " + std::to_string(d.objects));
+      }
+      if (d.classes < 1 || d.classes > 100000) {
+        ctx.problems.add(child(path, "classes"),
+                         "must be in [1, 100000], got " + std::to_string(d.classes));
+      }
+      if (!(d.size >= 64.0 && d.size <= 16384.0)) {
+        ctx.problems.add(child(path, "size"), "must be in [64, 16384], got " + number_text(d.size));
+      }
+      if (floating != core::dtype_is_floating(dtype)) {
+        ctx.problems.add(child(path, "generator"),
+                         std::string("'detections' ") +
+                             (floating ? "boxes and scores need a floating-point tensor"
+                                       : "classes need an integer tensor") +
+                             ", this one is " + dtype_text);
       }
       break;
     }

@@ -12,10 +12,10 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kRoleNames{"in", "out", "inout"};
 constexpr std::array<std::string_view, 2> kParityKindNames{"composite", "kernel"};
-constexpr std::array<std::string_view, 14> kGeneratorNames{
-    "randn",     "uniform",           "constant",       "ones",           "zeros",
-    "positions", "routing",           "captured",       "permutation",    "rope_cache",
-    "list",      "power_law_offsets", "surface_points", "mrope_positions"};
+constexpr std::array<std::string_view, 15> kGeneratorNames{
+    "randn",          "uniform",         "constant",    "ones",       "zeros", "positions",
+    "routing",        "captured",        "permutation", "rope_cache", "list",  "power_law_offsets",
+    "surface_points", "mrope_positions", "detections"};
 
 // Shortest text that reads back as the same double ("1", "0.1", "1e-05").
 std::string number_text(double value) {
@@ -54,8 +54,8 @@ const std::vector<std::string>& known_categories() {
 }
 
 const std::vector<std::string>& known_checkers() {
-  static const std::vector<std::string> kCheckers{"topk", "moe_align", "sampling", "llada_remask",
-                                                  "knn"};
+  static const std::vector<std::string> kCheckers{"topk",         "moe_align", "sampling",
+                                                  "llada_remask", "knn",       "nms"};
   return kCheckers;
 }
 
@@ -73,6 +73,18 @@ std::optional<GeneratorKind> generator_from_name(std::string_view name) {
     if (kGeneratorNames[i] == name) return static_cast<GeneratorKind>(i);
   }
   return std::nullopt;
+}
+
+const char* detection_field_name(DetectionField field) {
+  switch (field) {
+    case DetectionField::kBoxes:
+      return "boxes";
+    case DetectionField::kScores:
+      return "scores";
+    case DetectionField::kClasses:
+      return "classes";
+  }
+  return "?";
 }
 
 std::string describe(const GeneratorSpec& spec) {
@@ -125,6 +137,14 @@ std::string describe(const GeneratorSpec& spec) {
               ", frames=" + std::to_string(m.frames) + ", grid_h=" + std::to_string(m.grid_h) +
               ", grid_w=" + std::to_string(m.grid_w) +
               ", temporal_step=" + std::to_string(m.temporal_step) + ")";
+      break;
+    }
+    case GeneratorKind::kDetections: {
+      const DetectionScene& d = spec.detections;
+      text += std::string("(field=") + detection_field_name(d.field) +
+              ", per_image=" + std::to_string(d.per_image) +
+              ", objects=" + std::to_string(d.objects) + ", classes=" + std::to_string(d.classes) +
+              ", size=" + number_text(d.size) + ")";
       break;
     }
     case GeneratorKind::kOnes:

@@ -57,6 +57,7 @@ enum class GeneratorKind {
   kPowerLawOffsets,  // CSR row / jagged bag offsets, rows + 1 of them, power-law segment sizes
   kSurfacePoints,    // xyz points on a floor plane and `objects` spheres resting on it
   kMropePositions,   // [3, tokens] t/h/w position ids of a VLM prompt: text and image grids
+  kDetections,       // detector candidates: boxes, scores or class ids of clustered detections
 };
 std::string_view generator_name(GeneratorKind kind);
 std::optional<GeneratorKind> generator_from_name(std::string_view name);
@@ -73,6 +74,17 @@ struct MropeLayout {
   std::int64_t temporal_step = 1;  // temporal position advance a frame (Qwen2.5-VL: seconds)
 };
 
+// The scene of the detections generator (docs/tasks.md): which tensor of a candidate set it
+// fills, and the batch's layout.
+enum class DetectionField { kBoxes, kScores, kClasses };
+struct DetectionScene {
+  DetectionField field = DetectionField::kBoxes;
+  std::int64_t per_image = 1;  // candidates an image (box i is in image i / per_image)
+  std::int64_t objects = 1;    // objects an image
+  std::int64_t classes = 80;   // class count (COCO: 80)
+  double size = 640.0;         // image side, pixels
+};
+
 struct GeneratorSpec {
   GeneratorKind kind = GeneratorKind::kRandn;
   double mean = 0.0;                // randn
@@ -85,6 +97,7 @@ struct GeneratorSpec {
   double skew = 0.0;                // routing: Zipf exponent of expert popularity (0: uniform);
                                     // power_law_offsets: exponent of the segment sizes
   std::int64_t rows = 0;            // power_law_offsets: segments (offsets 0 .. rows); max = total
+  DetectionScene detections;        // detections: field and layout
   MropeLayout mrope;                // mrope_positions: the prompt layout; max = positions bound
   double pad = 0.0;                 // permutation: share of elements set to -1 (padding)
   std::int64_t dim = 0;             // rope_cache: row length (rotary dims), even
@@ -98,6 +111,8 @@ struct GeneratorSpec {
 // Provenance text shown in views and logs, e.g. "randn(mean=0, std=1)",
 // "captured(llama.safetensors#layers.0.input)". Never includes a seed.
 std::string describe(const GeneratorSpec& spec);
+// "boxes", "scores" or "classes".
+const char* detection_field_name(DetectionField field);
 
 // Per-output comparison: |candidate - reference| <= atol + rtol * |reference|, every element.
 struct Tolerance {

@@ -86,6 +86,13 @@ core::Value generator_value(const GeneratorSpec& spec) {
       out["topk"] = spec.topk;
       out["skew"] = spec.skew;
       break;
+    case GeneratorKind::kDetections:
+      out["field"] = detection_field_name(spec.detections.field);
+      out["per_image"] = spec.detections.per_image;
+      out["objects"] = spec.detections.objects;
+      out["classes"] = spec.detections.classes;
+      out["size"] = spec.detections.size;
+      break;
     case GeneratorKind::kSurfacePoints:
       out["objects"] = spec.max;
       break;

@@ -73,6 +73,7 @@ int kind_code(const tasks::GeneratorSpec& spec) {
     case tasks::GeneratorKind::kRouting:
     case tasks::GeneratorKind::kPowerLawOffsets:
     case tasks::GeneratorKind::kSurfacePoints:
+    case tasks::GeneratorKind::kDetections:
     case tasks::GeneratorKind::kMropePositions:
     case tasks::GeneratorKind::kCaptured:
     case tasks::GeneratorKind::kRopeCache:

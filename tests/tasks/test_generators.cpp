@@ -671,3 +671,75 @@ TEST_CASE("mrope_positions: packed sequences restart at their own starts; slices
   REQUIRE(generate_into(spec, core::DType::kI64, 3, slice, 777).ok());
   CHECK(std::memcmp(slice.data(), ids.data() + 777, slice.size()) == 0);
 }
+
+TEST_CASE("detections: boxes, scores and classes of one case describe the same candidates") {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kDetections;
+  spec.detections.per_image = 400;
+  spec.detections.objects = 10;
+  const std::size_t n = 1200;  // three images
+  spec.detections.field = DetectionField::kBoxes;
+  const auto boxes = as<float>(generate(spec, core::DType::kF32, 4 * n, 21).value());
+  spec.detections.field = DetectionField::kScores;
+  const auto scores = as<float>(generate(spec, core::DType::kF32, n, 22).value());
+  spec.detections.field = DetectionField::kClasses;
+  const auto classes = as<std::int64_t>(generate(spec, core::DType::kI64, n, 23).value());
+  std::size_t copies = 0, ordered = 0;
+  std::set<std::int64_t> image_classes;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* b = &boxes[4 * i];
+    ordered += b[0] >= 0.0f && b[0] <= b[2] && b[2] <= 640.0f && b[1] >= 0.0f && b[1] <= b[3] &&
+                       b[3] <= 640.0f
+                   ? 1
+                   : 0;
+    CHECK(scores[i] > 0.0f);
+    CHECK(scores[i] < 1.0f);
+    // idxs = image * 80 + class: each image's ids lie in its own range of 80.
+    CHECK(classes[i] / 80 == static_cast<std::int64_t>(i / 400));
+    if (i / 400 == 0) image_classes.insert(classes[i]);
+    // A multi-label copy: the coordinates of the box it copies (the first of a run of equal
+    // boxes) under another class, with a lower score.
+    if (i % 400 != 0 && std::memcmp(b, b - 4, 16) == 0) {
+      ++copies;
+      std::size_t source = i - 1;
+      while (source % 400 != 0 &&
+             std::memcmp(&boxes[4 * source], &boxes[4 * source - 4], 16) == 0) {
+        --source;
+      }
+      CHECK(classes[i] != classes[source]);
+      CHECK(scores[i] < scores[source]);
+    }
+  }
+  CHECK(ordered == n);
+  CHECK(copies > n / 20);
+  CHECK(copies < n / 6);
+  // A few classes an image: objects and background draw from one to four, copies from any.
+  CHECK(image_classes.size() > 1);
+  CHECK(image_classes.size() < 60);
+  // Duplicates cluster: most boxes overlap another box of their image above 0.5 IoU.
+  const auto iou = [&](std::size_t i, std::size_t j) {
+    const float* a = &boxes[4 * i];
+    const float* c = &boxes[4 * j];
+    const double w = std::max(0.0, double{std::min(a[2], c[2])} - std::max(a[0], c[0]));
+    const double h = std::max(0.0, double{std::min(a[3], c[3])} - std::max(a[1], c[1]));
+    const double u = double{a[2] - a[0]} * (a[3] - a[1]) + double{c[2] - c[0]} * (c[3] - c[1]);
+    return u - w * h > 0.0 ? w * h / (u - w * h) : 0.0;
+  };
+  std::size_t clustered = 0;
+  for (std::size_t i = 0; i < 400; ++i) {
+    for (std::size_t j = 0; j < 400; ++j) {
+      if (j != i && std::memcmp(&boxes[4 * i], &boxes[4 * j], 16) != 0 && iou(i, j) > 0.5) {
+        ++clustered;
+        break;
+      }
+    }
+  }
+  CHECK(clustered > 300);
+  // Any slice equals the whole; another seed moves the objects.
+  spec.detections.field = DetectionField::kBoxes;
+  std::vector<std::byte> slice(4 * 77);
+  REQUIRE(generate_into(spec, core::DType::kF32, 21, slice, 333).ok());
+  CHECK(std::memcmp(slice.data(), boxes.data() + 333, slice.size()) == 0);
+  CHECK(uses_seed(spec));
+  CHECK(as<float>(generate(spec, core::DType::kF32, 4 * n, 24).value()) != boxes);
+}

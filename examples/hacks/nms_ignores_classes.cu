@@ -1,0 +1,46 @@
+// expect: incorrect
+// task: edge/batched_nms
+// Trick: plain (class-agnostic) NMS: never reads idxs, so one comparison a pair is saved and the
+// boxes need no grouping.
+// Caught: boxes of different groups must not suppress each other. The visible cases flatten
+// several images into one call (idxs = image * 80 + class), whose boxes share one coordinate
+// space, and every case holds multi-label copies (one box under two classes): the agnostic
+// kernel drops boxes no kept box of their own group overlaps, which the nms checker reports.
+// @workspace order i32[num_boxes]
+// @workspace removed u8[num_boxes]
+// @launch nms_agnostic<<<1, 1024>>>(keep, num_kept, boxes, scores, order, removed,
+//   iou_threshold, num_boxes)
+
+extern "C" __global__ void nms_agnostic(long long* keep, int* num_kept, const float* boxes,
+                                        const float* scores, int* order, unsigned char* removed,
+                                        float iou_threshold, int num_boxes) {
+  for (int i = threadIdx.x; i < num_boxes; i += blockDim.x) {
+    int ahead = 0;
+    for (int j = 0; j < num_boxes; ++j) {
+      ahead += scores[j] > scores[i] || (scores[j] == scores[i] && j < i) ? 1 : 0;
+    }
+    order[ahead] = i;
+    removed[i] = 0;
+  }
+  __syncthreads();
+  int count = 0;
+  for (int r = 0; r < num_boxes; ++r) {
+    const int i = order[r];
+    if (removed[i]) continue;
+    if (threadIdx.x == 0) keep[count] = i;
+    ++count;
+    const float* a = boxes + 4 * i;
+    const float area_a = (a[2] - a[0]) * (a[3] - a[1]);
+    for (int s = r + 1 + threadIdx.x; s < num_boxes; s += blockDim.x) {
+      const float* b = boxes + 4 * order[s];
+      const float w = fmaxf(fminf(a[2], b[2]) - fmaxf(a[0], b[0]), 0.0f);
+      const float h = fmaxf(fminf(a[3], b[3]) - fmaxf(a[1], b[1]), 0.0f);
+      const float inter = w * h;
+      const float area_b = (b[2] - b[0]) * (b[3] - b[1]);
+      if (inter / (area_a + area_b - inter) > iou_threshold) removed[order[s]] = 1;
+    }
+    __syncthreads();
+  }
+  for (int p = count + threadIdx.x; p < num_boxes; p += blockDim.x) keep[p] = -1;
+  if (threadIdx.x == 0) num_kept[0] = count;
+}
