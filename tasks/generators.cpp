@@ -452,8 +452,8 @@ struct MropePeriod {
 MropePeriod mrope_period(const MropeLayout& layout) {
   const std::int64_t vision = layout.frames * layout.grid_h * layout.grid_w;
   if (vision == 0) return {layout.text, layout.text};
-  const std::int64_t extent = std::max({(layout.frames - 1) * layout.temporal_step,
-                                        layout.grid_h - 1, layout.grid_w - 1});
+  const std::int64_t extent =
+      std::max({(layout.frames - 1) * layout.temporal_step, layout.grid_h - 1, layout.grid_w - 1});
   return {layout.text + vision, layout.text + extent + 1};
 }
 
@@ -481,8 +481,8 @@ double mrope_position(const GeneratorSpec& spec, std::uint64_t seed, std::uint64
   const auto starts = static_cast<std::uint64_t>(spec.max > span ? spec.max - span + 1 : 1);
   const std::uint64_t start =
       stream_bits(seed ^ kMropeStartSalt, static_cast<std::uint64_t>(sequence)) % starts;
-  return static_cast<double>(start) + static_cast<double>(mrope_components(
-                                          layout, token % layout.sequence)[component]);
+  return static_cast<double>(start) +
+         static_cast<double>(mrope_components(layout, token % layout.sequence)[component]);
 }
 
 }  // namespace

@@ -260,9 +260,8 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
                              " positions, more than max = " + std::to_string(spec.max));
       }
       if (dtype != core::DType::kI32 && dtype != core::DType::kI64) {
-        ctx.problems.add(
-            child(path, "generator"),
-            "'mrope_positions' needs an i32 or i64 tensor, this one is " + dtype_text);
+        ctx.problems.add(child(path, "generator"),
+                         "'mrope_positions' needs an i32 or i64 tensor, this one is " + dtype_text);
       }
       break;
     }

@@ -116,10 +116,10 @@ __device__ __forceinline__ long long section_position(const long long* positions
 // every head, half-head and cache row is 16-byte aligned (buffers are 256-byte aligned), and the
 // section boundaries are multiples of 8, so a chunk's 8 pairs share one position.
 extern "C" __global__ void __launch_bounds__(128)
-    mrope_kernel(const long long* __restrict__ positions, __nv_bfloat16* query,
-                 __nv_bfloat16* key, int head_size,
-                 const __nv_bfloat16* __restrict__ cos_sin_cache, int mrope_section_t,
-                 int mrope_section_h, int num_tokens, int num_heads, int num_kv_heads) {
+    mrope_kernel(const long long* __restrict__ positions, __nv_bfloat16* query, __nv_bfloat16* key,
+                 int head_size, const __nv_bfloat16* __restrict__ cos_sin_cache,
+                 int mrope_section_t, int mrope_section_h, int num_tokens, int num_heads,
+                 int num_kv_heads) {
   const unsigned int chunks_per_head = static_cast<unsigned int>(head_size) / 16;
   const unsigned int chunks_per_token =
       static_cast<unsigned int>(num_heads + num_kv_heads) * chunks_per_head;
@@ -132,8 +132,8 @@ extern "C" __global__ void __launch_bounds__(128)
 
   __nv_bfloat16* base = head_base(query, key, token, head, head_size, num_heads, num_kv_heads);
   const int half = head_size / 2;
-  const long long position = section_position(positions, token, first_pair, mrope_section_t,
-                                               mrope_section_h, num_tokens);
+  const long long position =
+      section_position(positions, token, first_pair, mrope_section_t, mrope_section_h, num_tokens);
   const __nv_bfloat16* row = cos_sin_cache + position * head_size;
   const uint4 cos_vector = *reinterpret_cast<const uint4*>(row + first_pair);
   const uint4 sin_vector = *reinterpret_cast<const uint4*>(row + half + first_pair);

@@ -651,8 +651,8 @@ TEST_CASE("mrope_positions: packed sequences restart at their own starts; slices
   // Three sequences of 300 tokens (20 text, a 12 x 20 image, text again), each offset by its own
   // start below max - span; within a sequence the layout of a sequence starting at 0.
   const GeneratorSpec spec = mrope_positions(900, 5000, 300, 20, 1, 12, 20);
-  const GeneratorSpec at_zero = mrope_positions(300, mrope_sequence_span(spec.mrope), 300, 20, 1,
-                                                12, 20);
+  const GeneratorSpec at_zero =
+      mrope_positions(300, mrope_sequence_span(spec.mrope), 300, 20, 1, 12, 20);
   const auto ids = as<std::int64_t>(generate(spec, core::DType::kI64, 2700, 3).value());
   const auto base = as<std::int64_t>(generate(at_zero, core::DType::kI64, 900, 3).value());
   std::set<std::int64_t> starts;

@@ -1,12 +1,12 @@
 // Oracle of multimodal/mrope: every head of query and key rotated NeoX style, each frequency by
 // the angle of the position of its M-RoPE section (temporal, height or width) read from
 // cos_sin_cache.
+#include "tasks/oracle.hpp"
+
 #include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "tasks/oracle.hpp"
 
 namespace crucible::tasks {
 namespace {
@@ -44,10 +44,9 @@ core::Status mrope(const OracleCall& call) {
                                             call.symbol("mrope_section_w")};
   if (head_size % 2 != 0 || section[0] + section[1] + section[2] != head_size / 2) {
     return core::Error{core::ErrorCode::kInvalidArgument,
-                       "mrope_section must split head_size / 2 = " +
-                           std::to_string(head_size / 2) + " frequencies, got " +
-                           std::to_string(section[0]) + " + " + std::to_string(section[1]) +
-                           " + " + std::to_string(section[2])};
+                       "mrope_section must split head_size / 2 = " + std::to_string(head_size / 2) +
+                           " frequencies, got " + std::to_string(section[0]) + " + " +
+                           std::to_string(section[1]) + " + " + std::to_string(section[2])};
   }
   const std::int64_t half = head_size / 2;
   // The section of each frequency: the first section[0] temporal, then height, then width.

@@ -111,8 +111,7 @@ TEST_CASE("mrope oracle: every section equals the 1-D rotary embedding at that s
             {tokens},
             std::vector<double>(positions.begin() + row * tokens,
                                 positions.begin() + (row + 1) * tokens)}},
-          {"query",
-           {core::DType::kBF16, got.at("query").shape, input_values(task, c, "query")}},
+          {"query", {core::DType::kBF16, got.at("query").shape, input_values(task, c, "query")}},
           {"key", {core::DType::kBF16, got.at("key").shape, input_values(task, c, "key")}},
           {"cos_sin_cache", got.at("cos_sin_cache")},
       };
@@ -133,8 +132,8 @@ TEST_CASE("mrope oracle: every section equals the 1-D rotary embedding at that s
         for (std::size_t h = 0; h < want.size() / static_cast<std::size_t>(head_size); ++h) {
           for (std::int64_t k = first; k < first + sections[row]; ++k) {
             for (const std::int64_t i : {k, half + k}) {
-              const std::size_t at = h * static_cast<std::size_t>(head_size) +
-                                     static_cast<std::size_t>(i);
+              const std::size_t at =
+                  h * static_cast<std::size_t>(head_size) + static_cast<std::size_t>(i);
               bad += want[at] == have[at] ? 0 : 1;
               ++compared;
             }
