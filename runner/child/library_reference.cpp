@@ -214,8 +214,9 @@ class GemmDescriptors {
     const std::string what =
         kind_ == GemmKind::kBf16
             ? std::string("cublasLtMatmulAlgoGetHeuristic")
-            : std::string("cublasLtMatmulAlgoGetHeuristic (fp8 e4m3 with OUTER_VEC_32F scales, "
-                          "which cuBLASLt >= 12.9 implements on sm_90 only)");
+            : std::string(
+                  "cublasLtMatmulAlgoGetHeuristic (fp8 e4m3 with OUTER_VEC_32F scales, "
+                  "which cuBLASLt >= 12.9 implements on sm_90 only)");
     check_lt(status, what.c_str());
     results.resize(static_cast<std::size_t>(std::max(returned, 0)));
     std::erase_if(results, [](const auto& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
@@ -397,9 +398,8 @@ Choice choose(const GemmShape& shape, const GemmDescriptors& gemm, const Library
   Choice choice;
   choice.algo = candidates[chosen].algo;
   choice.workspace_bytes = candidates[chosen].workspaceSize;
-  choice.kernels = hooks.count_kernels([&] {
-    gemm.run(choice.algo, operands, workspace.data(), choice.workspace_bytes, stream);
-  });
+  choice.kernels = hooks.count_kernels(
+      [&] { gemm.run(choice.algo, operands, workspace.data(), choice.workspace_bytes, stream); });
   if (choice.kernels == 0) {
     throw std::runtime_error("cuBLASLt's GEMM launched nothing CUPTI saw");
   }
@@ -423,9 +423,9 @@ GemmShape gemm_shape(GemmKind kind, const std::vector<std::vector<std::int64_t>>
   const bool fp8 = kind == GemmKind::kFp8RowwiseScaled;
   const char* name = fp8 ? "cublaslt_fp8_rowwise" : "cublaslt";
   const std::size_t tensors = fp8 ? 5 : 3;
-  const bool ranks = shapes.size() == tensors &&
-                     std::all_of(shapes.begin(), shapes.end(),
-                                 [](const auto& shape) { return shape.size() == 2; });
+  const bool ranks =
+      shapes.size() == tensors && std::all_of(shapes.begin(), shapes.end(),
+                                              [](const auto& shape) { return shape.size() == 2; });
   if (!ranks) {
     throw std::runtime_error(
         fp8 ? "cublaslt_fp8_rowwise needs tensors out[M, N], a[M, K], b[N, K], a_scales[M, 1], "

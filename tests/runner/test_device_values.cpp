@@ -105,9 +105,9 @@ TEST_CASE("device values: each generator on each dtype, saturation, large seeds 
   add(GeneratorKind::kPositions, [](auto& s) { s.max = 4096; });
   add(GeneratorKind::kPermutation, [](auto& s) { s.max = 1000003, s.pad = 0.1; });
   add(GeneratorKind::kList, [](auto& s) { s.list = {7, 1, 333.5, -2, 1e10}; });
-  const core::DType dtypes[] = {core::DType::kBF16, core::DType::kF16, core::DType::kF32,
-                                core::DType::kF64,  core::DType::kI8,  core::DType::kU8,
-                                core::DType::kI16,  core::DType::kI32, core::DType::kI64,
+  const core::DType dtypes[] = {core::DType::kBF16, core::DType::kF16,     core::DType::kF32,
+                                core::DType::kF64,  core::DType::kI8,      core::DType::kU8,
+                                core::DType::kI16,  core::DType::kI32,     core::DType::kI64,
                                 core::DType::kBool, core::DType::kFP8E4M3, core::DType::kFP8E5M2};
   std::size_t compared = 0;
   for (const auto& spec : specs) {

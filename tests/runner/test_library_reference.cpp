@@ -149,9 +149,8 @@ void check_library_reference(const std::string& id, const std::string& library_n
       }
     }
     CHECK(bad == 0);
-    std::printf("%s %s %-24s %5zu rows  max |error| %.3g  %s\n", id.c_str(),
-                library_name.c_str(), c.name.c_str(), rows.size(), worst,
-                library->describe(index).c_str());
+    std::printf("%s %s %-24s %5zu rows  max |error| %.3g  %s\n", id.c_str(), library_name.c_str(),
+                c.name.c_str(), rows.size(), worst, library->describe(index).c_str());
     // Inputs unchanged.
     for (std::size_t t = 1; t < task->tensors.size(); ++t) {
       std::vector<std::byte> after(buffers[t].bytes());

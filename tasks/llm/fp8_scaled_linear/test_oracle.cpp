@@ -67,8 +67,7 @@ TEST_CASE("fp8_scaled_linear oracle: the token scale scales a row, the channel s
 
 TEST_CASE("fp8_scaled_linear oracle: a case's inputs are e4m3 values and the output follows them") {
   const tasks::Task& task = oracle_test::repository_task(kTask);
-  const auto tensors =
-      oracle_test::run_case(task, oracle_test::case_named(task, "h_small_16x16"));
+  const auto tensors = oracle_test::run_case(task, oracle_test::case_named(task, "h_small_16x16"));
   const auto& a = tensors.at("a");
   const auto& b = tensors.at("b");
   const auto& a_scales = tensors.at("a_scales");
@@ -97,7 +96,8 @@ TEST_CASE("fp8_scaled_linear oracle: a case's inputs are e4m3 values and the out
   }
 }
 
-TEST_CASE("fp8_scaled_linear: the task is computed by cuBLASLt's fp8 GEMM and keeps vLLM's shapes") {
+TEST_CASE(
+    "fp8_scaled_linear: the task is computed by cuBLASLt's fp8 GEMM and keeps vLLM's shapes") {
   const tasks::Task& task = oracle_test::repository_task(kTask);
   CHECK(task.reference_library == "cublaslt_fp8_rowwise");
   CHECK(task.reference_path == "kernels/llm/fp8_scaled_linear.cu");
