@@ -140,7 +140,7 @@ const BadManifest kBadManifests[] = {
     {"unknown generator", "generator = \"randn\"", "generator = \"gauss\"",
      "tensors[1].values.generator: unknown generator 'gauss' (known: randn, uniform, constant, "
      "ones, zeros, positions, routing, captured, permutation, rope_cache, list, "
-     "power_law_offsets, surface_points, mrope_positions)"},
+     "power_law_offsets, surface_points, mrope_positions, detections)"},
     {"routing ids on a floating tensor", "generator = \"randn\", mean = 0.0, std = 1.0",
      "generator = \"routing\", experts = 8, topk = 2",
      "tensors[1].values.generator: 'routing' needs an i32 or i64 tensor, this one is bf16"},
