@@ -139,18 +139,23 @@ void check_library_reference(const std::string& id, const std::string& library_n
     const tasks::Tolerance tol = task->tensors[0].tolerance.value();
     std::size_t bad = 0;
     double worst = 0.0;
+    // The smallest atol this case needs at the task's rtol: what the tolerance must cover.
+    double needed_atol = 0.0;
     for (std::size_t i = 0; i < rows.size(); ++i) {
       for (std::int64_t j = 0; j < n; ++j) {
         const double w = want[i * static_cast<std::size_t>(n) + static_cast<std::size_t>(j)];
         const double g = got[static_cast<std::size_t>(rows[i] * n + j)];
         const double error = std::fabs(g - w);
         worst = std::max(worst, std::isfinite(error) ? error : INFINITY);
+        needed_atol = std::max(needed_atol, std::isfinite(error) ? error - tol.rtol * std::fabs(w)
+                                                                 : INFINITY);
         if (!(error <= tol.atol + tol.rtol * std::fabs(w))) ++bad;
       }
     }
     CHECK(bad == 0);
-    std::printf("%s %s %-24s %5zu rows  max |error| %.3g  %s\n", id.c_str(), library_name.c_str(),
-                c.name.c_str(), rows.size(), worst, library->describe(index).c_str());
+    std::printf("%s %s %-24s %5zu rows  max |error| %.3g  atol needed at rtol %.3g: %.3g  %s\n",
+                id.c_str(), library_name.c_str(), c.name.c_str(), rows.size(), worst, tol.rtol,
+                needed_atol, library->describe(index).c_str());
     // Inputs unchanged.
     for (std::size_t t = 1; t < task->tensors.size(); ++t) {
       std::vector<std::byte> after(buffers[t].bytes());
