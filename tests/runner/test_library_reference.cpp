@@ -1,4 +1,4 @@
-// On a GPU: the cuBLASLt references of llm/linear and llm/fp8_scaled_linear agree with the
+// On a GPU: the cuBLASLt reference of llm/linear agrees with the
 // float64 oracle on every case (every row where the CPU oracle is quick, the first and last rows
 // of the largest), launches
 // the kernels it says it launches, writes nothing around its output and leaves its inputs as
@@ -172,8 +172,4 @@ void check_library_reference(const std::string& id, const std::string& library_n
 
 TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on every case") {
   check_library_reference("llm/linear", "cublaslt", {"input"});
-}
-
-TEST_CASE("library reference: cuBLASLt fp8 row-wise scaled GEMM agrees with the float64 oracle") {
-  check_library_reference("llm/fp8_scaled_linear", "cublaslt_fp8_rowwise", {"a", "a_scales"});
 }
