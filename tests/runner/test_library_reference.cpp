@@ -147,8 +147,8 @@ void check_library_reference(const std::string& id, const std::string& library_n
         const double g = got[static_cast<std::size_t>(rows[i] * n + j)];
         const double error = std::fabs(g - w);
         worst = std::max(worst, std::isfinite(error) ? error : INFINITY);
-        needed_atol = std::max(needed_atol, std::isfinite(error) ? error - tol.rtol * std::fabs(w)
-                                                                 : INFINITY);
+        needed_atol = std::max(needed_atol,
+                               std::isfinite(error) ? error - tol.rtol * std::fabs(w) : INFINITY);
         if (!(error <= tol.atol + tol.rtol * std::fabs(w))) ++bad;
       }
     }

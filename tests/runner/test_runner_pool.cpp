@@ -74,14 +74,15 @@ TEST_CASE("runner pool: a hang is killed at the deadline and the spare serves th
 
 TEST_CASE("runner pool: stats count the jobs waiting for a busy GPU") {
   auto pool = start_pool();
-  auto hung = std::async(std::launch::async,
-                         [&] { return pool->run(job("hang", 1), std::chrono::milliseconds(1500)); });
+  auto hung = std::async(std::launch::async, [&] {
+    return pool->run(job("hang", 1), std::chrono::milliseconds(1500));
+  });
   // Wait until the hang holds the only runner, then queue a second job behind it.
   for (int i = 0; i < 200 && !pool->stats()["runners"][0]["busy"].get<bool>(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  auto queued = std::async(std::launch::async,
-                           [&] { return pool->run(job("ok", 2), std::chrono::milliseconds(5000)); });
+  auto queued = std::async(
+      std::launch::async, [&] { return pool->run(job("ok", 2), std::chrono::milliseconds(5000)); });
   int seen = 0;
   for (int i = 0; i < 200 && seen == 0; ++i) {
     seen = pool->stats()["queue_depth"].get<int>();
