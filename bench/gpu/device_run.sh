@@ -39,7 +39,9 @@ if want tests; then
   for suite in test_gpu_corpus test_hacks; do
     [[ " $suites " == *" $suite "* ]] || continue
     step $suite
-    run timeout 300 $B/$suite 2>&1 | grep -v "^20[0-9][0-9]-" > "$R/$suite.txt"
+    # The server's log lines (stderr) go to their own file: written to the same pipe as the
+    # table they could land inside one of its rows.
+    run timeout 300 $B/$suite > "$R/$suite.txt" 2> "$R/$suite.log"
     echo "exit $?"; grep -E "^\| |^[a-z_]+ +[a-z_]+ +|ERROR|FAILED|test cases|assertions" "$R/$suite.txt" | tail -45
   done
   # Every task's checks, including scoring reference and example solution on this GPU.
