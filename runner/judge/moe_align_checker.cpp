@@ -39,51 +39,6 @@ double scalar_named(const TaskCheckRequest& request, const std::string& name) {
   return request.scalars->at(name);
 }
 
-// The failures of one output, folded into a CompareReport; only the first failure's sentence is
-// built.
-class Verdicts {
- public:
-  Verdicts(const HostTensorView& view, bool reveal) {
-    report_.output_name = std::string(view.name);
-    report_.count = view.count;
-    report_.tolerance = Tolerance{0.0, 0.0};
-    report_.values_revealed = reveal;
-    shape_ = view.shape;
-  }
-
-  template <class Reason>
-  void fail(std::size_t index, double got, double expected, bool unwritten, Reason&& reason) {
-    if (report_.mismatches == 0) {
-      report_.first_mismatch = index;
-      report_.first_mismatch_coords = flat_to_coords(index, report_.count, shape_);
-      report_.first_got = report_.values_revealed ? got : 0.0;
-      report_.first_expected = report_.values_revealed ? expected : 0.0;
-      first_reason_ = reason();
-    }
-    ++report_.mismatches;
-    if (unwritten) ++report_.unwritten;
-  }
-
-  CompareReport finish(const std::string& pass_text, const std::string& rule_text) {
-    const std::string head = "output '" + report_.output_name + "': ";
-    report_.pass = report_.mismatches == 0;
-    if (report_.pass) {
-      report_.summary = head + pass_text;
-    } else {
-      report_.summary = head + std::to_string(report_.mismatches) + " of " +
-                        std::to_string(report_.count) + " elements fail (" + rule_text +
-                        "); first: " + first_reason_ + "; " + std::to_string(report_.unwritten) +
-                        " unwritten";
-    }
-    return report_;
-  }
-
- private:
-  CompareReport report_;
-  std::vector<std::int64_t> shape_;
-  std::string first_reason_;
-};
-
 std::string at_text(std::size_t index) { return "position " + std::to_string(index) + ": "; }
 
 class MoeAlignChecker final : public TaskChecker {
@@ -144,7 +99,7 @@ class MoeAlignChecker final : public TaskChecker {
     std::vector<CompareReport> reports(candidate.size());
 
     // num_tokens_post_pad.
-    Verdicts post_pad_verdicts(*post_pad, reveal);
+    Failures post_pad_verdicts(*post_pad, Tolerance{0.0, 0.0}, reveal);
     {
       const double got = element_of(*post_pad, 0);
       const auto expected = static_cast<double>(total);
@@ -162,7 +117,7 @@ class MoeAlignChecker final : public TaskChecker {
     }
 
     // experts_ids: one expert per block of the padded layout, then zeros.
-    Verdicts block_verdicts(*blocks, reveal);
+    Failures block_verdicts(*blocks, Tolerance{0.0, 0.0}, reveal);
     {
       std::int64_t e = 0;
       for (std::size_t b = 0; b < blocks->count; ++b) {
@@ -186,7 +141,7 @@ class MoeAlignChecker final : public TaskChecker {
     }
 
     // sorted_token_ids: each segment a permutation of its tokens and its padding.
-    Verdicts sorted_verdicts(*sorted, reveal);
+    Failures sorted_verdicts(*sorted, Tolerance{0.0, 0.0}, reveal);
     std::vector<char> seen(numel, 0);
     for (std::int64_t e = 0; e < experts; ++e) {
       std::int64_t found = 0;

@@ -10,12 +10,15 @@
 #include "core/dtype.hpp"
 #include "runner/judge/compare.hpp"
 #include "runner/judge/task_checker.hpp"
+#include "tests/runner/checker_test_support.hpp"
 
 using namespace crucible;
 using core::DType;
 using runner::CompareReport;
 using runner::HostTensorView;
 using runner::Tolerance;
+using testing::all_pass;
+using testing::contains;
 
 namespace {
 
@@ -45,17 +48,6 @@ struct Neighbours {
     return runner::knn_checker().check(request);
   }
 };
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-bool all_pass(const std::vector<CompareReport>& reports) {
-  for (const auto& report : reports) {
-    if (!report.pass) return false;
-  }
-  return true;
-}
 
 }  // namespace
 

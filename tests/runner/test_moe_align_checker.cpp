@@ -11,12 +11,14 @@
 #include "core/dtype.hpp"
 #include "runner/judge/compare.hpp"
 #include "runner/judge/task_checker.hpp"
+#include "tests/runner/checker_test_support.hpp"
 
 using namespace crucible;
 using core::DType;
 using runner::CompareReport;
 using runner::HostTensorView;
 using runner::Tolerance;
+using testing::contains;
 
 namespace {
 
@@ -58,10 +60,6 @@ struct Alignment {
     return runner::moe_align_checker().check(request);
   }
 };
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 }  // namespace
 

@@ -11,12 +11,14 @@
 #include "core/dtype.hpp"
 #include "runner/judge/compare.hpp"
 #include "runner/judge/task_checker.hpp"
+#include "tests/runner/checker_test_support.hpp"
 
 using namespace crucible;
 using core::DType;
 using runner::CompareReport;
 using runner::HostTensorView;
 using runner::Tolerance;
+using testing::contains;
 
 namespace {
 
@@ -67,10 +69,6 @@ Batch ramp(std::int32_t k, float p, float u, std::int32_t token) {
   b.uniform = {u};
   b.samples = {token};
   return b;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace

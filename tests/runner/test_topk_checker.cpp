@@ -13,12 +13,15 @@
 #include "runner/judge/compare.hpp"
 #include "runner/judge/task_checker.hpp"
 #include "tasks/task.hpp"
+#include "tests/runner/checker_test_support.hpp"
 
 using namespace crucible;
 using core::DType;
 using runner::CompareReport;
 using runner::HostTensorView;
 using runner::Tolerance;
+using testing::all_pass;
+using testing::contains;
 
 namespace {
 
@@ -110,14 +113,6 @@ Routing three_rows() {
   return softmax_case(3, 8, 2, {0.5f, -1.0f, 0.25f, 2.0f,  -0.5f, 1.0f,  0.0f, -2.0f,  //
                                 0.1f, 0.2f,  3.0f,  -1.0f, 0.0f,  3.0f,  1.0f, -3.0f,  //
                                 2.5f, 0.0f,  -1.0f, 1.5f,  0.5f,  -0.5f, 1.5f, 0.25f});
-}
-
-bool all_pass(const std::vector<CompareReport>& reports) {
-  return std::all_of(reports.begin(), reports.end(), [](const auto& r) { return r.pass; });
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace
