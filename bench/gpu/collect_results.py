@@ -254,6 +254,10 @@ def main():
         outputs["h200_parity.json"] = parity
     if (folder / "throughput.json").exists():
         outputs["h200_throughput.json"] = throughput(folder / "throughput.json", facts)
+    if (folder / "fault_latency.json").exists():
+        outputs["h200_fault_latency.json"] = {
+            **json.loads((folder / "fault_latency.json").read_text()), **facts,
+            "command": "bench/gpu/device_run.sh faults (bench/gpu/fault_latency.py)"}
     for name, value in outputs.items():
         (args.out / name).write_text(json.dumps(value, indent=2) + "\n")
         print(f"wrote {args.out / name}")
