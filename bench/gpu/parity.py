@@ -9,8 +9,8 @@ reference per timing case):
     crucible eval refs.jsonl -o refs-eval       # refs.jsonl: bench/gpu/parity.py --references
     python3 bench/gpu/parity.py --crucible refs-eval/results.jsonl --json parity.json
 
-Library times are kernel times from torch.profiler (the sum of the GPU kernels of one call, not
-host time), median over calls, each call on its own copy of the inputs with a 2 x L2 read
+Library times are kernel times from torch.profiler (the sum of the GPU kernels launched within
+one call's record_function range, not host time), median over calls, each call on its own copy of the inputs with a 2 x L2 read
 between calls (the conditions crucible times its kernels under). PyTorch eager and
 torch.compile (inductor, default mode) are both measured; the best of the two is the library
 time. What each task is measured against is the task's own: the [parity] table of its task.toml
@@ -184,28 +184,43 @@ def flush_kernel_names(torch, flush):
     return {e.name for e in gpu_kernels(torch, prof)}
 
 
-def kernel_times_ns(torch, fn, inputs, calls, flush, flush_names):
-    """Median over calls of the summed GPU kernel time of one call (torch.profiler): the
-    kernels between one flush and the next belong to one call."""
-    from torch.profiler import ProfilerActivity, profile
+def kernel_times_ns(torch, fn, inputs, calls, flush, flush_names, stats=None):
+    """Median over calls of the summed GPU kernel time of one call (torch.profiler). Each call
+    runs inside its own record_function range, and its time is the device time of every kernel
+    launched under that range (by the call's own ops, torch.compile's Triton launches included).
+    Splitting the kernel stream at the flush's kernels instead was wrong for calls that launch a
+    kernel of the same name as the flush (a reduction): the call fell apart into pieces and the
+    median piece was timed. `stats`, if given, gets the kernels a call launched."""
+    from torch.profiler import ProfilerActivity, profile, record_function
     for i in range(3):
         fn(inputs[i % len(inputs)])
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    label = "crucible_parity_call"
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for i in range(calls):
             flush()
-            fn(inputs[i % len(inputs)])
+            with record_function(label):
+                fn(inputs[i % len(inputs)])
         flush()
         torch.cuda.synchronize()
-    per_call, current, in_call = [], 0.0, False
-    for event in gpu_kernels(torch, prof):
-        if event.name in flush_names:
-            if in_call:
-                per_call.append(current)
-            current, in_call = 0.0, False
-            continue
-        in_call = True
-        current += event.time_range.elapsed_us()
+
+    def kernels_under(event):
+        found = list(event.kernels)
+        for child in event.cpu_children:
+            found += kernels_under(child)
+        return found
+
+    ranges = [e for e in prof.events() if e.name == label and e.device_type.name == "CPU"]
+    if len(ranges) != calls:
+        raise RuntimeError(f"the profile holds {len(ranges)} call ranges for {calls} calls")
+    per_call = []
+    counts = []
+    for event in ranges:
+        kernels = [k for k in kernels_under(event) if k.name not in flush_names]
+        counts.append(len(kernels))
+        per_call.append(sum(k.duration for k in kernels))
+    if stats is not None:
+        stats["kernels_per_call"] = statistics.median(counts)
     per_call = [c for c in per_call if c > 0]
     return 1000.0 * statistics.median(per_call) if per_call else None
 
@@ -273,13 +288,15 @@ def main():
                         entry["prepare"](torch, t, scalars, case["symbols"])
             # Library times by name: the composite's "eager" and "torch.compile", each kernel's.
             timed = {}
+            # Kernels a call of each library launched (the median over calls), to read its time by.
+            launched = {}
             if op is not None:
                 def eager(t):
                     op(torch, t, scalars, case["symbols"])
 
                 try:
                     row["eager_ns"] = kernel_times_ns(torch, eager, copies, args.calls, flush,
-                                                      flush_names)
+                                                      flush_names, launched.setdefault("eager", {}))
                 except Exception as error:  # report, do not hide
                     row["eager_error"] = str(error).splitlines()[0][:200]
                     print(f"{task} {case['name']}: eager failed: {row['eager_error']}",
@@ -287,7 +304,8 @@ def main():
                 try:
                     compiled = torch.compile(lambda t: op(torch, t, scalars, case["symbols"]))
                     row["compile_ns"] = kernel_times_ns(torch, compiled, copies, args.calls,
-                                                        flush, flush_names)
+                                                        flush, flush_names,
+                                                        launched.setdefault("torch.compile", {}))
                 except Exception as error:  # report, do not hide
                     row["compile_error"] = str(error).splitlines()[0][:200]
                 for name, field in (("eager", "eager_ns"), ("torch.compile", "compile_ns")):
@@ -309,13 +327,16 @@ def main():
                         if not excess <= KERNEL_CHECK_ATOL:
                             raise RuntimeError(f"output differs from the task's check by {error}")
                         row["kernels_ns"][name] = kernel_times_ns(torch, run, copies, args.calls,
-                                                                  flush, flush_names)
+                                                                  flush, flush_names,
+                                                                  launched.setdefault(name, {}))
                     except Exception as error:  # report, do not hide
                         row.setdefault("kernel_errors", {})[name] = \
                             str(error).splitlines()[0][:200]
                         print(f"{task} {case['name']}: {name} failed: "
                               f"{row['kernel_errors'][name]}", file=sys.stderr)
                 timed.update({k: v for k, v in row["kernels_ns"].items() if v})
+            row["kernels_per_call"] = {name: stats["kernels_per_call"]
+                                       for name, stats in launched.items() if stats}
             if timed:
                 # The best library; a tie goes to the first measured (eager before compile).
                 row["library"] = min(timed, key=timed.get)
