@@ -1,0 +1,407 @@
+// Reference for diffusion/conv2d_3x3: the 3x3 convolution of SDXL's UNet resnet blocks
+// (diffusers ResnetBlock2D.conv1 / conv2, torch.nn.Conv2d(C_in, C_out, 3, padding=1)) on
+// channels_last bf16 activations, stride 1, zero padding 1, bias, fp32 accumulation.
+//
+// Device code only, compiled by NVRTC for sm_90a and launched as the directives below say (see
+// kernels/llm/rms_norm.cu for the conventions). It computes
+//
+//   out[n, h, w, o] = bias[o] + sum_{r, s < 3} sum_{c < C_in}
+//                       weight[o, r, s, c] * input[n, h + r - 1, w + s - 1, c]
+//
+// with input taken as 0 outside the image, products of bf16 values accumulated in fp32, the
+// bias added in fp32 and one rounding to bf16. input is [batch, height, width, in_channels],
+// weight [out_channels, 3, 3, in_channels] (a channels_last Conv2d weight in memory), bias
+// [out_channels], out [batch, height, width, out_channels].
+//
+// The convolution is an implicit GEMM: out[M, C_out] = A[M, K] * weight[C_out, K]^T with
+// M = batch * height * width output pixels, K = 9 * C_in ordered (tap r, tap s, channel) like
+// the weight's rows, and A's row m the 3x3 neighbourhood of pixel m, gathered from input on
+// the fly (never materialised). Pixel m + (r - 1) * width + (s - 1) is the neighbour at tap
+// (r, s) when it lies inside the image, so a row's gather is one offset per tap.
+//
+// Launch plan: one templated kernel, conv2d_3x3_kernel<BM, STAGES, VECTOR_LOADS>. A block of
+// two warpgroups (256 threads) computes a BM x 160 tile of out: warpgroup g the rows
+// [g BM / 2, (g + 1) BM / 2), as BM / 128 wgmma.m64n160k16 accumulators (80 fp32 registers
+// each per thread). K advances 64 at a time (one tap, 64 channels) through a STAGES-deep
+// cp.async pipeline in shared memory; the grid is one block per output tile, column tiles
+// fastest (blocks resident together read the same input rows).
+//
+//   case                   M       BM x BN     blocks   waves on 132 SMs   stages   smem
+//   128 x 128 x 320 -> 320  32768  256 x 160   256      1.94               4        209 KiB
+//   64 x 64 x 640 -> 640     8192  256 x 160   128      0.97               4        209 KiB
+//   32 x 32 x 1280 -> 1280   2048  128 x 160   128      0.97               6        217 KiB
+//
+// 160 columns divide every SDXL width (320, 640, 1280) and make each case's grid a whole
+// number of waves (97 % of the 132 SMs busy); 256 rows are used wherever they still give a
+// full wave. Channel counts that are not multiples of 8 (conv_in's 4) take the third launch,
+// whose loads are element by element.
+//
+// clang-format off
+// @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 128)
+//     conv2d_3x3_kernel<256, 4, true><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 256, 214016>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+// @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128)
+//     conv2d_3x3_kernel<128, 6, true><<<cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 256, 222208>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+// @launch if (in_channels % 8 != 0)
+//     conv2d_3x3_kernel<128, 4, false><<<cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 256, 148480>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+// clang-format on
+//
+// (Dynamic shared memory: STAGES * (BM + 160) * 128 bytes plus 1 KiB to align the stages to
+// 1024 bytes, which the 128-byte swizzle needs.)
+//
+// Design notes (why, for whoever optimises this next):
+// - Every SDXL case is compute bound: 2 * M * C_out * 9 * C_in = 60 GFLOP per 320 -> 320 call
+//   at 128 x 128 (and per 640 and 1280 call) against 22 to 35 MB moved. The roof is the H200's
+//   989 TFLOP/s of dense bf16 (about 61 us per call); mma.sync reaches only about two thirds
+//   of it on Hopper, hence wgmma, which reads both operands straight from shared memory.
+// - Shared memory holds each stage as rows of 64 bf16 (128 bytes) in the 128-byte swizzle
+//   that wgmma's K-major layout expects: 16-byte chunk c of row r lives at chunk c ^ (r % 8),
+//   8 rows make a 1024-byte atom, atoms are 1024 bytes apart (the descriptor's stride). The
+//   four k16 steps of a stage move the descriptor's start 32 bytes along the row. The copies
+//   write whole rows (8 consecutive threads, 8 chunks), so they have no bank conflicts either.
+// - The pipeline: at iteration t the block waits for stage t's copies, publishes them to the
+//   async proxy (fence.proxy.async: cp.async writes through the generic proxy, wgmma reads
+//   through the async one) and syncs; each warpgroup issues its wgmmas on stage t and commits
+//   them, then the block refills the stage of tile t - 2 with tile t + STAGES - 2, and each
+//   warpgroup waits until only its batch t is in flight. Tile t - 2's wgmmas are then complete
+//   in both warpgroups (each waited for them in iteration t - 1, before this iteration's
+//   barrier), so the refill never overwrites a stage that a wgmma still reads; one batch of
+//   wgmmas stays in flight across the barrier and the copies.
+// - Arithmetic intensity from L2: a 256 x 160 tile moves 53 KiB per 5.2 MFLOP (98 FLOP/byte,
+//   about 5 TB/s of L2 traffic at the tensor cores' peak), 128 x 160 36 KiB per 2.6 MFLOP
+//   (71 FLOP/byte, 7 TB/s at peak). Shared memory: per k16 step each warpgroup reads its A
+//   rows (2 KiB per m64) and all of B (5 KiB), under 90 bytes per clock at peak, within the
+//   SM's 128.
+// - Padding costs nothing: a neighbour outside the image (the halo), a pixel past M or a
+//   channel past C_in is a cp.async with source size 0, which reads nothing and writes zeros;
+//   zero rows and columns add nothing to the sums. Rows past M and columns past C_out are not
+//   stored.
+// - Not done here, and where more speed would come from: a producer warp with TMA (the
+//   tensor-map im2col mode) and mbarriers instead of every thread issuing cp.async; 2-block
+//   clusters sharing the weight tile by multicast; a persistent grid whose epilogue (bias,
+//   rounding, 4-byte stores straight from the accumulators) overlaps the next tile's loads;
+//   reusing each input row across the three taps of a kernel row instead of gathering it
+//   three times from L2.
+
+#include <cuda_bf16.h>
+
+namespace {
+
+constexpr int kThreads = 256;      // two warpgroups
+constexpr int kBlockN = 160;       // output channels per block: the wgmma's N
+constexpr int kBlockK = 64;        // K per stage: one tap, 64 channels
+constexpr int kRowBytes = 128;     // a stage row: kBlockK bf16, one swizzle row
+constexpr int kChunksPerRow = 8;   // 16-byte chunks per row
+constexpr int kChunkElems = 8;     // bf16 per chunk
+constexpr int kAtomBytes = 1024;   // 8 rows: one 128-byte swizzle atom
+constexpr int kAccumulators = 80;  // fp32 registers of one m64n160 accumulator per thread
+
+__device__ __forceinline__ unsigned shared_address(const void* pointer) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows laid out in the
+// 128-byte swizzle (the tile starts on a 1024-byte boundary).
+__device__ __forceinline__ unsigned swizzled_offset(int row, int chunk) {
+  return static_cast<unsigned>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// 16-byte global -> shared copy through L2. With `valid` false nothing is read (source size 0)
+// and the 16 bytes are zero-filled; `source` must still be a mapped address.
+__device__ __forceinline__ void copy_async_16(unsigned destination, const void* source,
+                                              bool valid) {
+  const int source_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source),
+               "r"(source_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void commit_copies() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most kPending of this thread's committed copy groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ void store_shared_16(unsigned destination, uint4 value) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(destination), "r"(value.x),
+               "r"(value.y), "r"(value.z), "r"(value.w)
+               : "memory");
+}
+
+// Makes this thread's shared-memory writes (cp.async and st.shared: generic proxy) visible to
+// wgmma's reads (async proxy); a barrier after it publishes them to the other threads.
+__device__ __forceinline__ void fence_async_proxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// wgmma shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle starting at
+// shared address `address`: start address >> 4 in bits 0-13, leading byte offset >> 4 in bits
+// 16-29 (not used by a K-major swizzled layout; 1 by convention), stride byte offset >> 4 in
+// bits 32-45 (1024: from one 8-row atom to the next), base offset 0 (atoms are 1024-aligned;
+// the k16 steps move the start by 32 to 96 bytes, below bit 7), swizzle mode 1 (128-byte) in
+// bits 62-63.
+__device__ __forceinline__ unsigned long long matrix_descriptor(unsigned address) {
+  unsigned long long descriptor = (address & 0x3FFFFu) >> 4;
+  descriptor |= 1ull << 16;
+  descriptor |= static_cast<unsigned long long>(kAtomBytes >> 4) << 32;
+  descriptor |= 1ull << 62;
+  return descriptor;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// Waits until at most kPending of this warpgroup's committed wgmma groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving accesses to the accumulators across an asynchronous wgmma's
+// issue or wait (the registers are written by the tensor cores in between).
+__device__ __forceinline__ void fence_accumulators(float (&d)[kAccumulators]) {
+#pragma unroll
+  for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (64 x 160, fp32, the warpgroup's) += A (64 x 16, K-major) * B (160 x 16, K-major)^T, both
+// bf16 in shared memory. Thread t of the warpgroup holds, in d[4 j + q], row
+// 16 (t / 32) + (t % 32) / 4 + 8 (q / 2) and column 8 j + 2 (t % 4) + q % 2.
+__device__ __forceinline__ void wgmma_m64n160k16(float (&d)[kAccumulators],
+                                                 unsigned long long a_descriptor,
+                                                 unsigned long long b_descriptor) {
+  asm volatile(
+      "{\n"
+      ".reg .pred accumulate;\n"
+      "setp.ne.b32 accumulate, %82, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
+      "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+      "%55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, "
+      "%73, %74, %75, %76, %77, %78, %79}, "
+      "%80, %81, accumulate, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+      : "l"(a_descriptor), "l"(b_descriptor), "r"(1));
+}
+
+// Eight bf16 of one pixel's channels [channel, channel + 8), element by element, zeros at or
+// past `channels` (the path for channel counts that are not multiples of 8).
+__device__ __forceinline__ uint4 load_chunk_elementwise(const __nv_bfloat16* __restrict__ row,
+                                                        int channel, int channels) {
+  const unsigned short* bits = reinterpret_cast<const unsigned short*>(row);
+  unsigned words[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    const int c0 = channel + 2 * p;
+    const unsigned lo = c0 < channels ? bits[c0] : 0u;
+    const unsigned hi = c0 + 1 < channels ? bits[c0 + 1] : 0u;
+    words[p] = lo | (hi << 16);
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+}  // namespace
+
+// out: [batch, height, width, out_channels]; input: [batch, height, width, in_channels];
+// weight: [out_channels, 3, 3, in_channels]; bias: [out_channels]; all bf16, contiguous.
+// kVectorLoads requires in_channels % 8 == 0 (16-byte aligned pixels and weight rows). Launch:
+// 256 threads, one block per kBlockM x 160 tile of out (gridDim.x = cdiv(M, kBlockM) *
+// cdiv(out_channels, 160)), dynamic shared memory kStages * (kBlockM + 160) * 128 + 1024.
+template <int kBlockM, int kStages, bool kVectorLoads>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv2d_3x3_kernel(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ input,
+                      const __nv_bfloat16* __restrict__ weight,
+                      const __nv_bfloat16* __restrict__ bias, int batch, int height, int width,
+                      int in_channels, int out_channels) {
+  constexpr int kTilesPerWarpgroup = kBlockM / 128;  // m64 accumulators per warpgroup
+  constexpr int kWarpgroupRows = kBlockM / 2;
+  constexpr int kStageBytes = (kBlockM + kBlockN) * kRowBytes;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // rows one pass of copies covers
+  constexpr int kASlots = kBlockM / kRowsPerPass;         // A chunks per thread per stage
+  constexpr int kBSlots = kBlockN / kRowsPerPass;         // B chunks per thread per stage
+  static_assert(kBlockM == 128 || kBlockM == 256, "one or two m64 tiles per warpgroup");
+  static_assert(kBlockN % kRowsPerPass == 0, "B rows split evenly over the threads");
+  static_assert(kStageBytes % kAtomBytes == 0, "every stage starts on a swizzle atom");
+  static_assert(kStages >= 3, "one stage in the copies, one in the math, one in flight");
+
+  // Stages, 1024-byte aligned in the shared window: kBlockM rows of A, then 160 rows of B.
+  extern __shared__ __align__(16) unsigned char shared_storage[];
+  const unsigned smem_base =
+      (shared_address(shared_storage) + (kAtomBytes - 1)) & ~static_cast<unsigned>(kAtomBytes - 1);
+
+  const int pixels = batch * height * width;
+  const int tiles_n = (out_channels + kBlockN - 1) / kBlockN;
+  const int m0 = static_cast<int>(blockIdx.x) / tiles_n * kBlockM;
+  const int n0 = static_cast<int>(blockIdx.x) % tiles_n * kBlockN;
+
+  const int thread = static_cast<int>(threadIdx.x);
+  const int chunk = thread % kChunksPerRow;      // the 16-byte chunk this thread copies
+  const int first_row = thread / kChunksPerRow;  // its rows: first_row + i * kRowsPerPass
+
+  // The output pixel of each A row this thread gathers, and its image row and column (an
+  // impossible row for pixels past M, so every tap of it reads as padding).
+  int a_pixel[kASlots], a_h[kASlots], a_w[kASlots];
+#pragma unroll
+  for (int i = 0; i < kASlots; ++i) {
+    const int pixel = m0 + first_row + i * kRowsPerPass;
+    a_pixel[i] = pixel;
+    a_w[i] = pixel % width;
+    a_h[i] = pixel < pixels ? pixel / width % height : -4;
+  }
+
+  const int channel_tiles = (in_channels + kBlockK - 1) / kBlockK;
+  const int k_tiles = 9 * channel_tiles;
+  const long long weight_row = 9ll * in_channels;  // elements per output channel
+
+  // Starts the copies of K tile `k_tile` (tap k_tile / channel_tiles, 64 channels) into its
+  // stage: A's rows gathered from the tap's neighbours, B's from the weight.
+  auto load_tile = [&](int k_tile) {
+    const int tap = k_tile / channel_tiles;
+    const int channel = (k_tile - tap * channel_tiles) * kBlockK + chunk * kChunkElems;
+    const int dr = tap / 3 - 1;
+    const int ds = tap % 3 - 1;
+    const bool channel_in = channel < in_channels;
+    const unsigned stage = smem_base + static_cast<unsigned>(k_tile % kStages) * kStageBytes;
+#pragma unroll
+    for (int i = 0; i < kASlots; ++i) {
+      const int ih = a_h[i] + dr;
+      const int iw = a_w[i] + ds;
+      const bool inside = static_cast<unsigned>(ih) < static_cast<unsigned>(height) &&
+                          static_cast<unsigned>(iw) < static_cast<unsigned>(width);
+      const long long neighbour = static_cast<long long>(a_pixel[i]) + dr * width + ds;
+      const __nv_bfloat16* source = input + neighbour * in_channels;
+      const unsigned destination = stage + swizzled_offset(first_row + i * kRowsPerPass, chunk);
+      if constexpr (kVectorLoads) {
+        const bool valid = inside && channel_in;
+        copy_async_16(destination, valid ? source + channel : input, valid);
+      } else {
+        store_shared_16(destination, inside && channel_in
+                                         ? load_chunk_elementwise(source, channel, in_channels)
+                                         : make_uint4(0u, 0u, 0u, 0u));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBSlots; ++j) {
+      const int row = first_row + j * kRowsPerPass;
+      const int o = n0 + row;
+      const bool row_in = o < out_channels;
+      const __nv_bfloat16* source = weight + static_cast<long long>(o) * weight_row +
+                                    static_cast<long long>(tap) * in_channels;
+      const unsigned destination = stage + kBlockM * kRowBytes + swizzled_offset(row, chunk);
+      if constexpr (kVectorLoads) {
+        const bool valid = row_in && channel_in;
+        copy_async_16(destination, valid ? source + channel : weight, valid);
+      } else {
+        store_shared_16(destination, row_in && channel_in
+                                         ? load_chunk_elementwise(source, channel, in_channels)
+                                         : make_uint4(0u, 0u, 0u, 0u));
+      }
+    }
+  };
+
+  const int warpgroup = thread / 128;
+  float acc[kTilesPerWarpgroup][kAccumulators];
+#pragma unroll
+  for (int t = 0; t < kTilesPerWarpgroup; ++t) {
+#pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) acc[t][i] = 0.0f;
+  }
+
+  // Prologue: tiles 0 .. kStages - 3 in flight, one commit group each (empty past the end, so
+  // that "tile t has landed" is always "at most kStages - 3 groups pending").
+#pragma unroll
+  for (int s = 0; s < kStages - 2; ++s) {
+    if (s < k_tiles) load_tile(s);
+    commit_copies();
+  }
+
+  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+    wait_copies<kStages - 3>();  // this thread's copies of tile k_tile have landed
+    fence_async_proxy();
+    __syncthreads();  // everyone's have; every warpgroup is done with tile k_tile - 2
+
+    const unsigned stage = smem_base + static_cast<unsigned>(k_tile % kStages) * kStageBytes;
+    const unsigned a_tile = stage + warpgroup * kWarpgroupRows * kRowBytes;
+    const unsigned b_tile = stage + kBlockM * kRowBytes;
+#pragma unroll
+    for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / 16; ++kk) {
+      const unsigned long long b_descriptor = matrix_descriptor(b_tile + kk * 32);
+#pragma unroll
+      for (int t = 0; t < kTilesPerWarpgroup; ++t) {
+        wgmma_m64n160k16(acc[t], matrix_descriptor(a_tile + t * 64 * kRowBytes + kk * 32),
+                         b_descriptor);
+      }
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
+
+    // Refill the stage of tile k_tile - 2 while this batch runs.
+    if (k_tile + kStages - 2 < k_tiles) load_tile(k_tile + kStages - 2);
+    commit_copies();
+
+    wgmma_wait<1>();  // this warpgroup's batch k_tile - 1 is done; batch k_tile may still run
+#pragma unroll
+    for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
+  wait_copies<0>();  // drain the trailing (empty) groups before the block exits
+
+  // Epilogue: bias in fp32, one rounding to bf16. Thread l of warp w of the warpgroup holds
+  // rows 16 w + l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1) of each m64 accumulator.
+  const int lane = thread % 32;
+  const int warp_in_group = (thread % 128) / 32;
+  const bool even_channels = out_channels % 2 == 0;
+#pragma unroll
+  for (int t = 0; t < kTilesPerWarpgroup; ++t) {
+    const int row0 = m0 + warpgroup * kWarpgroupRows + t * 64 + warp_in_group * 16 + lane / 4;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      const int column = n0 + j * 8 + (lane % 4) * 2;
+      if (column >= out_channels) continue;
+      const bool second_in = column + 1 < out_channels;
+      const float bias0 = __bfloat162float(bias[column]);
+      const float bias1 = second_in ? __bfloat162float(bias[column + 1]) : 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + 8 * half;
+        if (row >= pixels) continue;
+        const float v0 = acc[t][4 * j + 2 * half] + bias0;
+        const float v1 = acc[t][4 * j + 2 * half + 1] + bias1;
+        __nv_bfloat16* destination = out + static_cast<long long>(row) * out_channels + column;
+        if (even_channels) {
+          *reinterpret_cast<__nv_bfloat162*>(destination) = __floats2bfloat162_rn(v0, v1);
+        } else {
+          destination[0] = __float2bfloat16_rn(v0);
+          if (second_in) destination[1] = __float2bfloat16_rn(v1);
+        }
+      }
+    }
+  }
+}
