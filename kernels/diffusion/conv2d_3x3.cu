@@ -22,25 +22,27 @@
 // Launch plan: one templated kernel, conv2d_3x3_kernel<BM, STAGES, VECTOR_LOADS>. A block of
 // two warpgroups (256 threads) computes a BM x 160 tile of out: warpgroup g the rows
 // [g BM / 2, (g + 1) BM / 2), as BM / 128 wgmma.m64n160k16 accumulators (80 fp32 registers
-// each per thread). K advances 64 at a time (one tap, 64 channels) through a STAGES-deep
-// cp.async pipeline in shared memory; the grid is one block per output tile, column tiles
-// fastest (blocks resident together read the same input rows).
+// each per thread). K advances 64 at a time (one tap, 64 channels; the nine taps of a slice of
+// 64 channels one after another) through a STAGES-deep cp.async pipeline in shared memory;
+// the grid is one block per output tile, column tiles fastest (blocks resident together read
+// the same input rows).
 //
 //   case                   M       BM x BN     blocks   waves on 132 SMs   stages   smem
 //   128 x 128 x 320 -> 320  32768  256 x 160   256      1.94               4        209 KiB
 //   64 x 64 x 640 -> 640     8192  256 x 160   128      0.97               4        209 KiB
-//   32 x 32 x 1280 -> 1280   2048  128 x 160   128      0.97               6        217 KiB
+//   32 x 32 x 1280 -> 1280   2048  128 x 160   128      0.97               5        181 KiB
 //
 // 160 columns divide every SDXL width (320, 640, 1280) and make each case's grid a whole
 // number of waves (97 % of the 132 SMs busy); 256 rows are used wherever they still give a
-// full wave. Channel counts that are not multiples of 8 (conv_in's 4) take the third launch,
-// whose loads are element by element.
+// full wave. The 128-row tile takes 5 stages rather than 6 so that the carveout leaves 60 KiB
+// of L1 for the activation rows its nine taps share (below). Channel counts that are not
+// multiples of 8 (conv_in's 4) take the third launch, whose loads are element by element.
 //
 // clang-format off
 // @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 128)
 //     conv2d_3x3_kernel<256, 4, true><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 256, 214016>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
 // @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128)
-//     conv2d_3x3_kernel<128, 6, true><<<cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 256, 222208>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+//     conv2d_3x3_kernel<128, 5, true><<<cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 256, 185344>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
 // @launch if (in_channels % 8 != 0)
 //     conv2d_3x3_kernel<128, 4, false><<<cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 256, 148480>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
 // clang-format on
@@ -50,7 +52,7 @@
 //
 // Design notes (why, for whoever optimises this next):
 // - Every SDXL case is compute bound: 2 * M * C_out * 9 * C_in = 60 GFLOP per 320 -> 320 call
-//   at 128 x 128 (and per 640 and 1280 call) against 22 to 35 MB moved. The roof is the H200's
+//   at 128 x 128 (and per 640 and 1280 call) against 28 to 44 MB moved. The roof is the H200's
 //   989 TFLOP/s of dense bf16 (about 61 us per call); mma.sync reaches only about two thirds
 //   of it on Hopper, hence wgmma, which reads both operands straight from shared memory.
 // - Shared memory holds each stage as rows of 64 bf16 (128 bytes) in the 128-byte swizzle
@@ -68,19 +70,31 @@
 //   wgmmas stays in flight across the barrier and the copies.
 // - Arithmetic intensity from L2: a 256 x 160 tile moves 53 KiB per 5.2 MFLOP (98 FLOP/byte,
 //   about 5 TB/s of L2 traffic at the tensor cores' peak), 128 x 160 36 KiB per 2.6 MFLOP
-//   (71 FLOP/byte, 7 TB/s at peak). Shared memory: per k16 step each warpgroup reads its A
+//   (71 FLOP/byte, 7 TB/s at peak) if every copy came from L2. The activations do not all:
+//   the nine taps of a channel slice are consecutive K tiles and gather overlapping rows
+//   (shifted by one pixel or one image row), and their copies allocate in L1. For a 128-row
+//   tile of a 32-wide image the slice's distinct rows are 6 image rows (24 KiB, within the
+//   L1 left beside 181 KiB of shared memory) against 9 x 16 KiB gathered, so L2 sees about
+//   23 KiB per K tile instead of 36 (112 FLOP/byte). The 256-row tiles' windows (48 to 64
+//   KiB) do not fit beside 209 KiB, so they get little of this; their intensity is higher to
+//   begin with. Shared memory: per k16 step each warpgroup reads its A
 //   rows (2 KiB per m64) and all of B (5 KiB), under 90 bytes per clock at peak, within the
 //   SM's 128.
 // - Padding costs nothing: a neighbour outside the image (the halo), a pixel past M or a
 //   channel past C_in is a cp.async with source size 0, which reads nothing and writes zeros;
 //   zero rows and columns add nothing to the sums. Rows past M and columns past C_out are not
 //   stored.
+// - The 32 x 32 layers (M = 2048) get 128 x 160 tiles, the only size that still fills the
+//   132 SMs (a 256-row tile leaves 64 blocks). If L2 bandwidth still caps them, the next step is a
+//   split of K in two over 256 x 160 tiles (128 blocks), with the halves added in fp32 (a 2-block
+//   cluster reducing through distributed shared memory, or a second pass over an fp32 workspace).
 // - Not done here, and where more speed would come from: a producer warp with TMA (the
 //   tensor-map im2col mode) and mbarriers instead of every thread issuing cp.async; 2-block
 //   clusters sharing the weight tile by multicast; a persistent grid whose epilogue (bias,
 //   rounding, 4-byte stores straight from the accumulators) overlaps the next tile's loads;
-//   reusing each input row across the three taps of a kernel row instead of gathering it
-//   three times from L2.
+//   gathering each channel slice's input rows once into shared memory and reading the nine
+//   taps' A operands from it (wgmma with A from registers, loaded by ldmatrix at shifted
+//   rows), instead of relying on L1.
 
 #include <cuda_bf16.h>
 
@@ -105,12 +119,23 @@ __device__ __forceinline__ unsigned swizzled_offset(int row, int chunk) {
   return static_cast<unsigned>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// 16-byte global -> shared copy through L2. With `valid` false nothing is read (source size 0)
-// and the 16 bytes are zero-filled; `source` must still be a mapped address.
-__device__ __forceinline__ void copy_async_16(unsigned destination, const void* source,
-                                              bool valid) {
+// 16-byte global -> shared copies. With `valid` false nothing is read (source size 0) and the 16
+// bytes are zero-filled; `source` must still be a mapped address. The weight goes through L2
+// only (.cg: each weight chunk is read once per block); the activations are also cached in L1
+// (.ca), where the nine taps of a channel slice, copied one after another, find most of the
+// rows they share.
+__device__ __forceinline__ void copy_async_16_l2(unsigned destination, const void* source,
+                                                 bool valid) {
   const int source_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source),
+               "r"(source_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void copy_async_16_l1(unsigned destination, const void* source,
+                                                 bool valid) {
+  const int source_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source),
                "r"(source_bytes)
                : "memory");
 }
@@ -270,15 +295,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     a_h[i] = pixel < pixels ? pixel / width % height : -4;
   }
 
-  const int channel_tiles = (in_channels + kBlockK - 1) / kBlockK;
-  const int k_tiles = 9 * channel_tiles;
+  const int k_tiles = 9 * ((in_channels + kBlockK - 1) / kBlockK);
   const long long weight_row = 9ll * in_channels;  // elements per output channel
 
-  // Starts the copies of K tile `k_tile` (tap k_tile / channel_tiles, 64 channels) into its
-  // stage: A's rows gathered from the tap's neighbours, B's from the weight.
+  // Starts the copies of K tile `k_tile` (channels [64 (k_tile / 9), + 64) at tap k_tile % 9)
+  // into its stage: A's rows gathered from the tap's neighbours, B's from the weight. The
+  // nine taps of a channel slice are consecutive K tiles, so the input rows they share are
+  // still in L1 (a 128 x 160 tile of a 32-wide image gathers 6 image rows, 24 KiB, for all
+  // nine); the weight's K order is the same (tap, channel) as its rows, just visited slice by
+  // slice.
   auto load_tile = [&](int k_tile) {
-    const int tap = k_tile / channel_tiles;
-    const int channel = (k_tile - tap * channel_tiles) * kBlockK + chunk * kChunkElems;
+    const int slice = k_tile / 9;
+    const int tap = k_tile - slice * 9;
+    const int channel = slice * kBlockK + chunk * kChunkElems;
     const int dr = tap / 3 - 1;
     const int ds = tap % 3 - 1;
     const bool channel_in = channel < in_channels;
@@ -294,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const unsigned destination = stage + swizzled_offset(first_row + i * kRowsPerPass, chunk);
       if constexpr (kVectorLoads) {
         const bool valid = inside && channel_in;
-        copy_async_16(destination, valid ? source + channel : input, valid);
+        copy_async_16_l1(destination, valid ? source + channel : input, valid);
       } else {
         store_shared_16(destination, inside && channel_in
                                          ? load_chunk_elementwise(source, channel, in_channels)
@@ -311,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const unsigned destination = stage + kBlockM * kRowBytes + swizzled_offset(row, chunk);
       if constexpr (kVectorLoads) {
         const bool valid = row_in && channel_in;
-        copy_async_16(destination, valid ? source + channel : weight, valid);
+        copy_async_16_l2(destination, valid ? source + channel : weight, valid);
       } else {
         store_shared_16(destination, row_in && channel_in
                                          ? load_chunk_elementwise(source, channel, in_channels)
