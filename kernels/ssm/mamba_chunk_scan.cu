@@ -9,15 +9,21 @@
 //                   + D[h] * x[b, l, h, p]
 // with dA = dA_cumsum[b, h, c, :], dt_ = dt[b, h, c, :], x_[s] = x[b, c * chunk_size + s, h, p].
 //
-// @launch mamba_chunk_scan_kernel<<<dim3(ngroups * cdiv(nheads / ngroups, 2), nchunks, batch),
+// @launch if (batch * nchunks * ngroups * cdiv(nheads / ngroups, 2) >= 1056)
+//     mamba_chunk_scan_kernel<2><<<dim3(ngroups * cdiv(nheads / ngroups, 2), nchunks, batch),
 //     256, 102400>>>(cb, x, dt, dA_cumsum, C, states, D, out, seqlen, chunk_size, nheads,
 //     ngroups)
+// @launch if (batch * nchunks * ngroups * cdiv(nheads / ngroups, 2) < 1056)
+//     mamba_chunk_scan_kernel<1><<<dim3(nheads, nchunks, batch), 256, 51200>>>(cb, x, dt,
+//     dA_cumsum, C, states, D, out, seqlen, chunk_size, nheads, ngroups)
 //
 // Design:
 // - One block per (batch, chunk, two heads of one group): the two heads share the chunk's cb
 //   tile (fp32, read from L2) and C rows, so each cb and C element is fetched once per head
 //   pair, not once per head. The blocks of one chunk are adjacent in the grid (x fastest), so a
-//   chunk's cb and C stay in L2 while its head pairs run.
+//   chunk's cb and C stay in L2 while its head pairs run. Grids of fewer than four waves of
+//   head pairs (1056 blocks: two blocks on each of 132 SMs, four times) take one head a block
+//   instead (twice the blocks, so the last wave idles less of the machine).
 // - 8 warps; the chunk's 16 row blocks of 16 positions are paired (w, 15 - w), so every warp
 //   does 17 causal 16 x 16 tiles (the triangle balanced). A warp keeps its row block's output
 //   (16 x 64 fp32 per head, 64 registers for two heads) in mma.sync m16n8k16 accumulators.
@@ -34,9 +40,9 @@
 //   heads); exp2 of log2(e)-scaled cumulative sums (ex2.approx, 2^-22 relative).
 // - Shared memory: x of both heads (256 x 64 bf16, 16-byte chunks XOR-swizzled by row: ldmatrix
 //   and the D x reads are conflict-free), states of both heads (64 x 128 bf16, swizzled so a
-//   quarter-warp's 16-byte reads hit distinct banks), dA * log2(e) and dt of both heads: 100 KiB,
-//   two blocks an SM (128 registers a thread). states, dA and dt arrive first (cp.async group
-//   0), x second: the first row block's state term runs while x is in flight.
+//   quarter-warp's 16-byte reads hit distinct banks), dA * log2(e) and dt of both heads: 100 KiB
+//   (50 KiB with one head), two blocks an SM (128 registers a thread). states, dA and dt arrive
+//   first (cp.async group 0), x second: the first row block's state term runs while x is in flight.
 // - out is written from the accumulators (bf16 pairs, rows past seqlen skipped); the last chunk
 //   of a sequence reads no token past seqlen (x rows zero-filled, C rows zero).
 
@@ -49,18 +55,21 @@ constexpr int kDState = 128;
 constexpr int kMaxChunk = 256;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kHeadsPerBlock = 2;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Shared memory layout (bytes).
+// Shared memory layout (bytes) of a block of kHeads heads.
 constexpr int kXBytes = kMaxChunk * kHeadDim * 2;    // one head's x: 32 KiB, rows of 128 B
 constexpr int kStateBytes = kHeadDim * kDState * 2;  // one head's states: 16 KiB, rows of 256 B
-constexpr int kSmemX = 0;
-constexpr int kSmemStates = kSmemX + kHeadsPerBlock * kXBytes;
-constexpr int kSmemDa = kSmemStates + kHeadsPerBlock * kStateBytes;
-constexpr int kSmemDt = kSmemDa + kHeadsPerBlock * kMaxChunk * 4;
-constexpr int kSmemBytes = kSmemDt + kHeadsPerBlock * kMaxChunk * 4;
-static_assert(kSmemBytes == 102400, "the @launch passes 102400 bytes");
+template <int kHeads>
+struct Smem {
+  static constexpr int kX = 0;
+  static constexpr int kStates = kX + kHeads * kXBytes;
+  static constexpr int kDa = kStates + kHeads * kStateBytes;
+  static constexpr int kDt = kDa + kHeads * kMaxChunk * 4;
+  static constexpr int kBytes = kDt + kHeads * kMaxChunk * 4;
+};
+static_assert(Smem<2>::kBytes == 102400, "the two-head @launch passes 102400 bytes");
+static_assert(Smem<1>::kBytes == 51200, "the one-head @launch passes 51200 bytes");
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -123,6 +132,7 @@ __device__ __forceinline__ int state_offset(int p, int chunk) {
 
 }  // namespace
 
+template <int kHeads>
 __global__ void __launch_bounds__(kThreads, 2)
     mamba_chunk_scan_kernel(const float* __restrict__ cb, const __nv_bfloat16* __restrict__ x,
                             const float* __restrict__ dt, const float* __restrict__ dA_cumsum,
@@ -132,11 +142,11 @@ __global__ void __launch_bounds__(kThreads, 2)
                             int ngroups) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int heads_per_group = nheads / ngroups;
-  const int pairs_per_group = (heads_per_group + 1) / 2;
+  const int pairs_per_group = (heads_per_group + kHeads - 1) / kHeads;
   const int grp = blockIdx.x / pairs_per_group;
   const int pair = blockIdx.x - grp * pairs_per_group;
-  const int h0 = grp * heads_per_group + 2 * pair;
-  const int heads_here = min(kHeadsPerBlock, heads_per_group - 2 * pair);
+  const int h0 = grp * heads_per_group + kHeads * pair;
+  const int heads_here = min(kHeads, heads_per_group - kHeads * pair);
   const int c = blockIdx.y;
   const int b = blockIdx.z;
   const int nchunks = gridDim.y;
@@ -149,10 +159,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int g = lane >> 2;
   const int t4 = lane & 3;
 
-  const unsigned s_x = smem_addr(smem + kSmemX);
-  const unsigned s_states = smem_addr(smem + kSmemStates);
-  float* s_da = reinterpret_cast<float*>(smem + kSmemDa);
-  float* s_dt = reinterpret_cast<float*>(smem + kSmemDt);
+  const unsigned s_x = smem_addr(smem + Smem<kHeads>::kX);
+  const unsigned s_states = smem_addr(smem + Smem<kHeads>::kStates);
+  float* s_da = reinterpret_cast<float*>(smem + Smem<kHeads>::kDa);
+  float* s_dt = reinterpret_cast<float*>(smem + Smem<kHeads>::kDt);
 
   // Group 0: states of both heads (16 KiB contiguous each); group 1: x rows of both heads (rows
   // past the sequence's end are zero). dA and dt are plain loads, visible after the first barrier.
@@ -217,10 +227,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       cp_async_wait<1>();  // states landed; dA and dt stored
       __syncthreads();
     }
-    float acc[kHeadsPerBlock][8][4];
-    float dl_r0[kHeadsPerBlock], dl_r1[kHeadsPerBlock];
+    float acc[kHeads][8][4];
+    float dl_r0[kHeads], dl_r1[kHeads];
 #pragma unroll
-    for (int hh = 0; hh < kHeadsPerBlock; ++hh) {
+    for (int hh = 0; hh < kHeads; ++hh) {
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         acc[hh][nt][0] = acc[hh][nt][1] = acc[hh][nt][2] = acc[hh][nt][3] = 0.f;
@@ -232,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
 #pragma unroll
-        for (int hh = 0; hh < kHeadsPerBlock; ++hh) {
+        for (int hh = 0; hh < kHeads; ++hh) {
           if (hh < heads_here) {
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
@@ -245,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
 #pragma unroll
-      for (int hh = 0; hh < kHeadsPerBlock; ++hh) {
+      for (int hh = 0; hh < kHeads; ++hh) {
         const float e0 = fast_exp2(dl_r0[hh]), e1 = fast_exp2(dl_r1[hh]);
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
@@ -281,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int s0 = 16 * kb + 2 * t4;  // this lane's columns: s0, s0 + 1, s0 + 8, s0 + 9
       const bool diagonal = kb == rb;
 #pragma unroll
-      for (int hh = 0; hh < kHeadsPerBlock; ++hh) {
+      for (int hh = 0; hh < kHeads; ++hh) {
         if (hh < heads_here) {
           const float2 dl_lo = *reinterpret_cast<const float2*>(s_da + hh * kMaxChunk + s0);
           const float2 dl_hi = *reinterpret_cast<const float2*>(s_da + hh * kMaxChunk + s0 + 8);
@@ -337,11 +347,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     // ---- D x and the store. ----
 #pragma unroll
-    for (int hh = 0; hh < kHeadsPerBlock; ++hh) {
+    for (int hh = 0; hh < kHeads; ++hh) {
       if (hh < heads_here) {
         const int h = h0 + hh;
         const float d = D[h];
-        const unsigned char* xs = smem + kSmemX + hh * kXBytes;
+        const unsigned char* xs = smem + Smem<kHeads>::kX + hh * kXBytes;
         __nv_bfloat16* out_r0 =
             out + ((static_cast<long long>(b) * seqlen + chunk_start + r0) * nheads + h) * kHeadDim;
         __nv_bfloat16* out_r1 = out_r0 + 8LL * nheads * kHeadDim;
