@@ -5,13 +5,14 @@
 # (read from this file) against the code, sub-folders included.
 set(CRUCIBLE_SEES_core core)
 set(CRUCIBLE_SEES_tasks core tasks)
+set(CRUCIBLE_SEES_judge core tasks judge)
 set(CRUCIBLE_SEES_kernels core kernels)
 set(CRUCIBLE_SEES_action core tasks action)
 set(CRUCIBLE_SEES_sandbox core sandbox)
-set(CRUCIBLE_SEES_runner core tasks kernels action sandbox runner)
+set(CRUCIBLE_SEES_runner core tasks judge kernels action sandbox runner)
 set(CRUCIBLE_SEES_rewards core rewards)
-set(CRUCIBLE_SEES_env core tasks kernels action sandbox runner rewards env)
-set(CRUCIBLE_SEES_cli core tasks kernels action sandbox runner rewards env clients)
+set(CRUCIBLE_SEES_env core tasks judge kernels action sandbox runner rewards env)
+set(CRUCIBLE_SEES_cli core tasks judge kernels action sandbox runner rewards env clients)
 set(CRUCIBLE_SEES_clients core clients)
 
 # crucible_module(<target> <module>): <target> belongs to <module> and sees what it may use.

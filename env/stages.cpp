@@ -9,7 +9,7 @@
 
 #include "action/plan_context.hpp"
 #include "core/log.hpp"
-#include "runner/judge/timing_stats.hpp"
+#include "judge/timing_stats.hpp"
 
 namespace crucible::env {
 
@@ -51,7 +51,7 @@ std::optional<double> weighted_geomean_of(const core::Value& timing, const std::
     if (!value.is_number()) return std::nullopt;
     value_weight.emplace_back(value.get<double>(), c.value("weight", 1.0));
   }
-  return runner::weighted_geomean(value_weight);
+  return judge::weighted_geomean(value_weight);
 }
 
 }  // namespace

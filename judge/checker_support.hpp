@@ -8,10 +8,10 @@
 #include <string_view>
 
 #include "core/numeric.hpp"
-#include "runner/judge/compare.hpp"
-#include "runner/judge/task_checker.hpp"
+#include "judge/compare.hpp"
+#include "judge/task_checker.hpp"
 
-namespace crucible::runner {
+namespace crucible::judge {
 
 inline const HostTensorView* find_named(std::span<const HostTensorView> views,
                                         std::string_view name) {
@@ -66,4 +66,4 @@ class Failures {
   std::string first_reason_;
 };
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

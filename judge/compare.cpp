@@ -1,5 +1,5 @@
 // Output comparison, poison and canary patterns: tight per-dtype loops over host copies.
-#include "runner/judge/compare.hpp"
+#include "judge/compare.hpp"
 
 #include <algorithm>
 #include <array>
@@ -14,7 +14,7 @@
 #include "core/numeric.hpp"
 #include "core/result.hpp"
 
-namespace crucible::runner {
+namespace crucible::judge {
 namespace {
 
 using core::DType;
@@ -618,4 +618,4 @@ CompareReport ElementwiseChecker::check(const CheckRequest& request) const {
                          request.poison_variant, request.reveal_values, request.candidate.name);
 }
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

@@ -12,7 +12,7 @@
 #include "core/dtype.hpp"
 #include "core/value.hpp"
 
-namespace crucible::runner {
+namespace crucible::judge {
 
 // A number as reports print it (%.6g).
 std::string format_number(double value);
@@ -167,4 +167,4 @@ class ElementwiseChecker final : public OutputChecker {
   CompareReport check(const CheckRequest& request) const override;
 };
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

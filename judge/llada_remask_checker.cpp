@@ -26,10 +26,10 @@
 
 #include "core/numeric.hpp"
 #include "core/result.hpp"
-#include "runner/judge/checker_support.hpp"
-#include "runner/judge/task_checker.hpp"
+#include "judge/checker_support.hpp"
+#include "judge/task_checker.hpp"
 
-namespace crucible::runner {
+namespace crucible::judge {
 namespace {
 
 std::string at_text(std::int64_t b, std::int64_t l) {
@@ -208,4 +208,4 @@ const TaskChecker& llada_remask_checker() {
   return checker;
 }
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

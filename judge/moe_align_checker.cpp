@@ -26,10 +26,10 @@
 
 #include "core/numeric.hpp"
 #include "core/result.hpp"
-#include "runner/judge/checker_support.hpp"
-#include "runner/judge/task_checker.hpp"
+#include "judge/checker_support.hpp"
+#include "judge/task_checker.hpp"
 
-namespace crucible::runner {
+namespace crucible::judge {
 namespace {
 
 double scalar_named(const TaskCheckRequest& request, const std::string& name) {
@@ -235,4 +235,4 @@ const TaskChecker& moe_align_checker() {
   return checker;
 }
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

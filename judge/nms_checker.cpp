@@ -34,10 +34,10 @@
 
 #include "core/numeric.hpp"
 #include "core/result.hpp"
-#include "runner/judge/checker_support.hpp"
-#include "runner/judge/task_checker.hpp"
+#include "judge/checker_support.hpp"
+#include "judge/task_checker.hpp"
 
-namespace crucible::runner {
+namespace crucible::judge {
 namespace {
 
 // IoUs within this distance of the threshold may go either way: fp32 box arithmetic is off by
@@ -245,4 +245,4 @@ const TaskChecker& nms_checker() {
   return checker;
 }
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

@@ -27,10 +27,10 @@
 
 #include "core/numeric.hpp"
 #include "core/result.hpp"
-#include "runner/judge/checker_support.hpp"
-#include "runner/judge/task_checker.hpp"
+#include "judge/checker_support.hpp"
+#include "judge/task_checker.hpp"
 
-namespace crucible::runner {
+namespace crucible::judge {
 namespace {
 
 constexpr double kDrawTolerance = 1e-4;
@@ -230,4 +230,4 @@ const TaskChecker& sampling_checker() {
   return checker;
 }
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

@@ -1,7 +1,7 @@
 // The table of task checkers (tasks::known_checkers() names them; a test holds the two equal).
-#include "runner/judge/task_checker.hpp"
+#include "judge/task_checker.hpp"
 
-namespace crucible::runner {
+namespace crucible::judge {
 
 const TaskChecker* find_task_checker(std::string_view name) {
   if (name == "topk") return &topk_checker();
@@ -13,4 +13,4 @@ const TaskChecker* find_task_checker(std::string_view name) {
   return nullptr;
 }
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "runner/judge/compare.hpp"
+#include "judge/compare.hpp"
 
-namespace crucible::runner {
+namespace crucible::judge {
 
 struct TaskCheckRequest {
   // Every tensor of the case with its value before the call (in and inout tensors; out tensors
@@ -43,30 +43,30 @@ const TaskChecker* find_task_checker(std::string_view name);
 
 // Top-k routing (llm/topk_softmax, llm/grouped_topk): outputs topk_weights [T, k] (float),
 // topk_indices [T, k] (integer) and, when the task has it, token_expert_indices [T, k]. Defined
-// in runner/judge/topk_checker.cpp.
+// in judge/topk_checker.cpp.
 const TaskChecker& topk_checker();
 
 // MoE token alignment (llm/moe_align_block_size): outputs sorted_token_ids, experts_ids and
 // num_tokens_post_pad, any order inside an expert's segment. Defined in
-// runner/judge/moe_align_checker.cpp.
+// judge/moe_align_checker.cpp.
 const TaskChecker& moe_align_checker();
 
 // Top-k/top-p sampling (llm/top_k_top_p_sampling_from_logits): output samples [batch], any
 // token whose interval of the filtered CDF holds the row's draw, within fp32 accumulation
-// error. Defined in runner/judge/sampling_checker.cpp.
+// error. Defined in judge/sampling_checker.cpp.
 const TaskChecker& sampling_checker();
 
 // Diffusion-LM remasking (world/llada_remask): outputs x0 and transfer_index, any token of a
 // tied maximum logit and any choice among tied scores. Defined in
-// runner/judge/llada_remask_checker.cpp.
+// judge/llada_remask_checker.cpp.
 const TaskChecker& llada_remask_checker();
 
 // k nearest neighbours (science/knn): outputs dists and idx, any choice among equidistant
-// points. Defined in runner/judge/knn_checker.cpp.
+// points. Defined in judge/knn_checker.cpp.
 const TaskChecker& knn_checker();
 
 // Batched non-maximum suppression (edge/batched_nms): outputs keep and num_kept, any order of
-// tied scores, IoUs next to the threshold either way. Defined in runner/judge/nms_checker.cpp.
+// tied scores, IoUs next to the threshold either way. Defined in judge/nms_checker.cpp.
 const TaskChecker& nms_checker();
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

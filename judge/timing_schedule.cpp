@@ -1,11 +1,11 @@
-#include "runner/judge/timing_schedule.hpp"
+#include "judge/timing_schedule.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
 
-namespace crucible::runner {
+namespace crucible::judge {
 
 std::uint64_t mix_words(std::uint64_t a, std::uint64_t b) {
   std::uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
@@ -41,4 +41,4 @@ double escape_probability(double f, std::size_t checks) {
   return std::pow(1.0 - std::clamp(f, 0.0, 1.0), static_cast<double>(checks));
 }
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

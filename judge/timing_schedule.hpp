@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace crucible::runner {
+namespace crucible::judge {
 
 // A 64-bit mix of two words (splitmix64's finaliser): the runner's seeds, canaries and secret
 // choices are all made with it.
@@ -43,4 +43,4 @@ std::uint64_t timed_call_seed(std::uint64_t secret, std::uint64_t case_seed, std
 // passes `checks` checked calls: (1 - f)^checks.
 double escape_probability(double f, std::size_t checks);
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

@@ -1,12 +1,12 @@
 // Order statistics, the binomial CI of the median, the stopping rule and the weighted geomean.
-#include "runner/judge/timing_stats.hpp"
+#include "judge/timing_stats.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-namespace crucible::runner {
+namespace crucible::judge {
 namespace {
 
 // Type 7 quantile of sorted, non-empty data.
@@ -187,4 +187,4 @@ std::vector<int> interleaved_order(std::size_t pairs) {
   return order;
 }
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

@@ -8,7 +8,7 @@
 
 #include "core/value.hpp"
 
-namespace crucible::runner {
+namespace crucible::judge {
 
 // Summary of per-call durations in nanoseconds.
 //
@@ -86,4 +86,4 @@ std::optional<SpeedupEstimate> combined_speedup(
 // adds the same total to both sides within every block of two pairs.
 std::vector<int> interleaved_order(std::size_t pairs);
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

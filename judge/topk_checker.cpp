@@ -39,9 +39,9 @@
 
 #include "core/numeric.hpp"
 #include "core/result.hpp"
-#include "runner/judge/task_checker.hpp"
+#include "judge/task_checker.hpp"
 
-namespace crucible::runner {
+namespace crucible::judge {
 namespace {
 
 using core::DType;
@@ -689,4 +689,4 @@ const TaskChecker& topk_checker() {
   return checker;
 }
 
-}  // namespace crucible::runner
+}  // namespace crucible::judge

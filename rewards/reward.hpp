@@ -70,7 +70,7 @@ struct Measurement {
   // Weighted geometric-mean speedup (reference time / candidate time) over timing cases;
   // present only when the step is kOk and was timed.
   std::optional<double> speedup;
-  // The 95 % interval of `speedup` (runner/judge/timing_stats.hpp, combined_speedup).
+  // The 95 % interval of `speedup` (judge/timing_stats.hpp, combined_speedup).
   std::optional<double> speedup_low;
   std::optional<double> speedup_high;
   // Weighted geometric means over timing cases of the candidate's and the reference's median

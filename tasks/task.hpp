@@ -30,7 +30,7 @@ inline bool is_input(Role role) { return role != Role::kOut; }
 // detection), "science" (3D, robotics and science), "recsys" (recommendation), "world" (world
 // models and diffusion LLMs).
 const std::vector<std::string>& known_categories();
-// Checkers a manifest may name (`checker = "..."`), implemented in runner/judge/task_checker.hpp:
+// Checkers a manifest may name (`checker = "..."`), implemented in judge/task_checker.hpp:
 // "topk" (top-k routing: any order of tied scores is right), "moe_align" (MoE token alignment:
 // any order inside an expert's segment).
 const std::vector<std::string>& known_checkers();

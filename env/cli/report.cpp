@@ -7,7 +7,7 @@
 #include <map>
 #include <sstream>
 
-#include "runner/judge/timing_stats.hpp"
+#include "judge/timing_stats.hpp"
 
 namespace crucible::env {
 namespace {
@@ -16,12 +16,12 @@ using core::Value;
 
 Value optional_value(const std::optional<double>& x) { return x ? Value(*x) : Value(nullptr); }
 
-// The unweighted geometric mean: runner::weighted_geomean with equal weights.
+// The unweighted geometric mean: judge::weighted_geomean with equal weights.
 std::optional<double> geomean(const std::vector<double>& values) {
   std::vector<std::pair<double, double>> value_weight;
   value_weight.reserve(values.size());
   for (const double value : values) value_weight.emplace_back(value, 1.0);
-  return runner::weighted_geomean(value_weight);
+  return judge::weighted_geomean(value_weight);
 }
 
 std::vector<double> fast_p_points() {

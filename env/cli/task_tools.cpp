@@ -12,7 +12,7 @@
 #include "action/plan_context.hpp"
 #include "core/text.hpp"
 #include "core/text_file.hpp"
-#include "runner/judge/task_checker.hpp"
+#include "judge/task_checker.hpp"
 #include "tasks/oracle.hpp"
 
 namespace crucible::env {
@@ -248,7 +248,7 @@ std::vector<CheckLine> check_task(const tasks::Task& task, const CheckTools& too
   }
 
   if (!task.checker.empty()) {
-    lines.push_back(runner::find_task_checker(task.checker) != nullptr
+    lines.push_back(judge::find_task_checker(task.checker) != nullptr
                         ? ok("checker " + task.checker)
                         : failed("checker " + task.checker, "no checker of that name"));
   }

@@ -18,7 +18,7 @@ using core::StepStatus;
 namespace {
 
 // What a failed output comparison was, in words that carry no count, position or value.
-std::string failure_kind(const CompareReport& report) {
+std::string failure_kind(const judge::CompareReport& report) {
   const std::string name = "'" + report.output_name + "'";
   if (report.all_zero) return "all of " + name + " is zero where the answer is not";
   if (report.unwritten > 0) return "elements of " + name + " were left unwritten";
@@ -31,32 +31,34 @@ std::string failure_kind(const CompareReport& report) {
 // The verdict on every out/inout tensor of one call: the task's checker when it names one
 // (all outputs together, with the call's inputs), else compare_outputs per output. The
 // vectors are indexed by task tensor; `inputs` may hold nullptr where no checker needs it.
-std::vector<CompareReport> JobRunner::judge_outputs(const CaseSetup& setup, const Views& inputs,
-                                                    const Views& candidate, const Views& reference,
-                                                    int variant, bool reveal) {
-  std::vector<CompareReport> reports;
-  std::vector<HostTensorView> input_views, candidate_views, reference_views;
-  std::vector<Tolerance> tolerances;
+std::vector<judge::CompareReport> JobRunner::judge_outputs(const CaseSetup& setup,
+                                                           const Views& inputs,
+                                                           const Views& candidate,
+                                                           const Views& reference, int variant,
+                                                           bool reveal) {
+  std::vector<judge::CompareReport> reports;
+  std::vector<judge::HostTensorView> input_views, candidate_views, reference_views;
+  std::vector<judge::Tolerance> tolerances;
   for (std::size_t t = 0; t < task_.tensors.size(); ++t) {
     const auto& tensor = task_.tensors[t];
-    input_views.push_back(
-        HostTensorView{tensor.name, tensor.dtype, inputs[t], setup.counts[t], setup.shapes[t]});
+    input_views.push_back(judge::HostTensorView{tensor.name, tensor.dtype, inputs[t],
+                                                setup.counts[t], setup.shapes[t]});
     if (!tasks::is_output(tensor.role)) continue;
     const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
     if (checker_ == nullptr) {
-      reports.push_back(compare_outputs(tensor.dtype, candidate[t], reference[t], setup.counts[t],
-                                        setup.shapes[t], Tolerance{tol.atol, tol.rtol}, variant,
-                                        reveal, tensor.name));
+      reports.push_back(judge::compare_outputs(
+          tensor.dtype, candidate[t], reference[t], setup.counts[t], setup.shapes[t],
+          judge::Tolerance{tol.atol, tol.rtol}, variant, reveal, tensor.name));
       continue;
     }
-    candidate_views.push_back(
-        HostTensorView{tensor.name, tensor.dtype, candidate[t], setup.counts[t], setup.shapes[t]});
-    reference_views.push_back(
-        HostTensorView{tensor.name, tensor.dtype, reference[t], setup.counts[t], setup.shapes[t]});
-    tolerances.push_back(Tolerance{tol.atol, tol.rtol});
+    candidate_views.push_back(judge::HostTensorView{tensor.name, tensor.dtype, candidate[t],
+                                                    setup.counts[t], setup.shapes[t]});
+    reference_views.push_back(judge::HostTensorView{tensor.name, tensor.dtype, reference[t],
+                                                    setup.counts[t], setup.shapes[t]});
+    tolerances.push_back(judge::Tolerance{tol.atol, tol.rtol});
   }
   if (checker_ == nullptr) return reports;
-  TaskCheckRequest request;
+  judge::TaskCheckRequest request;
   request.inputs = input_views;
   request.candidate = candidate_views;
   request.reference = reference_views;
@@ -77,7 +79,7 @@ std::vector<CompareReport> JobRunner::judge_outputs(const CaseSetup& setup, cons
 // and 4-byte elements, a host-filled copy for 8-byte ones.
 void JobRunner::poison_device(CUdeviceptr dst, core::DType dtype, std::size_t count, int variant) {
   if (count == 0) return;
-  const std::uint64_t bits = poison_pattern(dtype, variant);
+  const std::uint64_t bits = judge::poison_pattern(dtype, variant);
   const CUstream stream = device_.stream;
   switch (core::dtype_size(dtype)) {
     case 1:
@@ -91,7 +93,7 @@ void JobRunner::poison_device(CUdeviceptr dst, core::DType dtype, std::size_t co
       return;
     default: {
       std::vector<std::byte> host(count * core::dtype_size(dtype));
-      fill_poison(dtype, host.data(), count, variant);
+      judge::fill_poison(dtype, host.data(), count, variant);
       upload(dst, host.data(), host.size(), stream);
       check(cuStreamSynchronize(stream), "poison upload");
     }
@@ -150,9 +152,9 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
   std::vector<std::byte> canary(DeviceBuffer::kCanaryBytes);
   auto write_canaries = [&] {
     for (std::size_t t = 0; t < n; ++t) {
-      fill_canary(canary.data(), canary.size(), canary_seed(t, 0));
+      judge::fill_canary(canary.data(), canary.size(), canary_seed(t, 0));
       upload(buffers.tensors[t].base(), canary.data(), canary.size(), stream);
-      fill_canary(canary.data(), canary.size(), canary_seed(t, 1));
+      judge::fill_canary(canary.data(), canary.size(), canary_seed(t, 1));
       upload(buffers.tensors[t].data() + buffers.tensors[t].bytes(), canary.data(), canary.size(),
              stream);
     }
@@ -253,20 +255,20 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
   for (std::size_t t = 0; t < n; ++t) {
     const auto& tensor = task_.tensors[t];
     std::size_t bad = 0;
-    if (!check_canary(whole[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 0), &bad)) {
+    if (!judge::check_canary(whole[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 0), &bad)) {
       problems.push_back("wrote " + std::to_string(DeviceBuffer::kCanaryBytes - bad) +
                          " bytes before the start of '" + tensor.name + "'");
       kinds.push_back("wrote before the start of '" + tensor.name + "'");
     }
     const std::byte* payload = whole[t] + DeviceBuffer::kCanaryBytes;
-    if (!check_canary(payload + setup.bytes[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 1),
-                      &bad)) {
+    if (!judge::check_canary(payload + setup.bytes[t], DeviceBuffer::kCanaryBytes,
+                             canary_seed(t, 1), &bad)) {
       problems.push_back("wrote past the end of '" + tensor.name + "' (byte " +
                          std::to_string(bad) + " after its last element)");
       kinds.push_back("wrote past the end of '" + tensor.name + "'");
     }
     if (tensor.role == tasks::Role::kIn) {
-      const auto diff = compare_bytes(payload, inputs(t), setup.bytes[t]);
+      const auto diff = judge::compare_bytes(payload, inputs(t), setup.bytes[t]);
       if (!diff.equal) {
         problems.push_back("modified the read-only input '" + tensor.name + "' (" +
                            std::to_string(diff.diff_bytes) + " bytes changed, first at element " +
@@ -287,7 +289,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
         continue;
       }
       poisoned[t].resize(setup.bytes[t]);
-      fill_poison(task_.tensors[t].dtype, poisoned[t].data(), setup.counts[t], draw);
+      judge::fill_poison(task_.tensors[t].dtype, poisoned[t].data(), setup.counts[t], draw);
       before[t] = poisoned[t].data();
     }
   }

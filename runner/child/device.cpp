@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "judge/compare.hpp"
 #include "kernels/runner/module_source.hpp"
 #include "runner/child/cuda_check.hpp"
-#include "runner/judge/compare.hpp"
 
 namespace crucible::runner::child {
 
@@ -115,7 +115,7 @@ void Device::open(int index) {
   // The runner's own kernels (kernels/runner/*.cu, embedded at build time), compiled once per
   // process. `crucible_l2_sweep`: every thread reads 16-byte vectors across the buffer; the sum
   // is stored only when it equals a value no input produces, so the loads cannot be optimised
-  // away. `crucible_check`: the elementwise rule of compare_outputs (runner/judge/compare.hpp)
+  // away. `crucible_check`: the elementwise rule of compare_outputs (judge/compare.hpp)
   // on device memory, built without FMA contraction so its double arithmetic rounds exactly as
   // the host's does. `crucible_generate` (device_values.hpp): input values, bit for bit the host
   // generators', for the same reason built without contraction.
@@ -227,7 +227,7 @@ void Device::launch_check(CUdeviceptr got, CUdeviceptr want, std::size_t count, 
   // The integer poison of variant 0 (what timed calls poison with), as the kernel reads it.
   long long poison = 0;
   if (kind >= 6) {
-    const std::uint64_t bits = runner::poison_pattern(dtype, 0);
+    const std::uint64_t bits = judge::poison_pattern(dtype, 0);
     switch (core::dtype_size(dtype)) {
       case 1:
         poison = kind == 6 ? static_cast<std::int8_t>(bits) : static_cast<long long>(bits & 0xFF);

@@ -88,7 +88,7 @@ void JobRunner::prepare() {
   timer_.set_tag(0);
   (void)timer_.collect();
   if (!task_.checker.empty()) {
-    checker_ = find_task_checker(task_.checker);
+    checker_ = judge::find_task_checker(task_.checker);
     if (checker_ == nullptr) {
       fail(StepStatus::kInfraError, "the task names an unknown checker '" + task_.checker + "'");
     }

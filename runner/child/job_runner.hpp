@@ -16,15 +16,15 @@
 #include "action/launch_plan.hpp"
 #include "action/plan_context.hpp"
 #include "core/value.hpp"
+#include "judge/compare.hpp"
+#include "judge/task_checker.hpp"
+#include "judge/timing_schedule.hpp"
+#include "judge/timing_stats.hpp"
 #include "runner/child/device.hpp"
 #include "runner/child/host_values.hpp"
 #include "runner/child/kernel_timer.hpp"
 #include "runner/child/library_reference.hpp"
 #include "runner/child/loaded_module.hpp"
-#include "runner/judge/compare.hpp"
-#include "runner/judge/task_checker.hpp"
-#include "runner/judge/timing_schedule.hpp"
-#include "runner/judge/timing_stats.hpp"
 #include "runner/runner_job.hpp"
 #include "tasks/roofline.hpp"
 #include "tasks/task.hpp"
@@ -97,9 +97,9 @@ class JobRunner {
     std::vector<CUdeviceptr> pointers;
     std::vector<std::vector<std::byte>> stale;  // per output tensor: draw 0's expected bytes
   };
-  std::vector<CompareReport> judge_outputs(const CaseSetup& setup, const Views& inputs,
-                                           const Views& candidate, const Views& reference,
-                                           int variant, bool reveal);
+  std::vector<judge::CompareReport> judge_outputs(const CaseSetup& setup, const Views& inputs,
+                                                  const Views& candidate, const Views& reference,
+                                                  int variant, bool reveal);
   void poison_device(CUdeviceptr dst, core::DType dtype, std::size_t count, int variant);
   HostValueCache::Bytes fill_input(const tasks::Case& c, const tasks::TensorSpec& tensor,
                                    std::uint64_t seed, std::size_t count, CUdeviceptr out);
@@ -148,12 +148,12 @@ class JobRunner {
   core::StepStatus failed_status_ = core::StepStatus::kIncorrect;
   std::string hack_;
   std::optional<double> speedup_;
-  std::vector<std::pair<SpeedupEstimate, double>> estimates_;  // per timed case, with weight
+  std::vector<std::pair<judge::SpeedupEstimate, double>> estimates_;  // per timed case, with weight
   std::uint64_t next_tag_ = 1;
   bool in_timing_ = false;
   std::vector<double> reference_ms_;  // per case: the reference's slower correctness run
   Value phases_ = Value::object();
-  const TaskChecker* checker_ = nullptr;
+  const judge::TaskChecker* checker_ = nullptr;
 };
 
 }  // namespace crucible::runner::child

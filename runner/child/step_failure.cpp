@@ -3,9 +3,9 @@
 #include <chrono>
 #include <thread>
 
+#include "judge/timing_schedule.hpp"
 #include "runner/child/cuda_check.hpp"
 #include "runner/child/device.hpp"
-#include "runner/judge/timing_schedule.hpp"
 
 namespace crucible::runner::child {
 
@@ -52,6 +52,6 @@ void sync_or_fail(CUstream stream, bool candidate, const std::string& what, doub
        true);
 }
 
-std::uint64_t mix(std::uint64_t a, std::uint64_t b) { return mix_words(a, b); }
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) { return judge::mix_words(a, b); }
 
 }  // namespace crucible::runner::child

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "judge/timing_stats.hpp"
 #include "runner/child/cuda_check.hpp"
 #include "runner/child/device_values.hpp"
 #include "runner/child/job_runner.hpp"
 #include "runner/child/step_failure.hpp"
-#include "runner/judge/timing_stats.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/roofline.hpp"
 
@@ -96,9 +96,9 @@ Value JobRunner::time_case(const CaseSetup& setup) {
   {
     std::vector<std::byte> pattern(2 * DeviceBuffer::kCanaryBytes);
     for (std::size_t t = 0; t < n; ++t) {
-      fill_canary(pattern.data(), DeviceBuffer::kCanaryBytes, canary_seed(t, 0));
-      fill_canary(pattern.data() + DeviceBuffer::kCanaryBytes, DeviceBuffer::kCanaryBytes,
-                  canary_seed(t, 1));
+      judge::fill_canary(pattern.data(), DeviceBuffer::kCanaryBytes, canary_seed(t, 0));
+      judge::fill_canary(pattern.data() + DeviceBuffer::kCanaryBytes, DeviceBuffer::kCanaryBytes,
+                         canary_seed(t, 1));
       canaries[t] = DeviceBuffer(pattern.size(), false);
       upload(canaries[t].data(), pattern.data(), pattern.size(), stream);
       check(cuStreamSynchronize(stream), "canaries");
@@ -131,7 +131,7 @@ Value JobRunner::time_case(const CaseSetup& setup) {
   // A call's inputs into `dst` (one pointer per task tensor; outputs skipped): fresh values
   // from the call's seed, the fixed ones, or the host draw the call's seed picks.
   auto write_inputs = [&](const std::vector<CUdeviceptr>& dst, std::size_t call) {
-    const std::uint64_t call_seed = timed_call_seed(job_.secret, setup.seed, call);
+    const std::uint64_t call_seed = judge::timed_call_seed(job_.secret, setup.seed, call);
     for (std::size_t t = 0; t < n; ++t) {
       const auto& tensor = task_.tensors[t];
       if (!tasks::is_input(tensor.role) || setup.bytes[t] == 0) continue;
@@ -177,12 +177,13 @@ Value JobRunner::time_case(const CaseSetup& setup) {
     device_.flush_l2(static_cast<std::uint32_t>(call));
   };
 
-  ScheduleRule schedule_rule;
+  judge::ScheduleRule schedule_rule;
   schedule_rule.warmup_pairs = job_.timing.warmup_calls;
   schedule_rule.min_samples = job_.timing.min_samples;
   schedule_rule.max_samples = job_.timing.max_samples;
   schedule_rule.check_fraction = job_.timing.check_fraction;
-  const CallSchedule schedule = make_call_schedule(job_.secret, setup.index, schedule_rule);
+  const judge::CallSchedule schedule =
+      judge::make_call_schedule(job_.secret, setup.index, schedule_rule);
 
   const Side reference = reference_side();
   const Side candidate = candidate_side();
@@ -200,11 +201,11 @@ Value JobRunner::time_case(const CaseSetup& setup) {
   std::size_t checked = 0, incomplete = 0, call = 0, measured_candidate_calls = 0;
   const auto started = Clock::now();
   const auto cap = std::chrono::duration<double, std::milli>(job_.timing.time_cap_ms);
-  StoppingRule rule;
+  judge::StoppingRule rule;
   rule.target_rel_halfwidth = job_.timing.target_rel_ci;
   rule.min_samples = job_.timing.min_samples;
   rule.max_samples = job_.timing.max_samples;
-  const auto order = interleaved_order(job_.timing.max_samples + schedule.warmup_pairs);
+  const auto order = judge::interleaved_order(job_.timing.max_samples + schedule.warmup_pairs);
 
   // Checked calls: the candidate's outputs set aside, the call's inputs drawn again (the
   // pristine copy), the reference on them, and the runner's device checks (three u64 per check:
@@ -370,7 +371,8 @@ Value JobRunner::time_case(const CaseSetup& setup) {
     }
     if (i % 32 == 31 || i + 1 == order.size()) {
       collect();
-      const bool enough = should_stop(reference_ns, rule) && should_stop(candidate_ns, rule);
+      const bool enough =
+          judge::should_stop(reference_ns, rule) && judge::should_stop(candidate_ns, rule);
       const bool out_of_time = Clock::now() - started > cap;
       if (enough || out_of_time) break;
     }
@@ -390,9 +392,10 @@ Value JobRunner::time_case(const CaseSetup& setup) {
   if (reference_ns.empty() || candidate_ns.empty()) {
     fail(StepStatus::kInfraError, "no complete timed call was recorded for case " + c.name);
   }
-  const auto reference_summary = summarize(reference_ns);
-  const auto candidate_summary = summarize(candidate_ns);
-  const SpeedupEstimate estimate = speedup_estimate(reference_summary, candidate_summary);
+  const auto reference_summary = judge::summarize(reference_ns);
+  const auto candidate_summary = judge::summarize(candidate_ns);
+  const judge::SpeedupEstimate estimate =
+      judge::speedup_estimate(reference_summary, candidate_summary);
   const tasks::GpuPeak peak = floor_peak();
   const double floor_ns = tasks::roofline_floor_ns(floor_cost(setup), peak);
   if (candidate_summary.median_ns < floor_ns && hack_.empty()) {
@@ -427,7 +430,7 @@ Value JobRunner::time_visible_cases() {
     if (setup.c->hidden) continue;
     cases.push_back(time_case(setup));
   }
-  const auto combined = combined_speedup(estimates_);
+  const auto combined = judge::combined_speedup(estimates_);
   Value out{{"cases", std::move(cases)}, {"method", "CUPTI kernel activity, median"}};
   if (combined) {
     speedup_ = combined->speedup;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "runner/judge/compare.hpp"
+#include "judge/compare.hpp"
 
 namespace crucible::testing {
 
@@ -13,7 +13,7 @@ inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-inline bool all_pass(const std::vector<runner::CompareReport>& reports) {
+inline bool all_pass(const std::vector<judge::CompareReport>& reports) {
   return std::all_of(reports.begin(), reports.end(), [](const auto& r) { return r.pass; });
 }
 

@@ -10,13 +10,13 @@
 
 #include "core/dtype.hpp"
 #include "core/numeric.hpp"
-#include "runner/judge/compare.hpp"
+#include "judge/compare.hpp"
 
 using namespace crucible;
 using core::DType;
-using runner::compare_outputs;
-using runner::CompareReport;
-using runner::Tolerance;
+using judge::compare_outputs;
+using judge::CompareReport;
+using judge::Tolerance;
 
 namespace {
 
@@ -103,7 +103,7 @@ CompareReport compare(DType dtype, const std::vector<unsigned char>& candidate,
                       const std::vector<std::int64_t>& shape, int variant = 0, bool reveal = true) {
   const std::size_t count = reference.size() / core::dtype_size(dtype);
   return compare_outputs(dtype, candidate.data(), reference.data(), count, shape,
-                         runner::default_tolerance(dtype), variant, reveal, "out");
+                         judge::default_tolerance(dtype), variant, reveal, "out");
 }
 
 const std::vector<std::int64_t> kShape{4, 16};
@@ -207,12 +207,12 @@ TEST_CASE("compare: elements left holding the poison are counted as unwritten") 
       const auto reference = make_buffer(dtype, values);
       // The runner's sequence: poison everything, then the kernel writes all but three.
       std::vector<unsigned char> candidate(reference.size());
-      runner::fill_poison(dtype, candidate.data(), kCount, variant);
+      judge::fill_poison(dtype, candidate.data(), kCount, variant);
       for (std::size_t i = 0; i < kCount; ++i) {
         if (i != 9 && i != 40 && i != 63) set_element(dtype, candidate, i, values[i]);
       }
       for (std::size_t i = 0; i < kCount; ++i) {
-        CHECK(runner::is_poison(dtype, candidate.data(), i, variant) ==
+        CHECK(judge::is_poison(dtype, candidate.data(), i, variant) ==
               (i == 9 || i == 40 || i == 63));
       }
       const CompareReport report = compare(dtype, candidate, reference, kShape, variant);
@@ -234,8 +234,8 @@ TEST_CASE("compare: a kernel writing the variant 0 poison is caught by the varia
     const auto reference = make_buffer(dtype, values);
     auto candidate = reference;
     for (const std::size_t i : {2, 11, 50}) {
-      runner::fill_poison(dtype, candidate.data() + i * core::dtype_size(dtype), 1, 0);
-      CHECK_FALSE(runner::is_poison(dtype, candidate.data(), i, 1));
+      judge::fill_poison(dtype, candidate.data() + i * core::dtype_size(dtype), 1, 0);
+      CHECK_FALSE(judge::is_poison(dtype, candidate.data(), i, 1));
     }
     const CompareReport first_run = compare(dtype, candidate, reference, kShape, 0);
     CHECK(first_run.unwritten == 3);
@@ -251,12 +251,12 @@ TEST_CASE("compare: the poison patterns of the two variants are NaNs or sentinel
     CAPTURE(core::dtype_name(dtype));
     const std::size_t size = core::dtype_size(dtype);
     std::vector<unsigned char> zero(size), one(size);
-    runner::fill_poison(dtype, zero.data(), 1, 0);
-    runner::fill_poison(dtype, one.data(), 1, 1);
+    judge::fill_poison(dtype, zero.data(), 1, 0);
+    judge::fill_poison(dtype, one.data(), 1, 1);
     CHECK(zero != one);
-    CHECK(runner::is_poison(dtype, zero.data(), 0, 0));
-    CHECK(runner::is_poison(dtype, one.data(), 0, 1));
-    CHECK(runner::is_poison(dtype, zero.data(), 0, 2));  // variants are taken modulo 2
+    CHECK(judge::is_poison(dtype, zero.data(), 0, 0));
+    CHECK(judge::is_poison(dtype, one.data(), 0, 1));
+    CHECK(judge::is_poison(dtype, zero.data(), 0, 2));  // variants are taken modulo 2
     if (core::dtype_is_floating(dtype)) {
       CHECK(std::isnan(core::element_as_double(dtype, zero.data(), 0)));
       CHECK(std::isnan(core::element_as_double(dtype, one.data(), 0)));
@@ -267,27 +267,27 @@ TEST_CASE("compare: the poison patterns of the two variants are NaNs or sentinel
   }
   // The float poisons are not the NaNs arithmetic or CUDA conversions produce.
   std::vector<unsigned char> f32(4), bf16(2), f16(2), e5m2(1);
-  runner::fill_poison(DType::kF32, f32.data(), 1, 0);
-  runner::fill_poison(DType::kBF16, bf16.data(), 1, 0);
-  runner::fill_poison(DType::kF16, f16.data(), 1, 0);
-  runner::fill_poison(DType::kFP8E5M2, e5m2.data(), 1, 0);
+  judge::fill_poison(DType::kF32, f32.data(), 1, 0);
+  judge::fill_poison(DType::kBF16, bf16.data(), 1, 0);
+  judge::fill_poison(DType::kF16, f16.data(), 1, 0);
+  judge::fill_poison(DType::kFP8E5M2, e5m2.data(), 1, 0);
   const float qnan = std::numeric_limits<float>::quiet_NaN();
-  CHECK_FALSE(runner::is_poison(DType::kF32, &qnan, 0, 0));
+  CHECK_FALSE(judge::is_poison(DType::kF32, &qnan, 0, 0));
   const std::uint16_t canonical_bf16[] = {0x7FC0, 0x7FFF, 0xFFC0};
   const std::uint16_t canonical_f16[] = {0x7E00, 0x7FFF, 0xFE00};
   for (int i = 0; i < 3; ++i) {
-    CHECK_FALSE(runner::is_poison(DType::kBF16, canonical_bf16, static_cast<std::size_t>(i), 0));
-    CHECK_FALSE(runner::is_poison(DType::kF16, canonical_f16, static_cast<std::size_t>(i), 0));
+    CHECK_FALSE(judge::is_poison(DType::kBF16, canonical_bf16, static_cast<std::size_t>(i), 0));
+    CHECK_FALSE(judge::is_poison(DType::kF16, canonical_f16, static_cast<std::size_t>(i), 0));
   }
   const std::uint8_t converted_e5m2 = core::float_to_fp8_e5m2(qnan);
-  CHECK_FALSE(runner::is_poison(DType::kFP8E5M2, &converted_e5m2, 0, 0));
+  CHECK_FALSE(judge::is_poison(DType::kFP8E5M2, &converted_e5m2, 0, 0));
 }
 
 TEST_CASE("compare: an integer poison equal to the reference value is accepted") {
   for (const DType dtype : {DType::kI8, DType::kU8, DType::kI16, DType::kI32, DType::kI64}) {
     CAPTURE(core::dtype_name(dtype));
     std::vector<unsigned char> reference(kCount * core::dtype_size(dtype));
-    runner::fill_poison(dtype, reference.data(), kCount, 0);
+    judge::fill_poison(dtype, reference.data(), kCount, 0);
     const CompareReport report = compare(dtype, reference, reference, kShape, 0);
     CHECK(report.pass);
     CHECK(report.unwritten == 0);
@@ -370,9 +370,8 @@ TEST_CASE("compare: the tolerance bound is inclusive and the next value above fa
 TEST_CASE("compare: integers are exact even where doubles cannot tell values apart") {
   const std::int64_t big = (std::int64_t{1} << 60) + 1;
   const std::int64_t neighbour = std::int64_t{1} << 60;
-  const CompareReport report =
-      compare_outputs(DType::kI64, &neighbour, &big, 1, {1}, runner::default_tolerance(DType::kI64),
-                      0, true, "ids");
+  const CompareReport report = compare_outputs(
+      DType::kI64, &neighbour, &big, 1, {1}, judge::default_tolerance(DType::kI64), 0, true, "ids");
   CHECK_FALSE(report.pass);
   CHECK(report.max_abs_error == 1.0);
 }
@@ -399,7 +398,7 @@ TEST_CASE("compare: default tolerances are the documented values") {
   };
   for (const Case& c : cases) {
     CAPTURE(core::dtype_name(c.dtype));
-    const Tolerance tol = runner::default_tolerance(c.dtype);
+    const Tolerance tol = judge::default_tolerance(c.dtype);
     CHECK(tol.atol == c.atol);
     CHECK(tol.rtol == c.rtol);
   }
@@ -470,7 +469,7 @@ TEST_CASE("compare: the summary is one sentence an agent can act on") {
   got[20] = 2.0;
   const auto reference = make_buffer(DType::kF32, expected);
   auto candidate = make_buffer(DType::kF32, got);
-  runner::fill_poison(DType::kF32, candidate.data() + 30 * 4, 1, 0);
+  judge::fill_poison(DType::kF32, candidate.data() + 30 * 4, 1, 0);
   const CompareReport report = compare_outputs(DType::kF32, candidate.data(), reference.data(),
                                                kCount, {1, 64}, {0.01, 0.01}, 0, true, "out");
   CHECK(report.summary ==
@@ -546,57 +545,57 @@ TEST_CASE("compare: flat indices map to row-major coordinates") {
   };
   for (const Case& c : cases) {
     CAPTURE(c.index);
-    CHECK(runner::flat_to_coords(c.index, c.count, c.shape) == c.coords);
+    CHECK(judge::flat_to_coords(c.index, c.count, c.shape) == c.coords);
   }
 }
 
 TEST_CASE("compare: byte comparison finds the first differing byte and counts all") {
   std::vector<unsigned char> a(100), b(100);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = b[i] = static_cast<unsigned char>(i * 7);
-  runner::ByteDiff same = runner::compare_bytes(a.data(), b.data(), a.size());
+  judge::ByteDiff same = judge::compare_bytes(a.data(), b.data(), a.size());
   CHECK(same.equal);
   CHECK(same.first_diff == 100);
   CHECK(same.diff_bytes == 0);
   b[5] ^= 1;
   b[99] ^= 0x80;
-  const runner::ByteDiff diff = runner::compare_bytes(a.data(), b.data(), a.size());
+  const judge::ByteDiff diff = judge::compare_bytes(a.data(), b.data(), a.size());
   CHECK_FALSE(diff.equal);
   CHECK(diff.first_diff == 5);
   CHECK(diff.diff_bytes == 2);
-  CHECK(runner::compare_bytes(a.data(), b.data(), 0).equal);
+  CHECK(judge::compare_bytes(a.data(), b.data(), 0).equal);
 }
 
 TEST_CASE("compare: canary corruption is detected at its first bad byte") {
   for (const std::size_t bytes : {1u, 7u, 8u, 37u, 4096u}) {
     CAPTURE(bytes);
     std::vector<unsigned char> guard(bytes);
-    runner::fill_canary(guard.data(), bytes, 42);
+    judge::fill_canary(guard.data(), bytes, 42);
     std::size_t first_bad = 12345;
-    CHECK(runner::check_canary(guard.data(), bytes, 42, &first_bad));
+    CHECK(judge::check_canary(guard.data(), bytes, 42, &first_bad));
     CHECK(first_bad == bytes);
-    CHECK(runner::check_canary(guard.data(), bytes, 42, nullptr));
+    CHECK(judge::check_canary(guard.data(), bytes, 42, nullptr));
     // The corruption the candidate is most likely to cause: one byte past its buffer (the
     // canary's first byte), or somewhere inside.
     for (const std::size_t at : {std::size_t{0}, bytes / 2, bytes - 1}) {
       auto corrupted = guard;
       corrupted[at] ^= 0x01;
       if (at + 1 < bytes) corrupted[bytes - 1] ^= 0x10;  // a later corruption does not hide it
-      CHECK_FALSE(runner::check_canary(corrupted.data(), bytes, 42, &first_bad));
+      CHECK_FALSE(judge::check_canary(corrupted.data(), bytes, 42, &first_bad));
       CHECK(first_bad == at);
     }
   }
   // Distinct seeds give distinct patterns, and the pattern is not a constant fill.
   std::vector<unsigned char> a(64), b(64);
-  runner::fill_canary(a.data(), a.size(), 1);
-  runner::fill_canary(b.data(), b.size(), 2);
+  judge::fill_canary(a.data(), a.size(), 1);
+  judge::fill_canary(b.data(), b.size(), 2);
   CHECK(a != b);
-  CHECK_FALSE(runner::check_canary(a.data(), a.size(), 2, nullptr));
+  CHECK_FALSE(judge::check_canary(a.data(), a.size(), 2, nullptr));
   std::size_t distinct = 0;
   for (std::size_t i = 1; i < a.size(); ++i) distinct += a[i] != a[0] ? 1 : 0;
   CHECK(distinct > 50);
   // Zeroed memory is not a valid canary.
   std::vector<unsigned char> zeros(64, 0);
-  CHECK_FALSE(runner::check_canary(zeros.data(), zeros.size(), 1, nullptr));
+  CHECK_FALSE(judge::check_canary(zeros.data(), zeros.size(), 1, nullptr));
 }
 
 TEST_CASE("compare: the elementwise checker gives the same verdict as compare_outputs") {
@@ -604,14 +603,14 @@ TEST_CASE("compare: the elementwise checker gives the same verdict as compare_ou
   const auto reference = make_buffer(DType::kBF16, values);
   values[60] = -3.0;
   const auto candidate = make_buffer(DType::kBF16, values);
-  const runner::ElementwiseChecker checker;
-  const runner::OutputChecker& generic = checker;
-  const runner::CheckRequest request{{"out", DType::kBF16, candidate.data(), kCount, kShape},
-                                     {"out", DType::kBF16, reference.data(), kCount, kShape},
-                                     {},
-                                     runner::default_tolerance(DType::kBF16),
-                                     0,
-                                     true};
+  const judge::ElementwiseChecker checker;
+  const judge::OutputChecker& generic = checker;
+  const judge::CheckRequest request{{"out", DType::kBF16, candidate.data(), kCount, kShape},
+                                    {"out", DType::kBF16, reference.data(), kCount, kShape},
+                                    {},
+                                    judge::default_tolerance(DType::kBF16),
+                                    0,
+                                    true};
   const CompareReport via_checker = generic.check(request);
   const CompareReport direct = compare(DType::kBF16, candidate, reference, kShape);
   CHECK(via_checker.summary == direct.summary);
@@ -667,7 +666,7 @@ TEST_CASE("compare: outputs tallied in slices on several threads get the serial 
     const std::size_t bad[] = {1'500'001, 2'097'152, 4'194'000, kHuge - 1};
     for (const std::size_t i : bad) got[i] = far_from(dtype, values[i]);
     auto candidate = make_buffer(dtype, got);
-    runner::fill_poison(dtype, candidate.data() + 3'000'000 * core::dtype_size(dtype), 1, 0);
+    judge::fill_poison(dtype, candidate.data() + 3'000'000 * core::dtype_size(dtype), 1, 0);
     const CompareReport report = compare(dtype, candidate, reference, {kHuge});
     CHECK_FALSE(report.pass);
     CHECK(report.mismatches == 5);

@@ -8,15 +8,15 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "runner/judge/compare.hpp"
-#include "runner/judge/task_checker.hpp"
-#include "tests/runner/checker_test_support.hpp"
+#include "judge/compare.hpp"
+#include "judge/task_checker.hpp"
+#include "tests/judge/checker_test_support.hpp"
 
 using namespace crucible;
 using core::DType;
-using runner::CompareReport;
-using runner::HostTensorView;
-using runner::Tolerance;
+using judge::CompareReport;
+using judge::HostTensorView;
+using judge::Tolerance;
 using testing::all_pass;
 using testing::contains;
 
@@ -39,13 +39,13 @@ struct Neighbours {
         {"dists", DType::kF32, dists.data(), dists.size(), {1, 1, k}},
         {"idx", DType::kI64, idx.data(), idx.size(), {1, 1, k}}};
     const std::vector<Tolerance> tolerances{{1e-6, 1e-4}, {0.0, 0.0}};
-    runner::TaskCheckRequest request;
+    judge::TaskCheckRequest request;
     request.inputs = inputs;
     request.candidate = candidate;
     request.reference = candidate;
     request.tolerances = tolerances;
     request.reveal_values = reveal;
-    return runner::knn_checker().check(request);
+    return judge::knn_checker().check(request);
   }
 };
 

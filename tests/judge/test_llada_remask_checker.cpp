@@ -9,15 +9,15 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "runner/judge/compare.hpp"
-#include "runner/judge/task_checker.hpp"
-#include "tests/runner/checker_test_support.hpp"
+#include "judge/compare.hpp"
+#include "judge/task_checker.hpp"
+#include "tests/judge/checker_test_support.hpp"
 
 using namespace crucible;
 using core::DType;
-using runner::CompareReport;
-using runner::HostTensorView;
-using runner::Tolerance;
+using judge::CompareReport;
+using judge::HostTensorView;
+using judge::Tolerance;
 using testing::all_pass;
 using testing::contains;
 
@@ -48,14 +48,14 @@ struct Step {
         {"x0", DType::kI64, x0.data(), x0.size(), {1, 4}},
         {"transfer_index", flag_type, transfer.data(), transfer.size(), {1, 4}}};
     const std::vector<Tolerance> tolerances{{0.0, 0.0}, {1e-4, 1e-5}};
-    runner::TaskCheckRequest request;
+    judge::TaskCheckRequest request;
     request.inputs = inputs;
     request.candidate = candidate;
     request.reference = candidate;
     request.tolerances = tolerances;
     request.scalars = &scalars;
     request.reveal_values = reveal;
-    return runner::llada_remask_checker().check(request);
+    return judge::llada_remask_checker().check(request);
   }
 };
 

@@ -9,15 +9,15 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "runner/judge/compare.hpp"
-#include "runner/judge/task_checker.hpp"
-#include "tests/runner/checker_test_support.hpp"
+#include "judge/compare.hpp"
+#include "judge/task_checker.hpp"
+#include "tests/judge/checker_test_support.hpp"
 
 using namespace crucible;
 using core::DType;
-using runner::CompareReport;
-using runner::HostTensorView;
-using runner::Tolerance;
+using judge::CompareReport;
+using judge::HostTensorView;
+using judge::Tolerance;
 using testing::contains;
 
 namespace {
@@ -49,7 +49,7 @@ struct Alignment {
         {"experts_ids", DType::kI32, reference_blocks.data(), reference_blocks.size(), {5}},
         {"num_tokens_post_pad", DType::kI32, reference_post_pad.data(), 1, {1}}};
     const std::vector<Tolerance> tolerances{kExact, kExact, kExact};
-    runner::TaskCheckRequest request;
+    judge::TaskCheckRequest request;
     request.inputs = inputs;
     request.candidate = candidate;
     request.reference = reference;
@@ -57,7 +57,7 @@ struct Alignment {
     request.scalars = &scalars;
     request.poison_variant = variant;
     request.reveal_values = reveal;
-    return runner::moe_align_checker().check(request);
+    return judge::moe_align_checker().check(request);
   }
 };
 
@@ -118,9 +118,9 @@ TEST_CASE("moe_align checker: the tail must hold the padding value; unwritten co
   Alignment b;
   for (const int variant : {0, 1}) {
     CAPTURE(variant);
-    runner::fill_poison(DType::kI32, b.sorted.data() + 12, 6, variant);
-    runner::fill_poison(DType::kI32, b.blocks.data() + 4, 1, variant);
-    runner::fill_poison(DType::kI32, b.post_pad.data(), 1, variant);
+    judge::fill_poison(DType::kI32, b.sorted.data() + 12, 6, variant);
+    judge::fill_poison(DType::kI32, b.blocks.data() + 4, 1, variant);
+    judge::fill_poison(DType::kI32, b.post_pad.data(), 1, variant);
     reports = b.check(true, variant);
     CHECK(reports[0].unwritten == 6);
     CHECK(reports[1].unwritten == 1);

@@ -9,15 +9,15 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "runner/judge/compare.hpp"
-#include "runner/judge/task_checker.hpp"
-#include "tests/runner/checker_test_support.hpp"
+#include "judge/compare.hpp"
+#include "judge/task_checker.hpp"
+#include "tests/judge/checker_test_support.hpp"
 
 using namespace crucible;
 using core::DType;
-using runner::CompareReport;
-using runner::HostTensorView;
-using runner::Tolerance;
+using judge::CompareReport;
+using judge::HostTensorView;
+using judge::Tolerance;
 using testing::all_pass;
 using testing::contains;
 
@@ -44,14 +44,14 @@ struct Detections {
         {"num_kept", DType::kI32, num_kept.data(), num_kept.size(), {1}}};
     const std::vector<Tolerance> tolerances{{0.0, 0.0}, {0.0, 0.0}};
     const std::map<std::string, double> scalars{{"iou_threshold", threshold}};
-    runner::TaskCheckRequest request;
+    judge::TaskCheckRequest request;
     request.inputs = inputs;
     request.candidate = candidate;
     request.reference = candidate;
     request.tolerances = tolerances;
     request.scalars = &scalars;
     request.reveal_values = reveal;
-    return runner::nms_checker().check(request);
+    return judge::nms_checker().check(request);
   }
 };
 
@@ -175,10 +175,10 @@ TEST_CASE("nms checker: repeated indices, bad padding and a bad count fail") {
 TEST_CASE("nms checker: poison left in the outputs reads as unwritten") {
   Detections d;
   std::vector<std::int64_t> poisoned(4);
-  runner::fill_poison(DType::kI64, poisoned.data(), poisoned.size(), 0);
+  judge::fill_poison(DType::kI64, poisoned.data(), poisoned.size(), 0);
   d.keep = poisoned;
   std::vector<std::int32_t> count(1);
-  runner::fill_poison(DType::kI32, count.data(), 1, 0);
+  judge::fill_poison(DType::kI32, count.data(), 1, 0);
   d.num_kept = count;
   const auto reports = d.check();
   CHECK_FALSE(reports[0].pass);

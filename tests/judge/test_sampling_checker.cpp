@@ -9,15 +9,15 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "runner/judge/compare.hpp"
-#include "runner/judge/task_checker.hpp"
-#include "tests/runner/checker_test_support.hpp"
+#include "judge/compare.hpp"
+#include "judge/task_checker.hpp"
+#include "tests/judge/checker_test_support.hpp"
 
 using namespace crucible;
 using core::DType;
-using runner::CompareReport;
-using runner::HostTensorView;
-using runner::Tolerance;
+using judge::CompareReport;
+using judge::HostTensorView;
+using judge::Tolerance;
 using testing::contains;
 
 namespace {
@@ -46,14 +46,14 @@ struct Batch {
     const std::vector<HostTensorView> candidate{
         {"samples", DType::kI32, samples.data(), batch, {static_cast<std::int64_t>(batch)}}};
     const std::vector<Tolerance> tolerances{Tolerance{0.0, 0.0}};
-    runner::TaskCheckRequest request;
+    judge::TaskCheckRequest request;
     request.inputs = inputs;
     request.candidate = candidate;
     request.reference = candidate;
     request.tolerances = tolerances;
     request.poison_variant = variant;
     request.reveal_values = reveal;
-    const auto reports = runner::sampling_checker().check(request);
+    const auto reports = judge::sampling_checker().check(request);
     REQUIRE(reports.size() == 1);
     return reports[0];
   }
@@ -175,7 +175,7 @@ TEST_CASE("sampling checker: counts failing rows, and flags unwritten and out-of
   CHECK(report.first_mismatch == 1u);
   CHECK(contains(report.summary, "not a vocabulary index"));
   std::int32_t poison = 0;
-  runner::fill_poison(DType::kI32, &poison, 1, 0);
+  judge::fill_poison(DType::kI32, &poison, 1, 0);
   b.samples = {2, 2, poison};
   report = b.check(false, 0);
   CHECK_FALSE(report.pass);

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <set>
 
-#include "runner/judge/timing_schedule.hpp"
-#include "runner/judge/timing_stats.hpp"
+#include "judge/timing_schedule.hpp"
+#include "judge/timing_stats.hpp"
 
-using namespace crucible::runner;
+using namespace crucible::judge;
 
 TEST_CASE("schedule: warm-ups vary with the secret within [w, 2w]") {
   ScheduleRule rule;

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "runner/judge/timing_stats.hpp"
+#include "judge/timing_stats.hpp"
 
-using namespace crucible::runner;
+using namespace crucible::judge;
 
 TEST_CASE("timing: quantiles interpolate linearly between order statistics (type 7)") {
   struct Case {

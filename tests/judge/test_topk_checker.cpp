@@ -10,16 +10,16 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "runner/judge/compare.hpp"
-#include "runner/judge/task_checker.hpp"
+#include "judge/compare.hpp"
+#include "judge/task_checker.hpp"
 #include "tasks/task.hpp"
-#include "tests/runner/checker_test_support.hpp"
+#include "tests/judge/checker_test_support.hpp"
 
 using namespace crucible;
 using core::DType;
-using runner::CompareReport;
-using runner::HostTensorView;
-using runner::Tolerance;
+using judge::CompareReport;
+using judge::HostTensorView;
+using judge::Tolerance;
 using testing::all_pass;
 using testing::contains;
 
@@ -66,7 +66,7 @@ struct Routing {
                            out_count, out_shape});
       tolerances.push_back(kExact);
     }
-    runner::TaskCheckRequest request;
+    judge::TaskCheckRequest request;
     request.inputs = inputs;
     request.candidate = candidate;
     request.reference = reference;
@@ -74,7 +74,7 @@ struct Routing {
     request.scalars = &scalars;
     request.poison_variant = variant;
     request.reveal_values = reveal;
-    return runner::topk_checker().check(request);
+    return judge::topk_checker().check(request);
   }
 };
 
@@ -213,9 +213,9 @@ TEST_CASE("topk checker: duplicate and out-of-range ids fail") {
 TEST_CASE("topk checker: unwritten (poison) elements are counted as unwritten") {
   for (const int variant : {0, 1}) {
     Routing r = three_rows();
-    runner::fill_poison(DType::kF32, r.weights.data() + 2, 2, variant);
-    runner::fill_poison(DType::kI32, r.ids.data() + 2, 2, variant);
-    runner::fill_poison(DType::kI32, r.token_expert.data() + 5, 1, variant);
+    judge::fill_poison(DType::kF32, r.weights.data() + 2, 2, variant);
+    judge::fill_poison(DType::kI32, r.ids.data() + 2, 2, variant);
+    judge::fill_poison(DType::kI32, r.token_expert.data() + 5, 1, variant);
     const auto reports = r.check(true, variant);
     for (const auto& report : reports) {
       CAPTURE(report.summary);
@@ -344,7 +344,7 @@ TEST_CASE("topk checker, grouped: weights are renormalised over the chosen exper
 TEST_CASE("task checkers: every checker a manifest may name has an implementation") {
   for (const auto& name : crucible::tasks::known_checkers()) {
     CAPTURE(name);
-    CHECK(crucible::runner::find_task_checker(name) != nullptr);
+    CHECK(crucible::judge::find_task_checker(name) != nullptr);
   }
-  CHECK(crucible::runner::find_task_checker("no_such_checker") == nullptr);
+  CHECK(crucible::judge::find_task_checker("no_such_checker") == nullptr);
 }

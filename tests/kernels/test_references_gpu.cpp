@@ -16,9 +16,9 @@
 
 #include "action/launch_plan.hpp"
 #include "action/plan_context.hpp"
+#include "judge/compare.hpp"
+#include "judge/task_checker.hpp"
 #include "runner/child/launch_config.hpp"
-#include "runner/judge/compare.hpp"
-#include "runner/judge/task_checker.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/oracle.hpp"
 #include "tasks/registry.hpp"
@@ -107,7 +107,7 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
     if (tasks::is_input(spec.role)) {
       host = inputs->at(spec.name);
     } else {
-      runner::fill_poison(spec.dtype, host.data(), count, 0);
+      judge::fill_poison(spec.dtype, host.data(), count, 0);
     }
     CUdeviceptr pointer = 0;
     CU_REQUIRE(d.alloc(&pointer, std::max<std::size_t>(bytes, 256)));
@@ -148,11 +148,11 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
   if (!task.checker.empty()) {
     // Outputs with several right answers: the task's checker judges the kernel's outputs
     // against the oracle's (encoded in the output dtypes), as the runner would a candidate's.
-    const runner::TaskChecker* checker = runner::find_task_checker(task.checker);
+    const judge::TaskChecker* checker = judge::find_task_checker(task.checker);
     REQUIRE(checker != nullptr);
     std::vector<std::vector<std::byte>> got, want;
-    std::vector<runner::HostTensorView> input_views, candidate, reference;
-    std::vector<runner::Tolerance> tolerances;
+    std::vector<judge::HostTensorView> input_views, candidate, reference;
+    std::vector<judge::Tolerance> tolerances;
     for (std::size_t t = 0; t < task.tensors.size(); ++t) {
       const auto& spec = task.tensors[t];
       input_views.push_back(
@@ -172,7 +172,7 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
       const tasks::Tolerance tol = spec.tolerance.value_or(tasks::Tolerance{});
       tolerances.push_back({tol.atol, tol.rtol});
     }
-    runner::TaskCheckRequest request;
+    judge::TaskCheckRequest request;
     request.inputs = input_views;
     request.candidate = candidate;
     request.reference = reference;

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "judge/compare.hpp"
 #include "runner/child/cuda_check.hpp"
 #include "runner/child/device.hpp"
 #include "runner/child/device_values.hpp"
-#include "runner/judge/compare.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/registry.hpp"
 
@@ -39,7 +39,7 @@ long long first_difference(const tasks::GeneratorSpec& spec, core::DType dtype, 
   runner::child::generate_on_device(device, spec, dtype, seed, first, count, out.data());
   check(cuMemcpyDtoHAsync(device_bytes.data(), out.data(), bytes, device.stream), "download");
   check(cuStreamSynchronize(device.stream), "generate");
-  const auto diff = runner::compare_bytes(host.data(), device_bytes.data(), bytes);
+  const auto diff = judge::compare_bytes(host.data(), device_bytes.data(), bytes);
   return diff.equal ? -1 : static_cast<long long>(diff.first_diff / core::dtype_size(dtype));
 }
 

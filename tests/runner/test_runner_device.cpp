@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "judge/compare.hpp"
 #include "runner/child/cuda_check.hpp"
 #include "runner/child/device.hpp"
 #include "runner/child/kernel_timer.hpp"
-#include "runner/judge/compare.hpp"
 #include "tasks/oracle.hpp"
 
 using namespace crucible;
@@ -40,7 +40,7 @@ struct DeviceVerdict {
 };
 
 DeviceVerdict device_check(DType dtype, const std::vector<unsigned char>& got,
-                           const std::vector<unsigned char>& want, runner::Tolerance tol) {
+                           const std::vector<unsigned char>& want, judge::Tolerance tol) {
   Device& device = *g_device;
   const std::size_t count = want.size() / core::dtype_size(dtype);
   DeviceBuffer got_buffer(got.size(), false), want_buffer(want.size(), false), result(24, false);
@@ -60,10 +60,10 @@ DeviceVerdict device_check(DType dtype, const std::vector<unsigned char>& got,
 }
 
 void expect_same_verdict(DType dtype, const std::vector<unsigned char>& got,
-                         const std::vector<unsigned char>& want, runner::Tolerance tol) {
+                         const std::vector<unsigned char>& want, judge::Tolerance tol) {
   const std::size_t count = want.size() / core::dtype_size(dtype);
   const auto host =
-      runner::compare_outputs(dtype, got.data(), want.data(), count, {}, tol, 0, true, "out");
+      judge::compare_outputs(dtype, got.data(), want.data(), count, {}, tol, 0, true, "out");
   const DeviceVerdict device = device_check(dtype, got, want, tol);
   // The device counts a NaN reference element as a failure; the host reports it apart.
   CHECK(device.failures == host.mismatches + host.reference_nans);
@@ -95,11 +95,11 @@ TEST_CASE("device check: random bit patterns get the host's verdict on every dty
         for (std::size_t b = 0; b < esize; ++b) element[b] = static_cast<unsigned char>(rng());
       }
     }
-    const auto tol = runner::default_tolerance(dtype);
+    const auto tol = judge::default_tolerance(dtype);
     expect_same_verdict(dtype, got, want, tol);
     expect_same_verdict(dtype, want, want, tol);
-    expect_same_verdict(dtype, got, want, runner::Tolerance{0.0, 0.0});
-    expect_same_verdict(dtype, got, want, runner::Tolerance{0.5, 0.25});
+    expect_same_verdict(dtype, got, want, judge::Tolerance{0.0, 0.0});
+    expect_same_verdict(dtype, got, want, judge::Tolerance{0.5, 0.25});
   }
 }
 
@@ -118,9 +118,9 @@ TEST_CASE("device check: clean, poisoned, all-zero and at-the-bound outputs") {
     const auto encoded = tasks::encode_values(dtype, values);
     std::memcpy(want.data(), encoded.data(), want.size());
     got = want;
-    const auto tol = runner::default_tolerance(dtype);
+    const auto tol = judge::default_tolerance(dtype);
     expect_same_verdict(dtype, got, want, tol);
-    runner::fill_poison(dtype, got.data() + 17 * esize, 3, 0);
+    judge::fill_poison(dtype, got.data() + 17 * esize, 3, 0);
     expect_same_verdict(dtype, got, want, tol);
     expect_same_verdict(dtype, zeros, want, tol);
     // A tolerance exactly equal to one element's error: the bound is inclusive on both sides.
@@ -128,8 +128,8 @@ TEST_CASE("device check: clean, poisoned, all-zero and at-the-bound outputs") {
     std::vector<unsigned char> other(got.begin() + esize, got.begin() + 2 * esize);
     std::memcpy(got.data(), other.data(), esize);  // element 0 takes element 1's value
     const double error = 1.0;                      // values 1 and 2 differ by exactly 1
-    expect_same_verdict(dtype, got, want, runner::Tolerance{error, 0.0});
-    expect_same_verdict(dtype, got, want, runner::Tolerance{error / 2, 0.0});
+    expect_same_verdict(dtype, got, want, judge::Tolerance{error, 0.0});
+    expect_same_verdict(dtype, got, want, judge::Tolerance{error / 2, 0.0});
   }
 }
 
