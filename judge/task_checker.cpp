@@ -10,6 +10,7 @@ const TaskChecker* find_task_checker(std::string_view name) {
   if (name == "llada_remask") return &llada_remask_checker();
   if (name == "knn") return &knn_checker();
   if (name == "nms") return &nms_checker();
+  if (name == "gaussian_projection") return &gaussian_projection_checker();
   return nullptr;
 }
 

@@ -69,4 +69,10 @@ const TaskChecker& knn_checker();
 // tied scores, IoUs next to the threshold either way. Defined in judge/nms_checker.cpp.
 const TaskChecker& nms_checker();
 
+// 3D Gaussian splatting projection (science/gaussian_projection): outputs radii, means2d, depths
+// and conics; culled Gaussians' other outputs are not read, and culling boundaries and fp32
+// rounding are judged from a float64 recomputation. Defined in
+// judge/gaussian_projection_checker.cpp.
+const TaskChecker& gaussian_projection_checker();
+
 }  // namespace crucible::judge

@@ -54,8 +54,8 @@ const std::vector<std::string>& known_categories() {
 }
 
 const std::vector<std::string>& known_checkers() {
-  static const std::vector<std::string> kCheckers{"topk",         "moe_align", "sampling",
-                                                  "llada_remask", "knn",       "nms"};
+  static const std::vector<std::string> kCheckers{
+      "topk", "moe_align", "sampling", "llada_remask", "knn", "nms", "gaussian_projection"};
   return kCheckers;
 }
 
