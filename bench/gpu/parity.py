@@ -9,8 +9,8 @@ reference per timing case):
     crucible eval refs.jsonl -o refs-eval       # refs.jsonl: bench/gpu/parity.py --references
     python3 bench/gpu/parity.py --crucible refs-eval/results.jsonl --json parity.json
 
-Library times are kernel times from torch.profiler (the sum of the GPU kernels launched within
-one call's record_function range, not host time), median over calls, each call on its own copy of the inputs with a 2 x L2 read
+Library times are kernel times from torch.profiler (the sum of the GPU kernels of one call, not
+host time; a call's kernels are those between two flushes, whoever launched them), median over calls, each call on its own copy of the inputs with a 2 x L2 read
 between calls (the conditions crucible times its kernels under). PyTorch eager and
 torch.compile (inductor, default mode) are both measured; the best of the two is the library
 time. What each task is measured against is the task's own: the [parity] table of its task.toml
@@ -173,52 +173,37 @@ def gpu_kernels(torch, prof):
                   key=lambda e: e.time_range.start)
 
 
-def flush_kernel_names(torch, flush):
-    """The names of the kernels the L2 flush launches, to split a profile into calls."""
+# The flush's kernel (bench/gpu/l2_flush.py): a profile splits into calls at it.
+FLUSH_KERNEL = "crucible_parity_l2_flush"
+
+
+def kernel_times_ns(torch, fn, inputs, calls, flush, stats=None):
+    """Median over calls of the summed GPU kernel time of one call (torch.profiler): the
+    kernels between one flush and the next belong to one call, whoever launched them (ATen,
+    torch.compile's or a library's own Triton launches, cuDNN). `stats`, if given, gets the
+    kernels a call launched (the median over calls)."""
     from torch.profiler import ProfilerActivity, profile
-    flush()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        flush()
-        torch.cuda.synchronize()
-    return {e.name for e in gpu_kernels(torch, prof)}
-
-
-def kernel_times_ns(torch, fn, inputs, calls, flush, flush_names, stats=None):
-    """Median over calls of the summed GPU kernel time of one call (torch.profiler). Each call
-    runs inside its own record_function range, and its time is the device time of every kernel
-    launched under that range (by the call's own ops, torch.compile's Triton launches included).
-    Splitting the kernel stream at the flush's kernels instead was wrong for calls that launch a
-    kernel of the same name as the flush (a reduction): the call fell apart into pieces and the
-    median piece was timed. `stats`, if given, gets the kernels a call launched."""
-    from torch.profiler import ProfilerActivity, profile, record_function
     for i in range(3):
         fn(inputs[i % len(inputs)])
     torch.cuda.synchronize()
-    label = "crucible_parity_call"
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(calls):
             flush()
-            with record_function(label):
-                fn(inputs[i % len(inputs)])
+            fn(inputs[i % len(inputs)])
         flush()
         torch.cuda.synchronize()
-
-    def kernels_under(event):
-        found = list(event.kernels)
-        for child in event.cpu_children:
-            found += kernels_under(child)
-        return found
-
-    ranges = [e for e in prof.events() if e.name == label and e.device_type.name == "CPU"]
-    if len(ranges) != calls:
-        raise RuntimeError(f"the profile holds {len(ranges)} call ranges for {calls} calls")
-    per_call = []
-    counts = []
-    for event in ranges:
-        kernels = [k for k in kernels_under(event) if k.name not in flush_names]
-        counts.append(len(kernels))
-        per_call.append(sum(k.duration for k in kernels))
+    per_call, counts, current, count, started = [], [], 0.0, 0, False
+    for event in gpu_kernels(torch, prof):
+        if event.name.startswith(FLUSH_KERNEL):
+            if started:
+                per_call.append(current)
+                counts.append(count)
+            current, count, started = 0.0, 0, True
+            continue
+        current += event.time_range.elapsed_us()
+        count += 1
+    if len(per_call) != calls:
+        raise RuntimeError(f"the profile splits into {len(per_call)} calls, not {calls}")
     if stats is not None:
         stats["kernels_per_call"] = statistics.median(counts)
     per_call = [c for c in per_call if c > 0]
@@ -247,13 +232,9 @@ def main():
         if record.get("status") != "ok":
             print(f"{record['task']}: reference scored {record.get('status')}: "
                   f"{record.get('message', '')[:160]}", file=sys.stderr)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush_buffer = torch.ones(2 * l2 // 4 + 1, dtype=torch.int32, device=device)
-
-    def flush():
-        flush_buffer.sum(dtype=torch.int64)
-
-    flush_names = flush_kernel_names(torch, flush)
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from l2_flush import make_flush  # Triton: imported on the GPU machine only
+    flush = make_flush(torch, device)
     torch._dynamo.config.recompile_limit = 64
     anchors = load_anchors(only=args.tasks)
     rows = []
@@ -296,7 +277,7 @@ def main():
 
                 try:
                     row["eager_ns"] = kernel_times_ns(torch, eager, copies, args.calls, flush,
-                                                      flush_names, launched.setdefault("eager", {}))
+                                                      launched.setdefault("eager", {}))
                 except Exception as error:  # report, do not hide
                     row["eager_error"] = str(error).splitlines()[0][:200]
                     print(f"{task} {case['name']}: eager failed: {row['eager_error']}",
@@ -304,7 +285,7 @@ def main():
                 try:
                     compiled = torch.compile(lambda t: op(torch, t, scalars, case["symbols"]))
                     row["compile_ns"] = kernel_times_ns(torch, compiled, copies, args.calls,
-                                                        flush, flush_names,
+                                                        flush,
                                                         launched.setdefault("torch.compile", {}))
                 except Exception as error:  # report, do not hide
                     row["compile_error"] = str(error).splitlines()[0][:200]
@@ -327,7 +308,7 @@ def main():
                         if not excess <= KERNEL_CHECK_ATOL:
                             raise RuntimeError(f"output differs from the task's check by {error}")
                         row["kernels_ns"][name] = kernel_times_ns(torch, run, copies, args.calls,
-                                                                  flush, flush_names,
+                                                                  flush,
                                                                   launched.setdefault(name, {}))
                     except Exception as error:  # report, do not hide
                         row.setdefault("kernel_errors", {})[name] = \
