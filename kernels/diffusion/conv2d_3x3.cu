@@ -19,43 +19,53 @@
 // the fly (never materialised). Pixel m + (r - 1) * width + (s - 1) is the neighbour at tap
 // (r, s) when it lies inside the image, so a row's gather is one offset per tap.
 //
-// Launch plan: one templated kernel, conv2d_3x3_kernel<BM, STAGES, VECTOR_LOADS>, persistent
-// and warp-specialised. A block has three warpgroups (384 threads): warpgroup 0 only copies
-// (cp.async gathers of A and B into a STAGES-deep ring of shared-memory stages), warpgroups 1
-// and 2 only multiply (wgmma.m64n160k16 from shared memory; warpgroup g the rows
+// Launch plan: one templated kernel, conv2d_3x3_kernel<BM, STAGES, VECTOR_LOADS, SPLIT_K>,
+// persistent and warp-specialised. A block has three warpgroups (384 threads): warpgroup 0 only
+// copies (cp.async gathers of A and B into a STAGES-deep ring of shared-memory stages), warpgroups
+// 1 and 2 only multiply (wgmma.m64n160k16 from shared memory; warpgroup g the rows
 // [(g - 1) BM / 2, g BM / 2) of a BM x 160 tile of out, as BM / 128 accumulators of 80 fp32
 // registers per thread) and store. K advances 64 at a time (one tap, 64 channels; the nine taps
 // of a slice of 64 channels one after another). The grid is min(tiles, 132) blocks; block b
 // computes tiles b, b + gridDim.x, ... (column tiles fastest, so blocks resident together read
 // the same input rows), and its copying warpgroup runs ahead into the next tile's stages while
-// the wgmma warpgroups add the bias and store the last one.
+// the wgmma warpgroups add the bias and store the last one. With SPLIT_K, blocks 2 c and
+// 2 c + 1 form a cluster that computes tile c, each over half of the channel slices, and add
+// their fp32 partial sums through distributed shared memory before the bias and the rounding.
 //
-//   case                   M       BM x BN     tiles   tiles per block   stages   smem
-//   128 x 128 x 320 -> 320  32768  256 x 160   256     2 (124), 1 (8)    3        157 KiB
-//   64 x 64 x 640 -> 640     8192  256 x 160   128     1                 3        157 KiB
-//   32 x 32 x 1280 -> 1280   2048  128 x 160   128     1                 5        181 KiB
+//   case                   M       BM x BN     tiles   blocks                 stages   smem
+//   128 x 128 x 320 -> 320  32768  256 x 160   256     132 (2 tiles or 1)     3        157 KiB
+//   64 x 64 x 640 -> 640     8192  256 x 160   128     128                    3        157 KiB
+//   32 x 32 x 1280 -> 1280   2048  256 x 160   64      128 (K split in two)   3        157 KiB
 //
-// 160 columns divide every SDXL width (320, 640, 1280) and make each case's tiles a whole
-// number of waves (97 % of the 132 SMs busy); 256 rows are used wherever they still give a
-// full wave. The stage counts are set by L1 rather than latency: the 256-row tile takes 3
-// stages (157 KiB, a 164 KiB carveout leaving 92 KiB of L1) and the 128-row tile 5 (181 KiB,
-// 60 KiB of L1), so that L1 holds the activation rows the nine taps of a channel slice share
-// (below). Channel counts that are not multiples of 8 (conv_in's 4) take the third launch,
-// whose loads are element by element.
+// 160 columns divide every SDXL width (320, 640, 1280) and make each case's blocks a whole
+// number of waves (97 % of the 132 SMs busy). 256 rows are used wherever they still give a
+// full wave; where they give at most 66 tiles (the 32 x 32 layers, and every small image with
+// more than 64 channels) each tile's K is split over a 2-block cluster instead of taking
+// 128-row tiles: 256 x 160 tiles fetch half the weight bytes per FLOP that 128 x 160 tiles do
+// (below). Between 67 and 127 tiles, or with at most 64 input channels (one slice, nothing to
+// split), the third launch takes 128-row tiles. The stage counts are set by L1 rather than
+// latency: the 256-row tile takes 3 stages (157 KiB, a 164 KiB carveout leaving 92 KiB of L1)
+// and the 128-row tile 5 (181 KiB, 60 KiB of L1), so that L1 holds the activation rows the
+// nine taps of a channel slice share (below). Channel counts that are not multiples of 8
+// (conv_in's 4) take the last launch, whose loads are element by element.
 //
 // clang-format off
 // @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 128)
-//     conv2d_3x3_kernel<256, 3, true><<<min(cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 132), 384, 160896>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
-// @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128)
-//     conv2d_3x3_kernel<128, 5, true><<<min(cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 132), 384, 185472>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+//     conv2d_3x3_kernel<256, 3, true, false><<<min(cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 132), 384, 160896>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+// @launch if (in_channels % 8 == 0 && in_channels > 64 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) <= 66)
+//     conv2d_3x3_kernel<256, 3, true, true><<<2 * cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 384, 160896>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+// @cluster conv2d_3x3_kernel<256, 3, true, true> (2, 1, 1)
+// @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128 && (in_channels <= 64 || cdiv(batch * height * width, 256) * cdiv(out_channels, 160) > 66))
+//     conv2d_3x3_kernel<128, 5, true, false><<<min(cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 132), 384, 185472>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
 // @launch if (in_channels % 8 != 0)
-//     conv2d_3x3_kernel<128, 4, false><<<min(cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 132), 384, 148608>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+//     conv2d_3x3_kernel<128, 4, false, false><<<min(cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 132), 384, 148608>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
 // clang-format on
 //
 // (Dynamic shared memory: STAGES * (BM + 160) * 128 bytes plus 1 KiB to align the stages to
 // 1024 bytes, which the 128-byte swizzle needs, plus 128 bytes of mbarriers. 132 is the H200's
 // SM count; on another GPU the grid is still correct, each block simply walks more or fewer
-// tiles.)
+// tiles. The split-K launch has exactly two blocks per tile: each block computes one tile, and
+// its reduction reuses the stages.)
 //
 // Design notes (why, for whoever optimises this next):
 // - Every SDXL case is compute bound: 2 * M * C_out * 9 * C_in = 60 GFLOP per 320 -> 320 call
@@ -90,16 +100,23 @@
 //   tiles of lead (one of them spent behind the block barrier) before.
 // - Registers: 384 threads at 168 registers each; setmaxnreg moves them to 72 for the
 //   copiers (their 16 packed pixel positions, pointers and counters) and 216 for the wgmma
-//   warps (160 accumulator registers at BM 256). ptxas reports no spills for the three
-//   instantiations.
+//   warps (160 accumulator registers at BM 256). ptxas reports no spills, except about 200
+//   bytes in the split-K instantiation, all outside the K loop (the tile index of the
+//   copiers, and the partial sums while the reduction's 40 loads per thread are in flight).
 // - Expected speed: the tensor cores need 1280 cycles per BM 256 K tile; if the copies now keep
 //   up, the math runs at the 580 to 660 TFLOP/s that cuDNN's kernels reach on these shapes
 //   (about 90 to 105 us per 60 GFLOP call, against 119 to 135 us before). The first K tiles of
 //   a block's next tile are in flight during its epilogue, which for the 128 x 128 case (two
-//   tiles per block) hides one pipeline fill and one store of 80 KiB per block. The 32 x 32
-//   layers are the likeliest to stay short of it: their 128-row tiles fetch 160 weight rows
-//   per 128 pixels, 472 MB of weight reads from L2 per call (20 KiB per K tile per block),
-//   which a split of K over 256-row tiles would halve (below).
+//   tiles per block) hides one pipeline fill and one store of 80 KiB per block.
+// - Split-K for the 32 x 32 layers: 128-row tiles (128 blocks) fetch 160 weight rows per 128
+//   pixels, 472 MB of weight reads from L2 per 1280 -> 1280 call (20 KiB per K tile per
+//   block), plus about 63 MB of activations: 535 MB, 4.5 TB/s at the 118.7 us measured. Two
+//   blocks per 256 x 160 tile, each over half of K, fetch half the weight bytes (236 MB) and,
+//   with 10 image rows of 32 pixels (40 KiB) per slice held in L1, about 52 MB of activations:
+//   290 MB, 2.9 TB/s at 100 us. The price is the reduction: each block sends one warpgroup's
+//   partial sums (128 x 160 fp32, 80 KiB) to the other through distributed shared memory and
+//   stores the other 128 rows, once per call (a few microseconds at most against ~90 us of
+//   K loop). The sums stay fp32 until the one rounding, as without the split.
 // - Arithmetic intensity from L2: a 256 x 160 tile moves 53 KiB per 5.2 MFLOP (98 FLOP/byte,
 //   about 5 TB/s of L2 traffic at the tensor cores' peak), 128 x 160 36 KiB per 2.6 MFLOP
 //   (71 FLOP/byte, 7 TB/s at peak) if every copy came from L2. The activations do not all:
@@ -121,9 +138,7 @@
 //   channel past C_in is a cp.async with source size 0, which reads nothing and writes zeros;
 //   zero rows and columns add nothing to the sums. Rows past M and columns past C_out are not
 //   stored.
-// - Not done here, and where more speed would come from: for the 32 x 32 layers, a split of K
-//   in two over 256 x 160 tiles (128 blocks, half the weight traffic), the halves added in
-//   fp32 through distributed shared memory of a 2-block cluster; sharing each weight stage
+// - Not done here, and where more speed would come from: sharing each weight stage
 //   between blocks of a cluster (the kernel cannot be given a tensor map, so this needs either
 //   weights pre-swizzled into a workspace by a first launch and multicast with 1-D bulk copies,
 //   or st.shared::cluster from registers); gathering each channel slice's input rows once into
@@ -299,6 +314,63 @@ __device__ __forceinline__ void barrier_wait(unsigned barrier, unsigned parity) 
   } while (done == 0);
 }
 
+// The pieces of the split-K reduction between the two blocks of a cluster (kSplitK). A
+// barrier across both blocks (every thread arrives; release / acquire at cluster scope);
+// mapa turns a shared::cta address into the same variable's shared::cluster address in block
+// `rank` of the cluster; an arrive on, or a 16-byte load from, such an address; a wait that
+// acquires at cluster scope (the arrivals it waits for come from the other block).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_address(unsigned address, unsigned rank) {
+  unsigned mapped;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(mapped) : "r"(address), "r"(rank));
+  return mapped;
+}
+
+__device__ __forceinline__ void barrier_arrive_cluster(unsigned cluster_barrier) {
+  asm volatile(
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_barrier)
+      : "memory");
+}
+
+__device__ __forceinline__ void barrier_wait_cluster(unsigned barrier, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred complete;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 complete, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, complete;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(barrier), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+
+__device__ __forceinline__ float4 load_cluster_16(unsigned cluster_address) {
+  float4 value;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
+               : "r"(cluster_address)
+               : "memory");
+  return value;
+}
+
+__device__ __forceinline__ void store_shared_f32x4(unsigned destination, float a, float b, float c,
+                                                   float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(destination), "f"(a), "f"(b),
+               "f"(c), "f"(d)
+               : "memory");
+}
+
+// Barrier 1 over the 256 threads of the two wgmma warpgroups (barrier 0 is __syncthreads).
+__device__ __forceinline__ void sync_consumers() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
 // Hands registers back to the block's pool (the copying warpgroup) or takes them from it (the
 // two wgmma warpgroups); every thread of a warpgroup executes the same one.
 template <int kRegisters>
@@ -334,8 +406,9 @@ __device__ __forceinline__ uint4 load_chunk_elementwise(const __nv_bfloat16* __r
 // kVectorLoads requires in_channels % 8 == 0 (16-byte aligned pixels and weight rows). Launch:
 // 384 threads, any number of blocks (each walks the kBlockM x 160 tiles of out blockIdx.x,
 // blockIdx.x + gridDim.x, ...; column tiles fastest), dynamic shared memory
-// kStages * (kBlockM + 160) * 128 + 1024 + 128.
-template <int kBlockM, int kStages, bool kVectorLoads>
+// kStages * (kBlockM + 160) * 128 + 1024 + 128. kSplitK (kBlockM 256, kVectorLoads): exactly
+// 2 * tiles blocks in clusters of 2, blocks 2 c and 2 c + 1 computing tile c together.
+template <int kBlockM, int kStages, bool kVectorLoads, bool kSplitK>
 __global__ void __launch_bounds__(kThreads, 1)
     conv2d_3x3_kernel(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ input,
                       const __nv_bfloat16* __restrict__ weight,
@@ -352,6 +425,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kBlockN % kRowsPerPass == 0, "B rows split evenly over the copying threads");
   static_assert(kStageBytes % kAtomBytes == 0, "every stage starts on a swizzle atom");
   static_assert(kStages >= 2, "one stage in the copies, one in the math");
+  static_assert(
+      !kSplitK || (kVectorLoads && kBlockM == 256 && 2 * 20 * 128 * 16 <= kStages * kStageBytes),
+      "split-K: one warpgroup's partial sums (two m64 x 160 fp32) fit in the stages");
 
   // Stages, 1024-byte aligned in the shared window: kBlockM rows of A, then 160 rows of B; after
   // them the mbarriers, full[s] (the stage's copies landed) then empty[s] (its wgmmas are done).
@@ -360,6 +436,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       (shared_address(shared_storage) + (kAtomBytes - 1)) & ~static_cast<unsigned>(kAtomBytes - 1);
   const unsigned full_barriers = smem_base + kStages * kStageBytes;
   const unsigned empty_barriers = full_barriers + kStages * 8;
+  const unsigned ready_barrier = empty_barriers + kStages * 8;  // split-K: partials written
+  const unsigned taken_barrier = ready_barrier + 8;             // split-K: partials read
 
   const int thread = static_cast<int>(threadIdx.x);
   if (thread == 0) {
@@ -367,14 +445,32 @@ __global__ void __launch_bounds__(kThreads, 1)
       barrier_init(full_barriers + s * 8, kCopyThreads);
       barrier_init(empty_barriers + s * 8, kConsumerWarps);
     }
+    if constexpr (kSplitK) {
+      barrier_init(ready_barrier, 128);
+      barrier_init(taken_barrier, 128);
+    }
     fence_async_proxy();
   }
-  __syncthreads();
+  if constexpr (kSplitK) {
+    cluster_sync();  // both blocks' barriers are initialised before either arrives remotely
+  } else {
+    __syncthreads();
+  }
 
   const int pixels = batch * height * width;
   const int tiles_n = (out_channels + kBlockN - 1) / kBlockN;
   const int tiles = (pixels + kBlockM - 1) / kBlockM * tiles_n;
-  const int k_tiles = 9 * ((in_channels + kBlockK - 1) / kBlockK);
+  // Split-K: the two blocks of a cluster (blockIdx.x 2 c and 2 c + 1) compute tile c, block
+  // `split` over the channel slices [first_slice, end_slice); the launch gives exactly
+  // 2 * tiles blocks, so each block has one tile (the reduction reuses the stages).
+  const int split = kSplitK ? static_cast<int>(blockIdx.x & 1u) : 0;
+  const int first_tile = static_cast<int>(kSplitK ? blockIdx.x >> 1 : blockIdx.x);
+  const int tile_stride = static_cast<int>(kSplitK ? gridDim.x >> 1 : gridDim.x);
+  const int slices = (in_channels + kBlockK - 1) / kBlockK;
+  const int half_slices = (slices + 1) / 2;
+  const int first_slice = kSplitK && split == 1 ? half_slices : 0;
+  const int end_slice = kSplitK && split == 0 ? half_slices : slices;
+  const int k_tiles = 9 * (end_slice - first_slice);
 
   if (thread < kCopyThreads) {
     // The copying warpgroup: fills stage after stage, K tile after K tile, tile after tile,
@@ -386,8 +482,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int stage = 0;
     unsigned phase = 0;   // how many times `stage` has been filled, mod 2
     bool refill = false;  // true once every stage has been filled once
-    for (int tile = static_cast<int>(blockIdx.x); tile < tiles;
-         tile += static_cast<int>(gridDim.x)) {
+    for (int tile = first_tile; tile < tiles; tile += tile_stride) {
       const int m0 = tile / tiles_n * kBlockM;
       const int n0 = tile % tiles_n * kBlockN;
       // Image row (high 16 bits, signed) and column (low 16 bits) of each A row's pixel; an
@@ -402,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       const int a_first = (m0 + first_row) * in_channels;  // element of this thread's first row
       const int b_first = (n0 + first_row) * weight_row;
-      int slice = 0;
+      int slice = first_slice;
       int tap = 0;
       for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
         if (refill) barrier_wait(empty_barriers + stage * 8, phase ^ 1u);
@@ -482,7 +577,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int stage = 0;
   unsigned phase = 0;  // how many times `stage` has been consumed, mod 2
   float acc[kTilesPerWarpgroup][kAccumulators];
-  for (int tile = static_cast<int>(blockIdx.x); tile < tiles; tile += static_cast<int>(gridDim.x)) {
+  for (int tile = first_tile; tile < tiles; tile += tile_stride) {
     const int m0 = tile / tiles_n * kBlockM;
     const int n0 = tile % tiles_n * kBlockN;
 #pragma unroll
@@ -530,11 +625,53 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
     __syncwarp();
-    if (lane == 0) barrier_arrive(empty_barriers + previous_stage * 8);
+    if (lane == 0 && k_tiles > 0) barrier_arrive(empty_barriers + previous_stage * 8);
 
-      // Epilogue (the copying warpgroup is already filling the stages of the next tile): bias in
-      // fp32, one rounding to bf16. Thread l of warp w of the warpgroup holds rows
-      // 16 w + l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1) of each m64 accumulator.
+    if constexpr (kSplitK) {
+      // Block `split` keeps warpgroup `split`'s rows and receives the other block's partial
+      // sums of them; its other warpgroup sends its own rows' partial sums the other way. The
+      // sender writes them into its own stages (free: every copy has landed and, after the
+      // barrier, every wgmma of both warpgroups has completed), float4 j of thread c at
+      // 16 (128 j + c) bytes, and arrives on the receiver's ready barrier; the receiver reads
+      // them through distributed shared memory, adds them and arrives on the sender's taken
+      // barrier, which keeps the sender's block (and its shared memory) alive until then.
+      const unsigned peer = static_cast<unsigned>(split ^ 1);
+      const unsigned own_slot = static_cast<unsigned>(consumer % 128) * 16;
+      sync_consumers();
+      if (warpgroup != split) {
+#pragma unroll
+        for (int t = 0; t < kTilesPerWarpgroup; ++t) {
+#pragma unroll
+          for (int q = 0; q < kAccumulators / 4; ++q) {
+            store_shared_f32x4(smem_base + static_cast<unsigned>(t * 20 + q) * 128 * 16 + own_slot,
+                               acc[t][4 * q], acc[t][4 * q + 1], acc[t][4 * q + 2],
+                               acc[t][4 * q + 3]);
+          }
+        }
+        barrier_arrive_cluster(cluster_address(ready_barrier, peer));
+        barrier_wait_cluster(taken_barrier, 0);
+        continue;  // the receiving block stores these rows
+      }
+      barrier_wait_cluster(ready_barrier, 0);
+      const unsigned peer_partials = cluster_address(smem_base, peer);
+#pragma unroll
+      for (int t = 0; t < kTilesPerWarpgroup; ++t) {
+#pragma unroll
+        for (int q = 0; q < kAccumulators / 4; ++q) {
+          const float4 partial = load_cluster_16(
+              peer_partials + static_cast<unsigned>(t * 20 + q) * 128 * 16 + own_slot);
+          acc[t][4 * q] += partial.x;
+          acc[t][4 * q + 1] += partial.y;
+          acc[t][4 * q + 2] += partial.z;
+          acc[t][4 * q + 3] += partial.w;
+        }
+      }
+      barrier_arrive_cluster(cluster_address(taken_barrier, peer));
+    }
+
+    // Epilogue (the copying warpgroup is already filling the stages of the next tile): bias in
+    // fp32, one rounding to bf16. Thread l of warp w of the warpgroup holds rows
+    // 16 w + l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1) of each m64 accumulator.
 #pragma unroll
     for (int t = 0; t < kTilesPerWarpgroup; ++t) {
       const int row0 = m0 + warpgroup * kWarpgroupRows + t * 64 + warp_in_group * 16 + lane / 4;
