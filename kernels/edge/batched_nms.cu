@@ -13,48 +13,77 @@
 //      scattered into that "group-major" order.
 //   3. nms_mask: torchvision's bitmask, in group-major order: bit k of word (row, c) says box
 //      64c + k lies in row's group, after it, with IoU > threshold. Groups are contiguous, so
-//      only the tiles a group spans are computed: the diagonal tile and the few after it.
+//      only the tiles a group spans are computed: the diagonal tile and the few after it, the
+//      tiles of a row block dealt over 16 blocks (one long group spreads over the GPU).
 //   4. nms_scan: the greedy pass. Runs of 64-box chunks joined by a group that crosses their
-//      boundary ("segments") are independent; one warp scans each segment, chunk by chunk:
-//      the chunk's survivors from its diagonal words (a loop over kept boxes only), then their
-//      rows ORed into the removed bits of the later chunks of the segment.
-//   5. nms_compact: the kept boxes' keys gathered in one block (popcount prefix sums).
+//      boundary ("segments") are independent; one block of 256 threads scans each segment,
+//      chunk by chunk, its removed words in shared memory: warp 0 finds the chunk's survivors
+//      from its diagonal words in registers (ffs + shuffle, one step per kept box; the next
+//      chunk's diagonal words load meanwhile), then all threads OR the kept rows' words of the
+//      later chunks their group reaches into the removed words (up to 1024 independent L2 loads
+//      in flight a pass, 32-bit shared atomics).
+//   5. nms_compact: the kept boxes' keys gathered in one block (popcount prefix sums over the
+//      kept words, then a warp a word, a lane two of its boxes: one L2 round trip a word).
 //   6. nms_emit: each kept box's output position is the number of kept keys below its own (the
 //      key orders by score, then index); the rest of keep is -1.
+//
+// Expected cost on the H200 (L2 round trip ~0.3 us, a __syncthreads ~0.03 us, a greedy step
+// ~70 cycles), from the generator's inputs (segments and kept counts counted on drawn cases):
+// - nms_scan costs per chunk of its longest segment about 2 barriers + K greedy steps (K kept
+//   boxes in the chunk, ~13) + one pass of loads where the group reaches on: ~1700 cycles,
+//   0.85 us. val_b1_8400: one group spans the image, a segment of ~131 chunks: ~110 us.
+//   rtdetr_b8_300: images of 300 boxes do not end on chunk boundaries, segments of 14 to 30
+//   chunks: ~25 us.
+//   predict_b16_384: images of 384 = 6 x 64 boxes, segments of at most 6 chunks: ~5 us.
+//   predict_b1_512: 8 chunks: ~7 us.
+// - nms_mask: one long group of 8400 boxes is 131 x 132 / 2 = 8.6 k tiles of 64 x 64 IoUs at
+//   ~30 instructions each over 132 SMs: ~35 us; tens-of-box groups: 2-3 tiles a row block,
+//   ~3 us.
+// - nms_sort_chunks: 55 bitonic stages of a barrier each: ~5-10 us. nms_merge: (chunks - 1)
+//   binary searches of 10 dependent loads: 1 us at 512 boxes, ~15 us at 6144, ~25 us at 8400.
+// - nms_compact + nms_emit: a few us (the compact's 32 warps take ~4 words each at 8400
+//   boxes; the emit counts ~1700 kept keys over 8 warps, ~210 L1 hits a warp).
+// Totals: predict_b1_512 ~20 us, predict_b16_384 ~40 us, rtdetr_b8_300 ~50 us,
+// val_b1_8400 ~180 us.
 //
 // @workspace sort_keys u64[cdiv(num_boxes, 1024) * 2048]
 // @workspace sorted_boxes float4[num_boxes]
 // @workspace sorted_groups i64[num_boxes]
 // @workspace sorted_keys u64[num_boxes]
 // @workspace overlap u64[num_boxes * cdiv(num_boxes, 64)]
-// @workspace chunk_bits u64[2 * cdiv(num_boxes, 64)]
+// @workspace kept_bits u64[cdiv(num_boxes, 64)]
 // @workspace kept_keys u64[num_boxes]
 // @launch nms_sort_chunks<<<cdiv(num_boxes, 1024), 512>>>(sort_keys, scores, idxs, num_boxes)
 // @launch nms_merge<<<cdiv(num_boxes, 1024) * 4, 256>>>(sorted_boxes, sorted_groups,
 //   sorted_keys, sort_keys, boxes, num_boxes)
-// @launch nms_mask<<<dim3(cdiv(num_boxes, 64), 4), 64>>>(overlap, sorted_boxes, sorted_groups,
+// @launch nms_mask<<<dim3(cdiv(num_boxes, 64), 16), 64>>>(overlap, sorted_boxes, sorted_groups,
 //   iou_threshold, num_boxes)
-// @launch nms_scan<<<cdiv(num_boxes, 256), 128>>>(chunk_bits, overlap, sorted_groups, num_boxes)
-// @launch nms_compact<<<1, 1024>>>(kept_keys, num_kept, chunk_bits, sorted_keys, num_boxes)
+// @launch nms_scan<<<cdiv(num_boxes, 64), 256, cdiv(num_boxes, 64) * 24>>>(kept_bits, overlap,
+//   sorted_groups, num_boxes)
+// @launch nms_compact<<<1, 1024>>>(kept_keys, num_kept, kept_bits, sorted_keys, num_boxes)
 // @launch nms_emit<<<cdiv(num_boxes, 32), 256>>>(keep, kept_keys, num_kept, num_boxes)
 //
 // Design notes:
 // - torchvision sorts all boxes, fills the full upper-triangular mask (N^2 / 2 IoUs) and reduces
 //   it one box at a time. Sorting by group first makes the mask block-diagonal: a detector's
 //   groups hold tens of boxes, so the mask costs about 64 IoUs a box and the greedy pass runs
-//   one independent segment per warp. One group of every box is still right: one long segment.
+//   one independent segment per block. One group of every box is still right: one long segment
+//   (its shared memory is 24 bytes a chunk: 4.5 KiB at 12000 boxes).
 // - Keys are unique (the index is in them), so every sort and rank is a permutation and the
 //   result is deterministic. Scores order through their IEEE bits flipped to unsigned order.
 // - Workspace contents are unspecified at the start of a call: every word a kernel reads is
-//   written earlier in the same call (the mask tiles read are exactly the tiles written; each
-//   segment's warp zeroes its own removed words).
+//   written earlier in the same call (the mask tiles read are exactly the tiles written: a kept
+//   row's words are read up to the last chunk its group reaches; the removed words are in
+//   shared memory, zeroed by the segment's block).
 // - IoU in fp32 as torchvision computes it (no +1 pixel); two zero-area boxes give 0 / 0, a NaN
 //   that compares false, so they never suppress each other.
 
 namespace {
 
-constexpr int kChunk = 1024;         // boxes a block sorts in nms_sort_chunks
-constexpr int kMaskSlices = 4;       // gridDim.y of nms_mask: column tiles a row block shares
+constexpr int kChunk = 1024;       // boxes a block sorts in nms_sort_chunks
+constexpr int kMaskSlices = 16;    // gridDim.y of nms_mask: column tiles a row block shares
+constexpr int kScanThreads = 256;  // blockDim.x of nms_scan
+constexpr int kScanUnroll = 4;     // overlap loads a thread of nms_scan keeps in flight
 constexpr unsigned long long kPadKey = ~0ULL;
 constexpr unsigned long long kSignBit = 1ULL << 63;
 
@@ -202,67 +231,148 @@ extern "C" __global__ void __launch_bounds__(64)
   }
 }
 
-// 4. One warp per segment: chunk r starts one unless a group crosses from chunk r - 1.
-// chunk_bits[0 .. W) holds the removed bits of each chunk, chunk_bits[W .. 2W) the kept bits.
-extern "C" __global__ void __launch_bounds__(128)
-    nms_scan(unsigned long long* __restrict__ chunk_bits,
+// 4. One block per segment: chunk r starts one unless a group crosses from chunk r - 1. The
+// segment's removed words live in shared memory. Per chunk, warp 0 resolves the chunk's own
+// greedy from its diagonal words (prefetched one chunk ahead) in registers, then every thread
+// ORs the kept rows' words of the later chunks their group reaches into the removed words, the
+// loads of one pass all in flight together.
+extern "C" __global__ void __launch_bounds__(kScanThreads)
+    nms_scan(unsigned long long* __restrict__ kept_bits,
              const unsigned long long* __restrict__ overlap,
              const long long* __restrict__ sorted_groups, int num_boxes) {
+  extern __shared__ unsigned long long segment[];  // 24 bytes a chunk of the segment
+  __shared__ int end_chunk;
+  __shared__ int kept_count;
+  __shared__ int kept_rows[64];
   const int words = (num_boxes + 63) / 64;
+  const int r = blockIdx.x;
   const int lane = threadIdx.x & 31;
-  const int r = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
-  if (r >= words) return;
+  const int warp = threadIdx.x >> 5;
   if (r > 0 && sorted_groups[r * 64 - 1] == sorted_groups[r * 64]) return;
-  int end = r + 1;
-  while (end < words && sorted_groups[end * 64 - 1] == sorted_groups[end * 64]) ++end;
-  unsigned long long* removed = chunk_bits;
-  unsigned long long* kept_bits = chunk_bits + words;
-  for (int c = r + 1 + lane; c < end; c += 32) removed[c] = 0;
-  __syncwarp();
-  for (int c = r; c < end; ++c) {
-    const int row0 = c * 64;
-    const int rows = min(64, num_boxes - row0);
-    const unsigned long long valid = rows == 64 ? ~0ULL : (1ULL << rows) - 1;
-    const unsigned long long dead = c == r ? 0ULL : removed[c];
-    const unsigned long long diagonal_low =
-        lane < rows ? overlap[static_cast<long long>(row0 + lane) * words + c] : 0ULL;
-    const unsigned long long diagonal_high =
-        lane + 32 < rows ? overlap[static_cast<long long>(row0 + 32 + lane) * words + c] : 0ULL;
-    // Greedy inside the chunk: the first live box is kept and removes what it overlaps.
-    unsigned long long live = valid & ~dead;
-    unsigned long long kept = 0;
-    while (live != 0) {
-      const int t = __ffsll(static_cast<long long>(live)) - 1;
-      kept |= 1ULL << t;
-      const unsigned long long word =
-          __shfl_sync(0xFFFFFFFFu, t < 32 ? diagonal_low : diagonal_high, t & 31);
-      live &= ~word & ~(1ULL << t);
+  if (threadIdx.x == 0) end_chunk = words;
+  __syncthreads();
+  for (int c = r + 1 + threadIdx.x; c < words; c += kScanThreads) {
+    if (sorted_groups[c * 64 - 1] != sorted_groups[c * 64]) {
+      atomicMin(&end_chunk, c);
+      break;
     }
-    if (lane == 0) kept_bits[c] = kept;
-    // The kept rows remove boxes of later chunks their groups reach.
-    const long long last_group = sorted_groups[row0 + rows - 1];
-    for (int later = c + 1 + lane; later < end; later += 32) {
-      if (sorted_groups[later * 64] != last_group) break;
-      unsigned long long hit = 0;
-      for (unsigned long long bits = kept; bits != 0; bits &= bits - 1) {
-        const int t = __ffsll(static_cast<long long>(bits)) - 1;
-        hit |= overlap[static_cast<long long>(row0 + t) * words + later];
+  }
+  __syncthreads();
+  const int length = end_chunk - r;
+  unsigned long long* removed = segment;                                    // [length]
+  long long* first_group = reinterpret_cast<long long*>(segment + length);  // [length]
+  int* reach = reinterpret_cast<int*>(segment + 2 * length);                // [length]
+  for (int i = threadIdx.x; i < length; i += kScanThreads) {
+    removed[i] = 0;
+    first_group[i] = sorted_groups[(r + i) * 64];
+  }
+  __syncthreads();
+  // reach[i]: the last chunk of the segment that chunk i's last group reaches (i if none): the
+  // first groups of later chunks ascend, so a binary search finds the first one past it.
+  for (int i = threadIdx.x; i < length; i += kScanThreads) {
+    const long long last_group = sorted_groups[min((r + i) * 64 + 63, num_boxes - 1)];
+    int lo = i + 1, hi = length;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (first_group[mid] <= last_group) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
       }
-      removed[later] |= hit;
     }
-    __syncwarp();
+    reach[i] = lo - 1;
+  }
+  unsigned long long diagonal_low = 0, diagonal_high = 0;
+  if (warp == 0) {
+    const int rows = min(64, num_boxes - r * 64);
+    if (lane < rows) diagonal_low = overlap[static_cast<long long>(r * 64 + lane) * words + r];
+    if (lane + 32 < rows) {
+      diagonal_high = overlap[static_cast<long long>(r * 64 + 32 + lane) * words + r];
+    }
+  }
+  __syncthreads();
+  for (int i = 0; i < length; ++i) {
+    const int c = r + i;
+    const int row0 = c * 64;
+    if (warp == 0) {
+      // The next chunk's diagonal words load while this chunk resolves.
+      unsigned long long next_low = 0, next_high = 0;
+      if (i + 1 < length) {
+        const int next_rows = min(64, num_boxes - row0 - 64);
+        if (lane < next_rows) {
+          next_low = overlap[static_cast<long long>(row0 + 64 + lane) * words + c + 1];
+        }
+        if (lane + 32 < next_rows) {
+          next_high = overlap[static_cast<long long>(row0 + 96 + lane) * words + c + 1];
+        }
+      }
+      const int rows = min(64, num_boxes - row0);
+      const unsigned long long valid = rows == 64 ? ~0ULL : (1ULL << rows) - 1;
+      // Greedy inside the chunk: the first live box is kept and removes what it overlaps.
+      unsigned long long live = valid & ~removed[i];
+      unsigned long long kept = 0;
+      while (live != 0) {
+        const int t = __ffsll(static_cast<long long>(live)) - 1;
+        kept |= 1ULL << t;
+        const unsigned long long word =
+            __shfl_sync(0xFFFFFFFFu, t < 32 ? diagonal_low : diagonal_high, t & 31);
+        live &= ~word & ~(1ULL << t);
+      }
+      if ((kept >> lane) & 1ULL) kept_rows[__popcll(kept & ((1ULL << lane) - 1))] = lane;
+      if ((kept >> (lane + 32)) & 1ULL) {
+        kept_rows[__popcll(kept & ((1ULL << (lane + 32)) - 1))] = lane + 32;
+      }
+      if (lane == 0) {
+        kept_count = __popcll(kept);
+        kept_bits[c] = kept;
+      }
+      diagonal_low = next_low;
+      diagonal_high = next_high;
+    }
+    __syncthreads();
+    // Item = (kept row, later chunk), the later chunk fastest: kScanUnroll loads a thread in
+    // flight, then the nonzero words ORed into the removed words (32-bit shared atomics).
+    const int later = reach[i] - i;
+    const int items = kept_count * later;
+    for (int base = threadIdx.x; base < items; base += kScanUnroll * kScanThreads) {
+      unsigned long long hit[kScanUnroll];
+      int target[kScanUnroll];
+#pragma unroll
+      for (int u = 0; u < kScanUnroll; ++u) {
+        const int item = base + u * kScanThreads;
+        hit[u] = 0;
+        target[u] = 0;
+        if (item < items) {
+          const int j = i + 1 + item % later;
+          const int row = row0 + kept_rows[item / later];
+          target[u] = j;
+          hit[u] = overlap[static_cast<long long>(row) * words + r + j];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kScanUnroll; ++u) {
+        if (hit[u] == 0) continue;
+        unsigned int* halves = reinterpret_cast<unsigned int*>(removed + target[u]);
+        const unsigned int low = static_cast<unsigned int>(hit[u]);
+        const unsigned int high = static_cast<unsigned int>(hit[u] >> 32);
+        if (low != 0) atomicOr(halves, low);
+        if (high != 0) atomicOr(halves + 1, high);
+      }
+    }
+    __syncthreads();
   }
 }
 
 // 5. One block: the keys of the kept boxes, in group-major order, and their count.
 extern "C" __global__ void __launch_bounds__(1024)
     nms_compact(unsigned long long* __restrict__ kept_keys, int* __restrict__ num_kept,
-                const unsigned long long* __restrict__ chunk_bits,
+                const unsigned long long* __restrict__ kept_bits,
                 const unsigned long long* __restrict__ sorted_keys, int num_boxes) {
   __shared__ int warp_total[32];
   __shared__ int running;
+  __shared__ unsigned long long word_bits[1024];
+  __shared__ int word_offset[1024];
   const int words = (num_boxes + 63) / 64;
-  const unsigned long long* kept_bits = chunk_bits + words;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) running = 0;
@@ -288,13 +398,26 @@ extern "C" __global__ void __launch_bounds__(1024)
       warp_total[lane] = scan - total;  // exclusive offset of each warp
     }
     __syncthreads();
-    int at = running + warp_total[warp] + inclusive - count;
-    for (unsigned long long b = bits; b != 0; b &= b - 1) {
-      kept_keys[at++] = sorted_keys[w * 64 + __ffsll(static_cast<long long>(b)) - 1];
-    }
+    const int at = running + warp_total[warp] + inclusive - count;
+    word_bits[threadIdx.x] = bits;
+    word_offset[threadIdx.x] = at;
     __syncthreads();  // every thread has read running and warp_total
-    if (threadIdx.x == blockDim.x - 1) running = at;
-    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) running = at + count;
+    // Gather: a warp a word, a lane two of its boxes, so the loads of a word go out together.
+    const int stop = min(static_cast<int>(blockDim.x), words - base);
+    for (int q = warp; q < stop; q += blockDim.x / 32) {
+      const unsigned long long b = word_bits[q];
+      const int offset = word_offset[q];
+      const int row0 = (base + q) * 64;
+      if ((b >> lane) & 1ULL) {
+        kept_keys[offset + __popcll(b & ((1ULL << lane) - 1))] = sorted_keys[row0 + lane];
+      }
+      if ((b >> (lane + 32)) & 1ULL) {
+        kept_keys[offset + __popcll(b & ((1ULL << (lane + 32)) - 1))] =
+            sorted_keys[row0 + 32 + lane];
+      }
+    }
+    __syncthreads();  // word_bits and word_offset are read before the next words overwrite them
   }
   if (threadIdx.x == 0) num_kept[0] = running;
 }
