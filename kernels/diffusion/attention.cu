@@ -45,24 +45,10 @@
 //   exponent, p = 2^(s * scale * log2(e) - m * scale * log2(e)) (one FFMA and one MUFU.EX2 a
 //   score). Row sums are kept per thread (a quarter of the row's columns) and reduced across
 //   the quad at the end; row maxima are reduced every tile (2 shuffles).
-// - Pipeline, per warpgroup and key tile t (FlashAttention-3's intra-warpgroup overlap,
-//   arXiv:2407.08608): S = Q K^T of tile t + 1 and O += P V of tile t are issued back to back as
-//   two wgmma batches; wgmma.wait_group 1 returns when the scores are done, and the softmax of
-//   tile t + 1 (maxima, exponentials, sums) runs on the CUDA cores while the tensor cores still
-//   work on O += P V of tile t. Only then does wait_group 0 free the weight registers for the
-//   packed weights of tile t + 1. O is rescaled to tile t + 1's maxima at the next step, between
-//   issuing its S = Q K^T and its O += P V (O is not in flight there). Registers: O, S and the
-//   packed P live at once (64 + 64 + 32), 218 in all.
-// - ptxas hoists a wgmma wait to the top of its basic block (here: above the whole softmax,
-//   which would leave nothing overlapped); a never-taken branch on the row sums, which depend
-//   on every exponential, ends the block after the softmax and keeps the wait there.
-// - Copies: key tiles and value tiles each have two slots. At step t the kernel needs key tile
-//   t + 1 and value tile t; the copies of key tile t + 2 and value tile t + 1 (cp.async, 16 bytes
-//   a thread, issued right after the wgmmas so that they overlap them) go into the slots of key
-//   tile t and value tile t - 1, which step t - 1 was the last to read. cp.async writes through
-//   the generic proxy and wgmma reads through the async proxy, so every thread fences
-//   (fence.proxy.async) between its copies landing and the block barrier that precedes the
-//   wgmmas reading them. One barrier a step.
+// - Pipeline: the key and value tiles of step j + 1 are copied (cp.async, 16 bytes a thread)
+//   while step j is computed; cp.async writes through the generic proxy and wgmma reads through
+//   the async proxy, so every thread fences (fence.proxy.async) between its copies landing and
+//   the block barrier that precedes the wgmmas reading them. One barrier a step.
 // - Tails: rows at or past seq_len are zero-filled by cp.async without reading memory; keys
 //   past the end get a score of -inf (only the last key tile checks), so they weigh exactly 0
 //   and their zero values add nothing; query rows past the end are computed on zeros and not
@@ -71,18 +57,16 @@
 //   free key-value stage (rows padded to 272 bytes) and written with 16-byte stores.
 // - Expected speed, per SM and key tile (two warpgroups): 16 wgmma.m64n128k16 each, 8.4 MFLOP,
 //   2048 clocks at the dense bf16 peak (989 TFLOP/s = 132 SMs x 1.83 GHz x 4096 flops a clock);
-//   16384 exponentials at 16 a clock (MUFU), 1024 clocks. Run between the two GEMMs of its own
-//   tile, the softmax would leave a tile at 1024 (S) + ~1300 (softmax) + 1024 (O) = ~3300
-//   clocks (such a schedule measures 450 to 570 TFLOP/s on the H200). Under O += P V: 1024 (S)
-//   + max(1024 (O), ~1100 (softmax)) + ~200 (packing, rescale, barrier) = ~2300 clocks, 1.4x
-//   fewer; expect 1.2 to 1.35x of that in practice (580 to 650 TFLOP/s on the long cases;
-//   FLUX.1 at 1024 x 1024, 864 blocks in 6.5 waves, ~0.45 ms). cuDNN and FlashAttention-3 reach
-//   600 to 660.
-// - What is left, and where FlashAttention-3 is faster still: the block barrier keeps the two
-//   warpgroups in step, so both compute S = Q K^T at once while the CUDA cores wait. A producer
-//   warp (TMA or cp.async with per-stage mbarriers instead of the barrier) would let them drift
-//   apart, and FA3's "ping-pong" named barriers then place one warpgroup's softmax under the
-//   other's GEMMs (~2048 clocks a tile).
+//   16384 exponentials at 16 a clock (MUFU), 1024 clocks. The block barrier keeps the two
+//   warpgroups in step, so the softmax does not overlap the other warpgroup's GEMMs and a tile
+//   takes about 3300 clocks: ~60 % of peak at best, 450 to 550 TFLOP/s after load and barrier
+//   overheads (FLUX.1 at 1024 x 1024, 2.6e11 FLOPs: ~0.5 ms). FlashAttention-2 (mma.sync)
+//   reaches ~350 on Hopper; cuDNN and FlashAttention-3 600 to 660.
+// - What is left, and where FlashAttention-3 (arXiv:2407.08608) and cuDNN are faster: TMA loads
+//   issued by a producer warp (here every thread copies and waits), per-stage mbarriers instead
+//   of a block barrier (so the two warpgroups drift apart and one's softmax overlaps the other's
+//   GEMMs, which FA3 enforces with "ping-pong" named barriers), and overlapping the softmax of
+//   tile j with the Q K^T of tile j + 1 inside a warpgroup.
 
 #include <cuda_bf16.h>
 
@@ -155,15 +139,9 @@ __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
 
-__device__ __forceinline__ void wgmma_commit() {
+__device__ __forceinline__ void wgmma_commit_and_wait() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
-// Waits until at most `pending` of this warpgroup's committed wgmma batches are in flight (they
-// complete in order).
-template <int pending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(pending) : "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
 
 // d (64 x 128 per warpgroup, fp32) = (accumulate ? d : 0) + a (64 x 16, shared, K-major) *
@@ -228,93 +206,6 @@ __device__ __forceinline__ unsigned pack_bf16(float low, float high) {
   return *reinterpret_cast<const unsigned*>(&pair);
 }
 
-// S = Q K^T for this warpgroup's 64 rows against one 128-key tile, issued as one batch (not
-// waited for): k16 step kk reads columns 16 kk .. 16 kk + 15, in half kk / 4 at byte 32 (kk % 4)
-// of each 128-byte row.
-__device__ __forceinline__ void issue_scores(float (&s)[64], unsigned q_rows, unsigned k_tile) {
-#pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-    const unsigned column = (kk / 4) * kHalfBytes + (kk % 4) * 32;
-    wgmma_scores(s, descriptor(q_rows + column, 16, kSwizzleAtomBytes),
-                 descriptor(k_tile + column, 16, kSwizzleAtomBytes), kk > 0);
-  }
-  wgmma_commit();
-}
-
-// O += P V for one 128-key tile, issued as one batch (not waited for): k16 step t takes keys
-// 16 t .. 16 t + 15 (the packed score chunks 2 t and 2 t + 1) and the value rows 16 t .. 16 t + 15
-// (two 8-key groups of 1024 bytes, 2048 bytes a step).
-__device__ __forceinline__ void issue_values(float (&o)[64], const unsigned (&p)[8][4],
-                                             unsigned v_tile) {
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-    wgmma_values(o, p[t],
-                 descriptor(v_tile + t * 2 * kSwizzleAtomBytes, kHalfBytes, kSwizzleAtomBytes));
-  }
-  wgmma_commit();
-}
-
-// Keys at or past seq_len (only in the last tile, which starts at key kv0) get a score of -inf.
-__device__ __forceinline__ void mask_tail(float (&s)[64], int kv0, int seq_len, int lane) {
-  if (kv0 + kBlockKV > seq_len) {
-#pragma unroll
-    for (int e = 0; e < 64; ++e) {
-      if (kv0 + (e / 4) * 8 + (lane % 4) * 2 + e % 2 >= seq_len) s[e] = __int_as_float(0xff800000);
-    }
-  }
-}
-
-// Online softmax of one score tile: new row maxima (every tile holds at least one real key, so
-// they are finite), the factor 2^((old max - new max) scale log2 e) by which what was
-// accumulated must be multiplied (0 on the first tile: 2^-inf), the exponentials in place of the
-// scores, and this lane's share of the row sums (rescaled, plus the new exponentials).
-__device__ __forceinline__ void online_softmax(float (&s)[64], float (&row_max)[2],
-                                               float (&row_sum)[2], float (&rescale)[2],
-                                               float scale_log2) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float m = row_max[r];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    rescale[r] = exp2_approx((row_max[r] - m) * scale_log2);
-    row_max[r] = m;
-    const float m_scaled = m * scale_log2;
-    float sum = row_sum[r] * rescale[r];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-#pragma unroll
-      for (int e = 4 * i + 2 * r; e < 4 * i + 2 * r + 2; ++e) {
-        s[e] = exp2_approx(fmaf(s[e], scale_log2, -m_scaled));
-        sum += s[e];
-      }
-    }
-    row_sum[r] = sum;
-  }
-}
-
-// What was accumulated, brought to the new row maxima.
-__device__ __forceinline__ void rescale_output(float (&o)[64], const float (&rescale)[2]) {
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    o[4 * i] *= rescale[0];
-    o[4 * i + 1] *= rescale[0];
-    o[4 * i + 2] *= rescale[1];
-    o[4 * i + 3] *= rescale[1];
-  }
-}
-
-// The exponentials rounded to bf16 pairs: the m64n128 accumulator layout of 8-column chunks
-// 2 t and 2 t + 1 is the register A-operand layout of k16 step t.
-__device__ __forceinline__ void pack_weights(const float (&s)[64], unsigned (&p)[8][4]) {
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) p[t][j] = pack_bf16(s[8 * t + 2 * j], s[8 * t + 2 * j + 1]);
-  }
-}
-
 }  // namespace
 
 // out, query, key, value: [batch, seq_len, num_heads, 128] bf16, row-major, 256-byte aligned.
@@ -341,20 +232,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const __nv_bfloat16* const v_head = value + head_offset;
   const int kv_tiles = (seq_len + kBlockKV - 1) / kBlockKV;
 
-  // Key tile t sits in slot t % 2 at (1 + 2 (t % 2)) tiles, value tile t right after it.
-  auto key_slot = [&](int tile) { return base + (1 + 2 * (tile & 1)) * kTileBytes; };
-  auto load_keys = [&](int tile) {
-    load_tile(key_slot(tile), k_head, tile * kBlockKV, seq_len, row_stride);
+  auto load_kv = [&](int tile) {
+    const unsigned stage = base + (1 + 2 * (tile & 1)) * kTileBytes;
+    load_tile(stage, k_head, tile * kBlockKV, seq_len, row_stride);
+    load_tile(stage + kTileBytes, v_head, tile * kBlockKV, seq_len, row_stride);
   };
-  auto load_values = [&](int tile) {
-    load_tile(key_slot(tile) + kTileBytes, v_head, tile * kBlockKV, seq_len, row_stride);
-  };
-  // Copy groups: the query and key tile 0, then value tile 0 and key tile 1.
   load_tile(q_tile, query + head_offset, q0, seq_len, row_stride);
-  load_keys(0);
-  commit_copies();
-  load_values(0);
-  if (kv_tiles > 1) load_keys(1);
+  load_kv(0);
   commit_copies();
 
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -367,10 +251,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   // 16 warp + l / 4 + 8 (e / 2), column 8 i + 2 (l % 4) + e % 2. "Row half" r is e / 2.
   float o[64];
   float s[64];
-  unsigned p[kBlockKV / 16][4];  // the weights of the tile whose O += P V is next
   float row_max[2] = {__int_as_float(0xff800000), __int_as_float(0xff800000)};  // raw scores
   float row_sum[2] = {0.0f, 0.0f};  // this lane's share of the row's exponentials
-  float rescale[2];
 #pragma unroll
   for (int e = 0; e < 64; ++e) {
     o[e] = 0.0f;
@@ -378,55 +260,81 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
   const float scale_log2 = scale * kLog2e;
 
-  // Tile 0's scores and weights.
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // the query and key tile 0
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  __syncthreads();
-  wgmma_fence();
-  issue_scores(s, q_rows, key_slot(0));
-  wgmma_wait<0>();
-  mask_tail(s, 0, seq_len, lane);
-  online_softmax(s, row_max, row_sum, rescale, scale_log2);  // rescale 0: O is still 0
-  pack_weights(s, p);
+  for (int tile = 0; tile < kv_tiles; ++tile) {
+    wait_copies_for_wgmma();  // this thread's copies of tile `tile` have landed
+    __syncthreads();          // everyone's have, and everyone is done with tile - 1's stage
+    if (tile + 1 < kv_tiles) {
+      load_kv(tile + 1);
+      commit_copies();
+    }
+    const unsigned k_tile = base + (1 + 2 * (tile & 1)) * kTileBytes;
+    const unsigned v_tile = k_tile + kTileBytes;
 
-  // Step t (t < kv_tiles - 1): S = Q K^T of tile t + 1 is issued, O is rescaled to the maxima
-  // of tile t (what the softmax of tile t found) while it runs, O += P V of tile t is issued
-  // behind it; the softmax of tile t + 1 runs once its scores are back, while the tensor cores
-  // still work on O += P V of tile t, and the weights of tile t + 1 are packed once that is done
-  // (they replace the registers it reads). At the top of step t the copies of key tile t + 1 and
-  // value tile t have landed (issued one step earlier) and every warp is past step t - 1, which
-  // read key tile t and value tile t - 1, so their slots take key tile t + 2 and value tile t + 1.
-  for (int tile = 0; tile + 1 < kv_tiles; ++tile) {
-    wait_copies_for_wgmma();
-    __syncthreads();
+    // S = Q K^T: k16 step kk reads columns 16 kk .. 16 kk + 15, in half kk / 4 at byte
+    // 32 (kk % 4) of each 128-byte row.
     wgmma_fence();
-    issue_scores(s, q_rows, key_slot(tile + 1));
-    rescale_output(o, rescale);
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const unsigned column = (kk / 4) * kHalfBytes + (kk % 4) * 32;
+      wgmma_scores(s, descriptor(q_rows + column, 16, kSwizzleAtomBytes),
+                   descriptor(k_tile + column, 16, kSwizzleAtomBytes), kk > 0);
+    }
+    wgmma_commit_and_wait();
+
+    // Keys past the end of the sequence (last tile only) weigh nothing.
+    const int kv0 = tile * kBlockKV;
+    if (kv0 + kBlockKV > seq_len) {
+#pragma unroll
+      for (int e = 0; e < 64; ++e) {
+        if (kv0 + (e / 4) * 8 + (lane % 4) * 2 + e % 2 >= seq_len)
+          s[e] = __int_as_float(0xff800000);
+      }
+    }
+
+    // Online softmax: new row maxima (every tile holds at least one real key, so they are
+    // finite), rescale what was accumulated (2^-inf = 0 on the first tile), exponentials.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float m = row_max[r];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float rescale = exp2_approx((row_max[r] - m) * scale_log2);
+      row_max[r] = m;
+      const float m_scaled = m * scale_log2;
+      float sum = row_sum[r] * rescale;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+#pragma unroll
+        for (int e = 4 * i + 2 * r; e < 4 * i + 2 * r + 2; ++e) {
+          s[e] = exp2_approx(fmaf(s[e], scale_log2, -m_scaled));
+          sum += s[e];
+        }
+        o[4 * i + 2 * r] *= rescale;
+        o[4 * i + 2 * r + 1] *= rescale;
+      }
+      row_sum[r] = sum;
+    }
+
+    // O += P V: k16 step t takes keys 16 t .. 16 t + 15, the score chunks 2 t and 2 t + 1,
+    // and the value rows 16 t .. 16 t + 15 (two 8-key groups of 1024 bytes, 2048 bytes a step).
+    // Every A operand is packed before the fence, so that no register an in-flight wgmma reads
+    // is written between the wgmmas (ptxas would otherwise serialise them).
+    unsigned p[kBlockKV / 16][4];
+#pragma unroll
+    for (int t = 0; t < kBlockKV / 16; ++t) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) p[t][j] = pack_bf16(s[8 * t + 2 * j], s[8 * t + 2 * j + 1]);
+    }
     wgmma_fence();
-    issue_values(o, p, key_slot(tile) + kTileBytes);
-    // The copies go out while the tensor cores work, into the other two slots.
-    if (tile + 2 < kv_tiles) load_keys(tile + 2);
-    load_values(tile + 1);
-    commit_copies();
-    wgmma_wait<1>();  // the scores are back; O += P V may still run
-    mask_tail(s, (tile + 1) * kBlockKV, seq_len, lane);
-    online_softmax(s, row_max, row_sum, rescale, scale_log2);
-    // ptxas schedules a wgmma wait as early as its basic block allows, which would put it before
-    // the softmax (no overlap at all); a branch on the row sums, which depend on every
-    // exponential, ends the block after the softmax. It is taken only if the sum's bits are 1
-    // (the smallest denormal), and then sleeps 0 ns: harmless either way.
-    if (__float_as_uint(row_sum[0] + row_sum[1]) == 1u) asm volatile("nanosleep.u32 0;\n");
-    wgmma_wait<0>();
-    pack_weights(s, p);
+#pragma unroll
+    for (int t = 0; t < kBlockKV / 16; ++t) {
+      wgmma_values(o, p[t],
+                   descriptor(v_tile + t * 2 * kSwizzleAtomBytes, kHalfBytes, kSwizzleAtomBytes));
+    }
+    wgmma_commit_and_wait();
   }
-
-  // The last tile's O += P V.
-  wait_copies_for_wgmma();
-  __syncthreads();
-  rescale_output(o, rescale);
-  wgmma_fence();
-  issue_values(o, p, key_slot(kv_tiles - 1) + kTileBytes);
-  wgmma_wait<0>();
 
   // Epilogue: full row sums (the quad's four shares), normalise, round to bf16, stage in the
   // first stage's key tile (free once every warpgroup is past the loop), then 16-byte stores

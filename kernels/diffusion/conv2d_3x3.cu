@@ -19,53 +19,36 @@
 // the fly (never materialised). Pixel m + (r - 1) * width + (s - 1) is the neighbour at tap
 // (r, s) when it lies inside the image, so a row's gather is one offset per tap.
 //
-// Launch plan: one templated kernel, conv2d_3x3_kernel<BM, STAGES, VECTOR_LOADS, SPLIT_K>,
-// persistent and warp-specialised. A block has three warpgroups (384 threads): warpgroup 0 only
-// copies (cp.async gathers of A and B into a STAGES-deep ring of shared-memory stages), warpgroups
-// 1 and 2 only multiply (wgmma.m64n160k16 from shared memory; warpgroup g the rows
-// [(g - 1) BM / 2, g BM / 2) of a BM x 160 tile of out, as BM / 128 accumulators of 80 fp32
-// registers per thread) and store. K advances 64 at a time (one tap, 64 channels; the nine taps
-// of a slice of 64 channels one after another). The grid is min(tiles, 132) blocks; block b
-// computes tiles b, b + gridDim.x, ... (column tiles fastest, so blocks resident together read
-// the same input rows), and its copying warpgroup runs ahead into the next tile's stages while
-// the wgmma warpgroups add the bias and store the last one. With SPLIT_K, blocks 2 c and
-// 2 c + 1 form a cluster that computes tile c, each over half of the channel slices, and add
-// their fp32 partial sums through distributed shared memory before the bias and the rounding.
+// Launch plan: one templated kernel, conv2d_3x3_kernel<BM, STAGES, VECTOR_LOADS>. A block of
+// two warpgroups (256 threads) computes a BM x 160 tile of out: warpgroup g the rows
+// [g BM / 2, (g + 1) BM / 2), as BM / 128 wgmma.m64n160k16 accumulators (80 fp32 registers
+// each per thread). K advances 64 at a time (one tap, 64 channels; the nine taps of a slice of
+// 64 channels one after another) through a STAGES-deep cp.async pipeline in shared memory;
+// the grid is one block per output tile, column tiles fastest (blocks resident together read
+// the same input rows).
 //
-//   case                   M       BM x BN     tiles   blocks                 stages   smem
-//   128 x 128 x 320 -> 320  32768  256 x 160   256     132 (2 tiles or 1)     3        157 KiB
-//   64 x 64 x 640 -> 640     8192  256 x 160   128     128                    3        157 KiB
-//   32 x 32 x 1280 -> 1280   2048  256 x 160   64      128 (K split in two)   3        157 KiB
+//   case                   M       BM x BN     blocks   waves on 132 SMs   stages   smem
+//   128 x 128 x 320 -> 320  32768  256 x 160   256      1.94               4        209 KiB
+//   64 x 64 x 640 -> 640     8192  256 x 160   128      0.97               4        209 KiB
+//   32 x 32 x 1280 -> 1280   2048  128 x 160   128      0.97               5        181 KiB
 //
-// 160 columns divide every SDXL width (320, 640, 1280) and make each case's blocks a whole
-// number of waves (97 % of the 132 SMs busy). 256 rows are used wherever they still give a
-// full wave; where they give at most 66 tiles (the 32 x 32 layers, and every small image with
-// more than 64 channels) each tile's K is split over a 2-block cluster instead of taking
-// 128-row tiles: 256 x 160 tiles fetch half the weight bytes per FLOP that 128 x 160 tiles do
-// (below). Between 67 and 127 tiles, or with at most 64 input channels (one slice, nothing to
-// split), the third launch takes 128-row tiles. The stage counts are set by L1 rather than
-// latency: the 256-row tile takes 3 stages (157 KiB, a 164 KiB carveout leaving 92 KiB of L1)
-// and the 128-row tile 5 (181 KiB, 60 KiB of L1), so that L1 holds the activation rows the
-// nine taps of a channel slice share (below). Channel counts that are not multiples of 8
-// (conv_in's 4) take the last launch, whose loads are element by element.
+// 160 columns divide every SDXL width (320, 640, 1280) and make each case's grid a whole
+// number of waves (97 % of the 132 SMs busy); 256 rows are used wherever they still give a
+// full wave. The 128-row tile takes 5 stages rather than 6 so that the carveout leaves 60 KiB
+// of L1 for the activation rows its nine taps share (below). Channel counts that are not
+// multiples of 8 (conv_in's 4) take the third launch, whose loads are element by element.
 //
 // clang-format off
 // @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 128)
-//     conv2d_3x3_kernel<256, 3, true, false><<<min(cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 132), 384, 160896>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
-// @launch if (in_channels % 8 == 0 && in_channels > 64 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) <= 66)
-//     conv2d_3x3_kernel<256, 3, true, true><<<2 * cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 384, 160896>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
-// @cluster conv2d_3x3_kernel<256, 3, true, true> (2, 1, 1)
-// @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128 && (in_channels <= 64 || cdiv(batch * height * width, 256) * cdiv(out_channels, 160) > 66))
-//     conv2d_3x3_kernel<128, 5, true, false><<<min(cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 132), 384, 185472>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+//     conv2d_3x3_kernel<256, 4, true><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 256, 214016>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+// @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128)
+//     conv2d_3x3_kernel<128, 5, true><<<cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 256, 185344>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
 // @launch if (in_channels % 8 != 0)
-//     conv2d_3x3_kernel<128, 4, false, false><<<min(cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 132), 384, 148608>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+//     conv2d_3x3_kernel<128, 4, false><<<cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 256, 148480>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
 // clang-format on
 //
 // (Dynamic shared memory: STAGES * (BM + 160) * 128 bytes plus 1 KiB to align the stages to
-// 1024 bytes, which the 128-byte swizzle needs, plus 128 bytes of mbarriers. 132 is the H200's
-// SM count; on another GPU the grid is still correct, each block simply walks more or fewer
-// tiles. The split-K launch has exactly two blocks per tile: each block computes one tile, and
-// its reduction reuses the stages.)
+// 1024 bytes, which the 128-byte swizzle needs.)
 //
 // Design notes (why, for whoever optimises this next):
 // - Every SDXL case is compute bound: 2 * M * C_out * 9 * C_in = 60 GFLOP per 320 -> 320 call
@@ -77,46 +60,14 @@
 //   8 rows make a 1024-byte atom, atoms are 1024 bytes apart (the descriptor's stride). The
 //   four k16 steps of a stage move the descriptor's start 32 bytes along the row. The copies
 //   write whole rows (8 consecutive threads, 8 chunks), so they have no bank conflicts either.
-// - Why warp specialisation: when the same warps both issued the copies and the wgmmas, every
-//   K tile went through a block-wide barrier, the copies could run only two tiles ahead and
-//   their issue (13 cp.async per thread, with the halo tests and address arithmetic) sat
-//   between one wgmma batch and the next; the previous version of this kernel ran at 450 to
-//   510 TFLOP/s, about half the roof, in every case alike. Here the copying warpgroup issues
-//   a stage's 26 (BM 256) or 18 (BM 128) cp.async per thread, about 280 instructions per
-//   thread per K tile against the 1280 (BM 256) or 640 (BM 128) tensor-core cycles that the
-//   tile's wgmmas take, on its own warps; the ring is handed over through mbarriers, not
-//   block barriers:
-//   full[s]: 128 arrivals, one per copying thread, each a cp.async.mbarrier.arrive.noinc that
-//   lands once all of that thread's copies into the stage have (an ordinary arrive after the
-//   st.shared of the element-wise path); empty[s]: 8 arrivals, one per wgmma warp, once the
-//   wgmmas that read the stage have completed. A wgmma warpgroup waits on full[s], issues
-//   fence.proxy.async (cp.async writes through the generic proxy, wgmma reads through the async
-//   one), issues the stage's batch, commits it and waits until only that batch is in flight,
-//   then releases the stage before (so one batch always runs while the next stage is awaited);
-//   the copier refills stage s once empty[s] has completed the matching phase. A stage freed
-//   when batch t - 1 completes (batch t starting) holds K tile t - 1 + STAGES, which the
-//   tensor cores reach STAGES - 1 batches later: 2 x 1280 cycles at BM 256 (3 stages),
-//   4 x 640 at BM 128 (5 stages), about 1.4 us for the copies to land in, against 1 to 2
-//   tiles of lead (one of them spent behind the block barrier) before.
-// - Registers: 384 threads at 168 registers each; setmaxnreg moves them to 72 for the
-//   copiers (their 16 packed pixel positions, pointers and counters) and 216 for the wgmma
-//   warps (160 accumulator registers at BM 256). ptxas reports no spills, except about 200
-//   bytes in the split-K instantiation, all outside the K loop (the tile index of the
-//   copiers, and the partial sums while the reduction's 40 loads per thread are in flight).
-// - Expected speed: the tensor cores need 1280 cycles per BM 256 K tile; if the copies now keep
-//   up, the math runs at the 580 to 660 TFLOP/s that cuDNN's kernels reach on these shapes
-//   (about 90 to 105 us per 60 GFLOP call, against 119 to 135 us before). The first K tiles of
-//   a block's next tile are in flight during its epilogue, which for the 128 x 128 case (two
-//   tiles per block) hides one pipeline fill and one store of 80 KiB per block.
-// - Split-K for the 32 x 32 layers: 128-row tiles (128 blocks) fetch 160 weight rows per 128
-//   pixels, 472 MB of weight reads from L2 per 1280 -> 1280 call (20 KiB per K tile per
-//   block), plus about 63 MB of activations: 535 MB, 4.5 TB/s at the 118.7 us measured. Two
-//   blocks per 256 x 160 tile, each over half of K, fetch half the weight bytes (236 MB) and,
-//   with 10 image rows of 32 pixels (40 KiB) per slice held in L1, about 52 MB of activations:
-//   290 MB, 2.9 TB/s at 100 us. The price is the reduction: each block sends one warpgroup's
-//   partial sums (128 x 160 fp32, 80 KiB) to the other through distributed shared memory and
-//   stores the other 128 rows, once per call (a few microseconds at most against ~90 us of
-//   K loop). The sums stay fp32 until the one rounding, as without the split.
+// - The pipeline: at iteration t the block waits for stage t's copies, publishes them to the
+//   async proxy (fence.proxy.async: cp.async writes through the generic proxy, wgmma reads
+//   through the async one) and syncs; each warpgroup issues its wgmmas on stage t and commits
+//   them, then the block refills the stage of tile t - 2 with tile t + STAGES - 2, and each
+//   warpgroup waits until only its batch t is in flight. Tile t - 2's wgmmas are then complete
+//   in both warpgroups (each waited for them in iteration t - 1, before this iteration's
+//   barrier), so the refill never overwrites a stage that a wgmma still reads; one batch of
+//   wgmmas stays in flight across the barrier and the copies.
 // - Arithmetic intensity from L2: a 256 x 160 tile moves 53 KiB per 5.2 MFLOP (98 FLOP/byte,
 //   about 5 TB/s of L2 traffic at the tensor cores' peak), 128 x 160 36 KiB per 2.6 MFLOP
 //   (71 FLOP/byte, 7 TB/s at peak) if every copy came from L2. The activations do not all:
@@ -124,35 +75,32 @@
 //   (shifted by one pixel or one image row), and their copies allocate in L1. For a 128-row
 //   tile of a 32-wide image the slice's distinct rows are 6 image rows (24 KiB, within the
 //   L1 left beside 181 KiB of shared memory) against 9 x 16 KiB gathered, so L2 sees about
-//   23 KiB per K tile instead of 36 (112 FLOP/byte). The 256-row tiles' windows are 4 image
-//   rows of 128 pixels (64 KiB) or 6 of 64 (48 KiB); the previous version's 4 stages (209 KiB)
-//   left 28 KiB of L1, less than even the 32 KiB that the three taps of one filter row share,
-//   so nearly all of the 9 x 32 KiB per slice came from L2: with B, 613 MB per call at 128 x
-//   128 and at 64 x 64, 4.5 to 5 TB/s at the times measured (and 535 MB, 4.5 TB/s, at
-//   32 x 32), which suggests L2 bandwidth, not the tensor cores, set those times. With 3
-//   stages the windows fit in the 92 KiB of L1 and A's L2 traffic falls from 377 MB to 63
-//   to 84 MB per call (300 to 320 MB in all, about 3.2 TB/s at 100 us). Shared memory: per
-//   k16 step each warpgroup reads its A rows (2 KiB per m64) and all of B (5 KiB), under 90
-//   bytes per clock at peak, within the SM's 128.
+//   23 KiB per K tile instead of 36 (112 FLOP/byte). The 256-row tiles' windows (48 to 64
+//   KiB) do not fit beside 209 KiB, so they get little of this; their intensity is higher to
+//   begin with. Shared memory: per k16 step each warpgroup reads its A
+//   rows (2 KiB per m64) and all of B (5 KiB), under 90 bytes per clock at peak, within the
+//   SM's 128.
 // - Padding costs nothing: a neighbour outside the image (the halo), a pixel past M or a
 //   channel past C_in is a cp.async with source size 0, which reads nothing and writes zeros;
 //   zero rows and columns add nothing to the sums. Rows past M and columns past C_out are not
 //   stored.
-// - Not done here, and where more speed would come from: sharing each weight stage
-//   between blocks of a cluster (the kernel cannot be given a tensor map, so this needs either
-//   weights pre-swizzled into a workspace by a first launch and multicast with 1-D bulk copies,
-//   or st.shared::cluster from registers); gathering each channel slice's input rows once into
-//   shared memory and reading the nine taps' A operands from it (wgmma with A from registers,
-//   loaded by ldmatrix at shifted rows), instead of relying on L1.
+// - The 32 x 32 layers (M = 2048) get 128 x 160 tiles, the only size that still fills the
+//   132 SMs (a 256-row tile leaves 64 blocks). If L2 bandwidth still caps them, the next step is a
+//   split of K in two over 256 x 160 tiles (128 blocks), with the halves added in fp32 (a 2-block
+//   cluster reducing through distributed shared memory, or a second pass over an fp32 workspace).
+// - Not done here, and where more speed would come from: a producer warp with TMA (the
+//   tensor-map im2col mode) and mbarriers instead of every thread issuing cp.async; 2-block
+//   clusters sharing the weight tile by multicast; a persistent grid whose epilogue (bias,
+//   rounding, 4-byte stores straight from the accumulators) overlaps the next tile's loads;
+//   gathering each channel slice's input rows once into shared memory and reading the nine
+//   taps' A operands from it (wgmma with A from registers, loaded by ldmatrix at shifted
+//   rows), instead of relying on L1.
 
 #include <cuda_bf16.h>
 
 namespace {
 
-constexpr int kThreads = 384;           // a copying warpgroup, then two wgmma warpgroups
-constexpr int kCopyThreads = 128;       // the copying warpgroup
-constexpr int kProducerRegisters = 72;  // after setmaxnreg: 128 x 72 + 256 x 216 = 384 x 168
-constexpr int kConsumerRegisters = 216;
+constexpr int kThreads = 256;      // two warpgroups
 constexpr int kBlockN = 160;       // output channels per block: the wgmma's N
 constexpr int kBlockK = 64;        // K per stage: one tap, 64 channels
 constexpr int kRowBytes = 128;     // a stage row: kBlockK bf16, one swizzle row
@@ -282,107 +230,6 @@ __device__ __forceinline__ void wgmma_m64n160k16(float (&d)[kAccumulators],
       : "l"(a_descriptor), "l"(b_descriptor), "r"(1));
 }
 
-// mbarriers in shared memory (8 bytes each). init sets the number of arrivals that complete a
-// phase; arrive is one of them (release at CTA scope); the cp.async form counts as an arrival
-// once every cp.async this thread issued before it has landed (.noinc: the init count already
-// includes it); try_wait.parity reports whether the phase of that parity has completed (acquire
-// at CTA scope).
-__device__ __forceinline__ void barrier_init(unsigned barrier, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void barrier_arrive(unsigned barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
-}
-
-__device__ __forceinline__ void barrier_arrive_on_copies(unsigned barrier) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
-}
-
-__device__ __forceinline__ void barrier_wait(unsigned barrier, unsigned parity) {
-  unsigned done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred complete;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, complete;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(barrier), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
-
-// The pieces of the split-K reduction between the two blocks of a cluster (kSplitK). A
-// barrier across both blocks (every thread arrives; release / acquire at cluster scope);
-// mapa turns a shared::cta address into the same variable's shared::cluster address in block
-// `rank` of the cluster; an arrive on, or a 16-byte load from, such an address; a wait that
-// acquires at cluster scope (the arrivals it waits for come from the other block).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
-__device__ __forceinline__ unsigned cluster_address(unsigned address, unsigned rank) {
-  unsigned mapped;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(mapped) : "r"(address), "r"(rank));
-  return mapped;
-}
-
-__device__ __forceinline__ void barrier_arrive_cluster(unsigned cluster_barrier) {
-  asm volatile(
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_barrier)
-      : "memory");
-}
-
-__device__ __forceinline__ void barrier_wait_cluster(unsigned barrier, unsigned parity) {
-  unsigned done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred complete;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 complete, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, complete;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(barrier), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
-
-__device__ __forceinline__ float4 load_cluster_16(unsigned cluster_address) {
-  float4 value;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
-               : "r"(cluster_address)
-               : "memory");
-  return value;
-}
-
-__device__ __forceinline__ void store_shared_f32x4(unsigned destination, float a, float b, float c,
-                                                   float d) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(destination), "f"(a), "f"(b),
-               "f"(c), "f"(d)
-               : "memory");
-}
-
-// Barrier 1 over the 256 threads of the two wgmma warpgroups (barrier 0 is __syncthreads).
-__device__ __forceinline__ void sync_consumers() {
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
-}
-
-// Hands registers back to the block's pool (the copying warpgroup) or takes them from it (the
-// two wgmma warpgroups); every thread of a warpgroup executes the same one.
-template <int kRegisters>
-__device__ __forceinline__ void release_registers() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
-
-template <int kRegisters>
-__device__ __forceinline__ void claim_registers() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
-
 // Eight bf16 of one pixel's channels [channel, channel + 8), element by element, zeros at or
 // past `channels` (the path for channel counts that are not multiples of 8).
 __device__ __forceinline__ uint4 load_chunk_elementwise(const __nv_bfloat16* __restrict__ row,
@@ -404,297 +251,184 @@ __device__ __forceinline__ uint4 load_chunk_elementwise(const __nv_bfloat16* __r
 // out: [batch, height, width, out_channels]; input: [batch, height, width, in_channels];
 // weight: [out_channels, 3, 3, in_channels]; bias: [out_channels]; all bf16, contiguous.
 // kVectorLoads requires in_channels % 8 == 0 (16-byte aligned pixels and weight rows). Launch:
-// 384 threads, any number of blocks (each walks the kBlockM x 160 tiles of out blockIdx.x,
-// blockIdx.x + gridDim.x, ...; column tiles fastest), dynamic shared memory
-// kStages * (kBlockM + 160) * 128 + 1024 + 128. kSplitK (kBlockM 256, kVectorLoads): exactly
-// 2 * tiles blocks in clusters of 2, blocks 2 c and 2 c + 1 computing tile c together.
-template <int kBlockM, int kStages, bool kVectorLoads, bool kSplitK>
+// 256 threads, one block per kBlockM x 160 tile of out (gridDim.x = cdiv(M, kBlockM) *
+// cdiv(out_channels, 160)), dynamic shared memory kStages * (kBlockM + 160) * 128 + 1024.
+template <int kBlockM, int kStages, bool kVectorLoads>
 __global__ void __launch_bounds__(kThreads, 1)
     conv2d_3x3_kernel(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ input,
                       const __nv_bfloat16* __restrict__ weight,
                       const __nv_bfloat16* __restrict__ bias, int batch, int height, int width,
                       int in_channels, int out_channels) {
-  constexpr int kTilesPerWarpgroup = kBlockM / 128;  // m64 accumulators per wgmma warpgroup
+  constexpr int kTilesPerWarpgroup = kBlockM / 128;  // m64 accumulators per warpgroup
   constexpr int kWarpgroupRows = kBlockM / 2;
   constexpr int kStageBytes = (kBlockM + kBlockN) * kRowBytes;
-  constexpr int kRowsPerPass = kCopyThreads / kChunksPerRow;  // rows one pass of copies covers
-  constexpr int kASlots = kBlockM / kRowsPerPass;             // A chunks per copying thread
-  constexpr int kBSlots = kBlockN / kRowsPerPass;             // B chunks per copying thread
-  constexpr unsigned kConsumerWarps = 8;                      // arrivals that free a stage
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // rows one pass of copies covers
+  constexpr int kASlots = kBlockM / kRowsPerPass;         // A chunks per thread per stage
+  constexpr int kBSlots = kBlockN / kRowsPerPass;         // B chunks per thread per stage
   static_assert(kBlockM == 128 || kBlockM == 256, "one or two m64 tiles per warpgroup");
-  static_assert(kBlockN % kRowsPerPass == 0, "B rows split evenly over the copying threads");
+  static_assert(kBlockN % kRowsPerPass == 0, "B rows split evenly over the threads");
   static_assert(kStageBytes % kAtomBytes == 0, "every stage starts on a swizzle atom");
-  static_assert(kStages >= 2, "one stage in the copies, one in the math");
-  static_assert(
-      !kSplitK || (kVectorLoads && kBlockM == 256 && 2 * 20 * 128 * 16 <= kStages * kStageBytes),
-      "split-K: one warpgroup's partial sums (two m64 x 160 fp32) fit in the stages");
+  static_assert(kStages >= 3, "one stage in the copies, one in the math, one in flight");
 
-  // Stages, 1024-byte aligned in the shared window: kBlockM rows of A, then 160 rows of B; after
-  // them the mbarriers, full[s] (the stage's copies landed) then empty[s] (its wgmmas are done).
+  // Stages, 1024-byte aligned in the shared window: kBlockM rows of A, then 160 rows of B.
   extern __shared__ __align__(16) unsigned char shared_storage[];
   const unsigned smem_base =
       (shared_address(shared_storage) + (kAtomBytes - 1)) & ~static_cast<unsigned>(kAtomBytes - 1);
-  const unsigned full_barriers = smem_base + kStages * kStageBytes;
-  const unsigned empty_barriers = full_barriers + kStages * 8;
-  const unsigned ready_barrier = empty_barriers + kStages * 8;  // split-K: partials written
-  const unsigned taken_barrier = ready_barrier + 8;             // split-K: partials read
-
-  const int thread = static_cast<int>(threadIdx.x);
-  if (thread == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      barrier_init(full_barriers + s * 8, kCopyThreads);
-      barrier_init(empty_barriers + s * 8, kConsumerWarps);
-    }
-    if constexpr (kSplitK) {
-      barrier_init(ready_barrier, 128);
-      barrier_init(taken_barrier, 128);
-    }
-    fence_async_proxy();
-  }
-  if constexpr (kSplitK) {
-    cluster_sync();  // both blocks' barriers are initialised before either arrives remotely
-  } else {
-    __syncthreads();
-  }
 
   const int pixels = batch * height * width;
   const int tiles_n = (out_channels + kBlockN - 1) / kBlockN;
-  const int tiles = (pixels + kBlockM - 1) / kBlockM * tiles_n;
-  // Split-K: the two blocks of a cluster (blockIdx.x 2 c and 2 c + 1) compute tile c, block
-  // `split` over the channel slices [first_slice, end_slice); the launch gives exactly
-  // 2 * tiles blocks, so each block has one tile (the reduction reuses the stages).
-  const int split = kSplitK ? static_cast<int>(blockIdx.x & 1u) : 0;
-  const int first_tile = static_cast<int>(kSplitK ? blockIdx.x >> 1 : blockIdx.x);
-  const int tile_stride = static_cast<int>(kSplitK ? gridDim.x >> 1 : gridDim.x);
-  const int slices = (in_channels + kBlockK - 1) / kBlockK;
-  const int half_slices = (slices + 1) / 2;
-  const int first_slice = kSplitK && split == 1 ? half_slices : 0;
-  const int end_slice = kSplitK && split == 0 ? half_slices : slices;
-  const int k_tiles = 9 * (end_slice - first_slice);
+  const int m0 = static_cast<int>(blockIdx.x) / tiles_n * kBlockM;
+  const int n0 = static_cast<int>(blockIdx.x) % tiles_n * kBlockN;
 
-  if (thread < kCopyThreads) {
-    // The copying warpgroup: fills stage after stage, K tile after K tile, tile after tile,
-    // waiting only for the stage it refills to be released by the wgmma warps.
-    release_registers<kProducerRegisters>();
-    const int chunk = thread % kChunksPerRow;      // the 16-byte chunk this thread copies
-    const int first_row = thread / kChunksPerRow;  // its rows: first_row + i * kRowsPerPass
-    const int weight_row = 9 * in_channels;        // elements per output channel
-    int stage = 0;
-    unsigned phase = 0;   // how many times `stage` has been filled, mod 2
-    bool refill = false;  // true once every stage has been filled once
-    for (int tile = first_tile; tile < tiles; tile += tile_stride) {
-      const int m0 = tile / tiles_n * kBlockM;
-      const int n0 = tile % tiles_n * kBlockN;
-      // Image row (high 16 bits, signed) and column (low 16 bits) of each A row's pixel; an
-      // impossible row for pixels past M, so every tap of them reads as padding.
-      unsigned a_position[kASlots];
+  const int thread = static_cast<int>(threadIdx.x);
+  const int chunk = thread % kChunksPerRow;      // the 16-byte chunk this thread copies
+  const int first_row = thread / kChunksPerRow;  // its rows: first_row + i * kRowsPerPass
+
+  // The output pixel of each A row this thread gathers, and its image row and column (an
+  // impossible row for pixels past M, so every tap of it reads as padding).
+  int a_pixel[kASlots], a_h[kASlots], a_w[kASlots];
 #pragma unroll
-      for (int i = 0; i < kASlots; ++i) {
-        const int pixel = m0 + first_row + i * kRowsPerPass;
-        const int h = pixel < pixels ? pixel / width % height : -4;
-        const int w = pixel % width;
-        a_position[i] = (static_cast<unsigned>(h) << 16) | static_cast<unsigned>(w);
-      }
-      const int a_first = (m0 + first_row) * in_channels;  // element of this thread's first row
-      const int b_first = (n0 + first_row) * weight_row;
-      int slice = first_slice;
-      int tap = 0;
-      for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-        if (refill) barrier_wait(empty_barriers + stage * 8, phase ^ 1u);
-        // K tile k_tile: channels [64 slice, + 64) at tap (dr, ds). The nine taps of a channel
-        // slice are consecutive K tiles, so the input rows they share are still in L1.
-        const int dr = tap / 3 - 1;
-        const int ds = tap - (tap / 3) * 3 - 1;
-        const int channel = slice * kBlockK + chunk * kChunkElems;
-        const bool channel_in = channel < in_channels;
-        const int a_shift = (dr * width + ds) * in_channels + channel;
-        const int b_shift = tap * in_channels + channel;
-        const unsigned stage_address = smem_base + static_cast<unsigned>(stage) * kStageBytes;
-#pragma unroll
-        for (int i = 0; i < kASlots; ++i) {
-          const int ih = (static_cast<int>(a_position[i]) >> 16) + dr;
-          const int iw = static_cast<int>(a_position[i] & 0xFFFFu) + ds;
-          const bool inside = static_cast<unsigned>(ih) < static_cast<unsigned>(height) &&
-                              static_cast<unsigned>(iw) < static_cast<unsigned>(width);
-          const bool valid = inside && channel_in;
-          const int offset = a_first + i * kRowsPerPass * in_channels + a_shift;
-          const unsigned destination =
-              stage_address + swizzled_offset(first_row + i * kRowsPerPass, chunk);
-          if constexpr (kVectorLoads) {
-            copy_async_16_l1(destination, valid ? input + offset : input, valid);
-          } else {
-            store_shared_16(destination, valid ? load_chunk_elementwise(input + (offset - channel),
-                                                                        channel, in_channels)
-                                               : make_uint4(0u, 0u, 0u, 0u));
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < kBSlots; ++j) {
-          const int row = first_row + j * kRowsPerPass;
-          const bool valid = n0 + row < out_channels && channel_in;
-          const int offset = b_first + j * kRowsPerPass * weight_row + b_shift;
-          const unsigned destination =
-              stage_address + kBlockM * kRowBytes + swizzled_offset(row, chunk);
-          if constexpr (kVectorLoads) {
-            copy_async_16_l2(destination, valid ? weight + offset : weight, valid);
-          } else {
-            store_shared_16(destination, valid ? load_chunk_elementwise(weight + (offset - channel),
-                                                                        channel, in_channels)
-                                               : make_uint4(0u, 0u, 0u, 0u));
-          }
-        }
-        if constexpr (kVectorLoads) {
-          barrier_arrive_on_copies(full_barriers + stage * 8);
-        } else {
-          barrier_arrive(full_barriers + stage * 8);
-        }
-        if (++tap == 9) {
-          tap = 0;
-          ++slice;
-        }
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1u;
-          refill = true;
-        }
-      }
-    }
-    if constexpr (kVectorLoads) {  // nothing in flight when the thread exits
-      commit_copies();
-      wait_copies<0>();
-    }
-    return;
+  for (int i = 0; i < kASlots; ++i) {
+    const int pixel = m0 + first_row + i * kRowsPerPass;
+    a_pixel[i] = pixel;
+    a_w[i] = pixel % width;
+    a_h[i] = pixel < pixels ? pixel / width % height : -4;
   }
 
-  // The two wgmma warpgroups: warpgroup g computes rows [g kBlockM / 2, (g + 1) kBlockM / 2) of
-  // each tile, keeping one batch of wgmmas in flight while it waits for the next stage.
-  claim_registers<kConsumerRegisters>();
-  const int consumer = thread - kCopyThreads;
-  const int warpgroup = consumer / 128;
-  const int lane = consumer % 32;
-  const int warp_in_group = (consumer % 128) / 32;
-  const bool even_channels = out_channels % 2 == 0;
-  int stage = 0;
-  unsigned phase = 0;  // how many times `stage` has been consumed, mod 2
-  float acc[kTilesPerWarpgroup][kAccumulators];
-  for (int tile = first_tile; tile < tiles; tile += tile_stride) {
-    const int m0 = tile / tiles_n * kBlockM;
-    const int n0 = tile % tiles_n * kBlockN;
-#pragma unroll
-    for (int t = 0; t < kTilesPerWarpgroup; ++t) {
-#pragma unroll
-      for (int i = 0; i < kAccumulators; ++i) acc[t][i] = 0.0f;
-    }
-    int previous_stage = 0;
-    for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-      barrier_wait(full_barriers + stage * 8, phase);
-      fence_async_proxy();  // the copies (generic proxy) before this warpgroup's wgmma reads
+  const int k_tiles = 9 * ((in_channels + kBlockK - 1) / kBlockK);
+  const long long weight_row = 9ll * in_channels;  // elements per output channel
 
-      const unsigned stage_address = smem_base + static_cast<unsigned>(stage) * kStageBytes;
-      const unsigned a_tile = stage_address + warpgroup * kWarpgroupRows * kRowBytes;
-      const unsigned b_tile = stage_address + kBlockM * kRowBytes;
+  // Starts the copies of K tile `k_tile` (channels [64 (k_tile / 9), + 64) at tap k_tile % 9)
+  // into its stage: A's rows gathered from the tap's neighbours, B's from the weight. The
+  // nine taps of a channel slice are consecutive K tiles, so the input rows they share are
+  // still in L1 (a 128 x 160 tile of a 32-wide image gathers 6 image rows, 24 KiB, for all
+  // nine); the weight's K order is the same (tap, channel) as its rows, just visited slice by
+  // slice.
+  auto load_tile = [&](int k_tile) {
+    const int slice = k_tile / 9;
+    const int tap = k_tile - slice * 9;
+    const int channel = slice * kBlockK + chunk * kChunkElems;
+    const int dr = tap / 3 - 1;
+    const int ds = tap % 3 - 1;
+    const bool channel_in = channel < in_channels;
+    const unsigned stage = smem_base + static_cast<unsigned>(k_tile % kStages) * kStageBytes;
 #pragma unroll
-      for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockK / 16; ++kk) {
-        const unsigned long long b_descriptor = matrix_descriptor(b_tile + kk * 32);
-#pragma unroll
-        for (int t = 0; t < kTilesPerWarpgroup; ++t) {
-          wgmma_m64n160k16(acc[t], matrix_descriptor(a_tile + t * 64 * kRowBytes + kk * 32),
-                           b_descriptor);
-        }
-      }
-      wgmma_commit();
-#pragma unroll
-      for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
-      wgmma_wait<1>();  // this warpgroup's batch k_tile - 1 is done; batch k_tile may still run
-#pragma unroll
-      for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
-      if (k_tile > 0) {
-        __syncwarp();
-        if (lane == 0) barrier_arrive(empty_barriers + previous_stage * 8);
-      }
-      previous_stage = stage;
-      if (++stage == kStages) {
-        stage = 0;
-        phase ^= 1u;
+    for (int i = 0; i < kASlots; ++i) {
+      const int ih = a_h[i] + dr;
+      const int iw = a_w[i] + ds;
+      const bool inside = static_cast<unsigned>(ih) < static_cast<unsigned>(height) &&
+                          static_cast<unsigned>(iw) < static_cast<unsigned>(width);
+      const long long neighbour = static_cast<long long>(a_pixel[i]) + dr * width + ds;
+      const __nv_bfloat16* source = input + neighbour * in_channels;
+      const unsigned destination = stage + swizzled_offset(first_row + i * kRowsPerPass, chunk);
+      if constexpr (kVectorLoads) {
+        const bool valid = inside && channel_in;
+        copy_async_16_l1(destination, valid ? source + channel : input, valid);
+      } else {
+        store_shared_16(destination, inside && channel_in
+                                         ? load_chunk_elementwise(source, channel, in_channels)
+                                         : make_uint4(0u, 0u, 0u, 0u));
       }
     }
-    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < kBSlots; ++j) {
+      const int row = first_row + j * kRowsPerPass;
+      const int o = n0 + row;
+      const bool row_in = o < out_channels;
+      const __nv_bfloat16* source = weight + static_cast<long long>(o) * weight_row +
+                                    static_cast<long long>(tap) * in_channels;
+      const unsigned destination = stage + kBlockM * kRowBytes + swizzled_offset(row, chunk);
+      if constexpr (kVectorLoads) {
+        const bool valid = row_in && channel_in;
+        copy_async_16_l2(destination, valid ? source + channel : weight, valid);
+      } else {
+        store_shared_16(destination, row_in && channel_in
+                                         ? load_chunk_elementwise(source, channel, in_channels)
+                                         : make_uint4(0u, 0u, 0u, 0u));
+      }
+    }
+  };
+
+  const int warpgroup = thread / 128;
+  float acc[kTilesPerWarpgroup][kAccumulators];
+#pragma unroll
+  for (int t = 0; t < kTilesPerWarpgroup; ++t) {
+#pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) acc[t][i] = 0.0f;
+  }
+
+  // Prologue: tiles 0 .. kStages - 3 in flight, one commit group each (empty past the end, so
+  // that "tile t has landed" is always "at most kStages - 3 groups pending").
+#pragma unroll
+  for (int s = 0; s < kStages - 2; ++s) {
+    if (s < k_tiles) load_tile(s);
+    commit_copies();
+  }
+
+  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+    wait_copies<kStages - 3>();  // this thread's copies of tile k_tile have landed
+    fence_async_proxy();
+    __syncthreads();  // everyone's have; every warpgroup is done with tile k_tile - 2
+
+    const unsigned stage = smem_base + static_cast<unsigned>(k_tile % kStages) * kStageBytes;
+    const unsigned a_tile = stage + warpgroup * kWarpgroupRows * kRowBytes;
+    const unsigned b_tile = stage + kBlockM * kRowBytes;
 #pragma unroll
     for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
-    __syncwarp();
-    if (lane == 0 && k_tiles > 0) barrier_arrive(empty_barriers + previous_stage * 8);
-
-    if constexpr (kSplitK) {
-      // Block `split` keeps warpgroup `split`'s rows and receives the other block's partial
-      // sums of them; its other warpgroup sends its own rows' partial sums the other way. The
-      // sender writes them into its own stages (free: every copy has landed and, after the
-      // barrier, every wgmma of both warpgroups has completed), float4 j of thread c at
-      // 16 (128 j + c) bytes, and arrives on the receiver's ready barrier; the receiver reads
-      // them through distributed shared memory, adds them and arrives on the sender's taken
-      // barrier, which keeps the sender's block (and its shared memory) alive until then.
-      const unsigned peer = static_cast<unsigned>(split ^ 1);
-      const unsigned own_slot = static_cast<unsigned>(consumer % 128) * 16;
-      sync_consumers();
-      if (warpgroup != split) {
+    wgmma_fence();
 #pragma unroll
-        for (int t = 0; t < kTilesPerWarpgroup; ++t) {
-#pragma unroll
-          for (int q = 0; q < kAccumulators / 4; ++q) {
-            store_shared_f32x4(smem_base + static_cast<unsigned>(t * 20 + q) * 128 * 16 + own_slot,
-                               acc[t][4 * q], acc[t][4 * q + 1], acc[t][4 * q + 2],
-                               acc[t][4 * q + 3]);
-          }
-        }
-        barrier_arrive_cluster(cluster_address(ready_barrier, peer));
-        barrier_wait_cluster(taken_barrier, 0);
-        continue;  // the receiving block stores these rows
-      }
-      barrier_wait_cluster(ready_barrier, 0);
-      const unsigned peer_partials = cluster_address(smem_base, peer);
+    for (int kk = 0; kk < kBlockK / 16; ++kk) {
+      const unsigned long long b_descriptor = matrix_descriptor(b_tile + kk * 32);
 #pragma unroll
       for (int t = 0; t < kTilesPerWarpgroup; ++t) {
-#pragma unroll
-        for (int q = 0; q < kAccumulators / 4; ++q) {
-          const float4 partial = load_cluster_16(
-              peer_partials + static_cast<unsigned>(t * 20 + q) * 128 * 16 + own_slot);
-          acc[t][4 * q] += partial.x;
-          acc[t][4 * q + 1] += partial.y;
-          acc[t][4 * q + 2] += partial.z;
-          acc[t][4 * q + 3] += partial.w;
-        }
+        wgmma_m64n160k16(acc[t], matrix_descriptor(a_tile + t * 64 * kRowBytes + kk * 32),
+                         b_descriptor);
       }
-      barrier_arrive_cluster(cluster_address(taken_barrier, peer));
     }
+    wgmma_commit();
+#pragma unroll
+    for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
 
-    // Epilogue (the copying warpgroup is already filling the stages of the next tile): bias in
-    // fp32, one rounding to bf16. Thread l of warp w of the warpgroup holds rows
-    // 16 w + l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1) of each m64 accumulator.
+    // Refill the stage of tile k_tile - 2 while this batch runs.
+    if (k_tile + kStages - 2 < k_tiles) load_tile(k_tile + kStages - 2);
+    commit_copies();
+
+    wgmma_wait<1>();  // this warpgroup's batch k_tile - 1 is done; batch k_tile may still run
 #pragma unroll
-    for (int t = 0; t < kTilesPerWarpgroup; ++t) {
-      const int row0 = m0 + warpgroup * kWarpgroupRows + t * 64 + warp_in_group * 16 + lane / 4;
+    for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
+  }
+  wgmma_wait<0>();
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        const int column = n0 + j * 8 + (lane % 4) * 2;
-        if (column >= out_channels) continue;
-        const bool second_in = column + 1 < out_channels;
-        const float bias0 = __bfloat162float(bias[column]);
-        const float bias1 = second_in ? __bfloat162float(bias[column + 1]) : 0.0f;
+  for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
+  wait_copies<0>();  // drain the trailing (empty) groups before the block exits
+
+  // Epilogue: bias in fp32, one rounding to bf16. Thread l of warp w of the warpgroup holds
+  // rows 16 w + l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1) of each m64 accumulator.
+  const int lane = thread % 32;
+  const int warp_in_group = (thread % 128) / 32;
+  const bool even_channels = out_channels % 2 == 0;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = row0 + 8 * half;
-          if (row >= pixels) continue;
-          const float v0 = acc[t][4 * j + 2 * half] + bias0;
-          const float v1 = acc[t][4 * j + 2 * half + 1] + bias1;
-          __nv_bfloat16* destination = out + static_cast<long long>(row) * out_channels + column;
-          if (even_channels) {
-            *reinterpret_cast<__nv_bfloat162*>(destination) = __floats2bfloat162_rn(v0, v1);
-          } else {
-            destination[0] = __float2bfloat16_rn(v0);
-            if (second_in) destination[1] = __float2bfloat16_rn(v1);
-          }
+  for (int t = 0; t < kTilesPerWarpgroup; ++t) {
+    const int row0 = m0 + warpgroup * kWarpgroupRows + t * 64 + warp_in_group * 16 + lane / 4;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      const int column = n0 + j * 8 + (lane % 4) * 2;
+      if (column >= out_channels) continue;
+      const bool second_in = column + 1 < out_channels;
+      const float bias0 = __bfloat162float(bias[column]);
+      const float bias1 = second_in ? __bfloat162float(bias[column + 1]) : 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + 8 * half;
+        if (row >= pixels) continue;
+        const float v0 = acc[t][4 * j + 2 * half] + bias0;
+        const float v1 = acc[t][4 * j + 2 * half + 1] + bias1;
+        __nv_bfloat16* destination = out + static_cast<long long>(row) * out_channels + column;
+        if (even_channels) {
+          *reinterpret_cast<__nv_bfloat162*>(destination) = __floats2bfloat162_rn(v0, v1);
+        } else {
+          destination[0] = __float2bfloat16_rn(v0);
+          if (second_in) destination[1] = __float2bfloat16_rn(v1);
         }
       }
     }
