@@ -8,7 +8,7 @@
 // Caught: the hidden case h_near_silent_qk (q and k of std 3e-4: sums of squares ~1.2e-5, of
 // the order of the epsilon): the op's q_ and k_ are about 4 % shorter than unit length, this
 // kernel's are unit, so each rank-one write k_ u^T is off by ~4 % (~2e-3 on entries of 0.05
-// against a state tolerance of about 4e-6) and o by 4 % or more (rtol 4e-3); host emulation:
+// against a state tolerance of about 4e-6) and o by 4 % or more (rtol 7.8e-3); host emulation:
 // 99 % of the state entries and 96 % of the outputs fail.
 //
 // @launch gdr_no_epsilon<<<cdiv(num_seqs * num_v_heads * head_v_dim, 128), 128>>>(q, k, v, g,
