@@ -26,8 +26,9 @@
 // unprojected size, whatever its projection); the conic (2 dS + 4 u l1) / l2^2 + 2 u / l2 with
 // l1 >= l2 the eigenvalues of cov2d; a radius 3.33 dS / (2 sqrt(a)) + 2 u r; means2d
 // fx dp / z (1 + |x / z|) + 4 u (|fx x / z| + |cx|).
-// Cost: a float64 projection per kept (camera, Gaussian), over up to 16 threads by ranges of
-// Gaussians (0.1 to 0.3 s a million pairs on one core of a build machine).
+// Cost: a float64 projection per (camera, Gaussian) that is kept by either side and not already
+// within the bare tolerance of the reference, over up to 16 threads by ranges of Gaussians (0.1
+// to 0.3 s a million projected pairs on one core of a build machine).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -336,6 +337,18 @@ class GaussianProjectionChecker final : public TaskChecker {
         });
       };
 
+      // Output `o`'s element `at` written and within atol + rtol * |reference's|.
+      const auto close = [&](int o, std::size_t at) {
+        const double value = element_of(*got[o], at), expected = element_of(*want[o], at);
+        return std::fabs(value - expected) <= tol[o].atol + tol[o].rtol * std::fabs(expected) &&
+               !is_poison(got[o]->dtype, got[o]->data, at, variant);
+      };
+      const auto agrees = [&](std::size_t pair) {
+        return close(0, pair * 2) && close(0, pair * 2 + 1) && close(1, pair * 2) &&
+               close(1, pair * 2 + 1) && close(2, pair) && close(3, pair * 3) &&
+               close(3, pair * 3 + 1) && close(3, pair * 3 + 2);
+      };
+
       Gaussian g{};
       for (std::int64_t n = begin; n < end; ++n) {
         bool loaded = false;
@@ -359,6 +372,10 @@ class GaussianProjectionChecker final : public TaskChecker {
           const bool got_keep = got_r[0] != 0.0 || got_r[1] != 0.0;
           const bool want_keep = want_r[0] != 0.0 || want_r[1] != 0.0;
           if (!got_keep && !want_keep) continue;
+          // Kept by both and every value within the bare tolerance of the reference's: the full
+          // rules (tolerance plus a rounding bound, or only "written" for an ill-conditioned
+          // conic) accept it too, so the float64 projection is skipped.
+          if (got_keep && want_keep && agrees(pair)) continue;
 
           if (!loaded) {
             load_gaussian(*means, *quats, *scales, n, g);
