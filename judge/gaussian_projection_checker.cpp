@@ -41,6 +41,7 @@
 #include "core/result.hpp"
 #include "judge/checker_support.hpp"
 #include "judge/task_checker.hpp"
+#include "tasks/rotation.hpp"
 
 namespace crucible::judge {
 namespace {
@@ -486,22 +487,15 @@ class GaussianProjectionChecker final : public TaskChecker {
                             const HostTensorView& scales, std::int64_t n, Gaussian& g) {
     const auto base3 = static_cast<std::size_t>(n * 3);
     const auto base4 = static_cast<std::size_t>(n * 4);
-    double q[4];
+    double q[4], s[3];
     for (int i = 0; i < 4; ++i) q[i] = element_of(quats, base4 + static_cast<std::size_t>(i));
-    const double norm = std::sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
-    const double w = q[0] / norm, x = q[1] / norm, y = q[2] / norm, z = q[3] / norm;
-    const double rot[3][3] = {
-        {1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)},
-        {2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)},
-        {2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)},
-    };
     g.scale2 = 0.0;
     for (int j = 0; j < 3; ++j) {
-      const double s = element_of(scales, base3 + static_cast<std::size_t>(j));
-      g.scale2 = std::max(g.scale2, s * s);
+      s[j] = element_of(scales, base3 + static_cast<std::size_t>(j));
+      g.scale2 = std::max(g.scale2, s[j] * s[j]);
       g.mean[j] = element_of(means, base3 + static_cast<std::size_t>(j));
-      for (int i = 0; i < 3; ++i) g.m[i][j] = rot[i][j] * s;
     }
+    tasks::rotation_times_scale(q, s, g.m);
   }
 };
 

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tasks/rotation.hpp"
+
 namespace crucible::tasks {
 namespace {
 
@@ -38,18 +40,9 @@ core::Status gaussian_projection(const OracleCall& call) {
 
   for (std::int64_t n = 0; n < gaussians; ++n) {
     // R(q) S, q normalised (wxyz).
-    const double* q = &quats.values[static_cast<std::size_t>(n * 4)];
-    const double norm = std::sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
-    const double w = q[0] / norm, x = q[1] / norm, y = q[2] / norm, z = q[3] / norm;
-    const double rot[3][3] = {
-        {1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)},
-        {2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)},
-        {2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)},
-    };
     double m[3][3];
-    for (int i = 0; i < 3; ++i) {
-      for (int j = 0; j < 3; ++j) m[i][j] = rot[i][j] * scales.values[n * 3 + j];
-    }
+    tasks::rotation_times_scale(&quats.values[static_cast<std::size_t>(n * 4)],
+                                &scales.values[static_cast<std::size_t>(n * 3)], m);
     double sigma[3][3];
     for (int i = 0; i < 3; ++i) {
       for (int j = 0; j < 3; ++j) {
