@@ -81,6 +81,25 @@ def make_inputs(torch, view, case, device):
     return tensors
 
 
+def surface_points(torch, n, objects, device):
+    """n points of the surface_points model (docs/tasks.md): a third on the floor z = 0, the rest
+    on `objects` spheres resting on it. The scene depends on `objects` only (its own fixed draw),
+    the points on the call, so the tensors of a case sample the same surfaces."""
+    g = torch.Generator(device="cpu").manual_seed(1234 + objects)
+    radius = 0.05 + 0.1 * torch.rand(objects, generator=g)
+    centre = torch.stack([0.15 + 0.7 * torch.rand(objects, generator=g),
+                          0.15 + 0.7 * torch.rand(objects, generator=g), radius], dim=-1)
+    radius, centre = radius.to(device), centre.to(device)
+    direction = torch.randn(n, 3, device=device)
+    direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    which = torch.randint(objects, (n,), device=device)
+    on_sphere = centre[which] + radius[which, None] * direction
+    floor = torch.rand(n, 3, device=device)
+    floor[:, 2] = 0.0
+    pick = torch.rand(n, device=device) < 1.0 / 3.0
+    return torch.where(pick[:, None], floor, on_sphere)
+
+
 def fill(torch, values, shape, dtype, device):
     kind = (values or {}).get("generator", "zeros")
     numel = 1
@@ -105,6 +124,8 @@ def fill(torch, values, shape, dtype, device):
     elif kind == "list":
         values_list = torch.tensor(values["values"], dtype=torch.float64, device=device)
         t = values_list[torch.arange(numel, device=device) % len(values["values"])].reshape(shape)
+    elif kind == "surface_points":
+        t = surface_points(torch, numel // 3, values["objects"], device).reshape(shape)
     elif kind == "rope_cache":
         dim = values["dim"]
         inv = values.get("theta", 10000.0) ** (-torch.arange(0, dim, 2, device=device) / dim)

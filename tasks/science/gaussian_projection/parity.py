@@ -7,32 +7,6 @@ Signature and contract: tasks/llm/rms_norm/parity.py.
 """
 
 
-def _surface_points(torch, n, device, objects=24):
-    """Means of the surface_points model (docs/tasks.md): a third on the floor z = 0 of the unit
-    square, the rest on `objects` spheres resting on it (one fixed scene of its own draw)."""
-    g = torch.Generator(device="cpu").manual_seed(4321)
-    radius = 0.05 + 0.1 * torch.rand(objects, generator=g)
-    centre = torch.stack([0.15 + 0.7 * torch.rand(objects, generator=g),
-                          0.15 + 0.7 * torch.rand(objects, generator=g), radius], dim=-1)
-    radius, centre = radius.to(device), centre.to(device)
-    direction = torch.randn(n, 3, device=device)
-    direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    which = torch.randint(objects, (n,), device=device)
-    on_sphere = centre[which] + radius[which, None] * direction
-    floor = torch.rand(n, 3, device=device)
-    floor[:, 2] = 0.0
-    pick = torch.rand(n, device=device) < 1.0 / 3.0
-    return torch.where(pick[:, None], floor, on_sphere)
-
-
-def prepare(torch, t, s, sym):
-    """The means from the surface model: the benchmark fills generators it does not know with
-    zeros, which would put every Gaussian at one point. The other inputs are randn and lists,
-    which it fills itself."""
-    means = t["means"]
-    means.copy_(_surface_points(torch, means.shape[0], means.device).to(means.dtype))
-
-
 def gaussian_projection(torch, t, s, sym):
     means, quats, scales = t["means"], t["quats"], t["scales"]  # [N, 3], [N, 4], [N, 3]
     viewmats, Ks = t["viewmats"], t["Ks"]  # [C, 4, 4], [C, 3, 3]
