@@ -7,8 +7,29 @@
 namespace crucible::tasks::manifest_detail {
 namespace {
 
+// One unit in the last place relative to a value just above a power of two (the largest
+// relative ulp) of a floating dtype; 0 for integers.
+double relative_ulp(core::DType dtype) {
+  switch (dtype) {
+    case core::DType::kBF16:
+      return 0x1p-7;
+    case core::DType::kF16:
+      return 0x1p-10;
+    case core::DType::kF32:
+      return 0x1p-23;
+    case core::DType::kF64:
+      return 0x1p-52;
+    case core::DType::kFP8E4M3:
+      return 0x1p-3;
+    case core::DType::kFP8E5M2:
+      return 0x1p-2;
+    default:
+      return 0.0;
+  }
+}
+
 std::optional<Tolerance> parse_tolerance(Context& ctx, const toml::node& node,
-                                         const std::string& path) {
+                                         const std::string& path, core::DType dtype) {
   const auto* table = node.as_table();
   if (table == nullptr) {
     ctx.problems.add(path, "must be a table { atol = ..., rtol = ... }, got " + type_name(node));
@@ -24,6 +45,16 @@ std::optional<Tolerance> parse_tolerance(Context& ctx, const toml::node& node,
       ctx.problems.add(child(path, key), "must be finite and >= 0, got " + number_text(value));
       good = false;
     }
+  }
+  // Two correct kernels that round the same value on either side of a rounding boundary differ
+  // by one ulp: a relative tolerance under that fails one of them, somewhere in a large output.
+  if (good && *rtol > 0.0 && *rtol < relative_ulp(dtype)) {
+    ctx.problems.add(child(path, "rtol"),
+                     "is under one ulp of " + std::string(core::dtype_name(dtype)) + " (" +
+                         number_text(relative_ulp(dtype)) +
+                         "): correct kernels that round on either side of a boundary differ by "
+                         "that much; use 0 (exact) or at least one ulp");
+    good = false;
   }
   if (!good) return std::nullopt;
   return Tolerance{*atol, *rtol};
@@ -139,7 +170,8 @@ void parse_tensors(Context& ctx, const toml::table& root, Task& task,
         if (!is_output(*role)) {
           ctx.problems.add(child(path, "tolerance"), "only outputs (out, inout) are compared");
         } else {
-          tensor.tolerance = parse_tolerance(ctx, *tolerance, child(path, "tolerance"));
+          tensor.tolerance =
+              parse_tolerance(ctx, *tolerance, child(path, "tolerance"), tensor.dtype);
         }
       }
     }
@@ -152,12 +184,13 @@ void parse_tolerance_defaults(Context& ctx, const toml::table& root, Task& task)
   if (table == nullptr) return;
   for (auto&& [key, node] : *table) {
     const std::string path = child("tolerance", key.str());
-    if (!core::dtype_from_name(key.str())) {
+    const auto dtype = core::dtype_from_name(key.str());
+    if (!dtype) {
       ctx.problems.add(path,
                        "unknown dtype " + in_quotes(key.str()) + " (known: " + dtype_list() + ")");
       continue;
     }
-    if (auto tolerance = parse_tolerance(ctx, node, path)) {
+    if (auto tolerance = parse_tolerance(ctx, node, path, *dtype)) {
       task.tolerance_defaults[std::string(key.str())] = *tolerance;
     }
   }

@@ -221,6 +221,8 @@ const BadManifest kBadManifests[] = {
      "tensors[0].tolerance: output 'out' has no tolerance and [tolerance] has no f32 default"},
     {"negative tolerance", "atol = 1e-5", "atol = -1e-5",
      "tolerance.f32.atol: must be finite and >= 0, got -1e-05"},
+    {"relative tolerance under one ulp of its dtype", "rtol = 1e-5", "rtol = 1e-8",
+     "tolerance.f32.rtol: is under one ulp of f32", true},
     {"id that does not match the folder", "id = \"llm/toy\"", "id = \"llm/toys\"",
      "id: 'llm/toys' does not match the folder (expected 'llm/toy')"},
     {"unknown category", "category = \"llm\"", "category = \"cooking\"",
