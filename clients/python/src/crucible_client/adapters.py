@@ -60,8 +60,9 @@ Outcome = Dict[str, Any]  # {reward: float|None, status: str, body: reply body|N
 
 
 def _score_fields(
-    task: str, completion: Any, which: str, reward: Optional[Mapping[str, Any]], seed: Optional[int]
-) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    task: str, completion: Any, which: str, reward: Optional[Mapping[str, Any]], seed: Optional[int],
+    tag: Optional[wire.Tag] = None,
+) -> Tuple[Dict[str, Any], Optional[str]]:
     """(score request fields, why the completion had no usable source)."""
     try:
         source = extract_source(completion, which=which)
@@ -71,7 +72,7 @@ def _score_fields(
     except NoSourceFound as exc:
         source, problem = NO_SOURCE_PLACEHOLDER, str(exc)
     fields = {"task": task, "source": source, "reward": dict(reward) if reward else None,
-              "seed": seed}
+              "seed": seed, "tag": wire.merge_tags(tag)}
     return fields, problem
 
 
@@ -98,8 +99,11 @@ def score_completions(
     seed: Optional[int] = None,
     max_inflight: int = 64,
     timeout: Optional[float] = None,
+    tag: Union[wire.Tag, Sequence[Optional[wire.Tag]], None] = None,
 ) -> List[Outcome]:
     """Scores each completion on its task, concurrently; one outcome map per completion.
+
+    `tag` is one request tag for every score, or a sequence with one (or None) per completion.
 
     An outcome is `{reward, status, infra, body, speedup, error, no_source}`: `reward` is None
     for infra_error (and for timeouts, lost connections and `busy` after the client's
@@ -108,7 +112,9 @@ def score_completions(
     """
     if len(tasks) != len(completions):
         raise ValueError(f"{len(tasks)} tasks for {len(completions)} completions")
-    prepared = [_score_fields(t, c, which, reward, seed) for t, c in zip(tasks, completions)]
+    tags = _per_sample(tag, len(completions))
+    prepared = [_score_fields(t, c, which, reward, seed, g)
+                for t, c, g in zip(tasks, completions, tags)]
     replies = client.score_many([f for f, _ in prepared], max_inflight=max_inflight,
                                 timeout=timeout, return_exceptions=True)
     redo = _oversized(replies, prepared)
@@ -129,6 +135,27 @@ def _oversized(replies: List[Any], prepared: List[Tuple[Dict[str, Any], Optional
         fields = dict(prepared[i][0], source=NO_SOURCE_PLACEHOLDER)
         prepared[i] = (fields, "source over the server's size limit")
     return redo
+
+
+def _per_sample(tag: Union[wire.Tag, Sequence[Optional[wire.Tag]], None], n: int
+                ) -> List[Optional[wire.Tag]]:
+    if tag is None or isinstance(tag, Mapping):
+        return [tag] * n
+    tags = list(tag)
+    if len(tags) != n:
+        raise ValueError(f"{len(tags)} tags for {n} completions")
+    return tags
+
+
+# A TRL reward function's tag: one map for every sample, or a function of the sample's index in
+# the call and the call's keyword arguments (dataset columns, trainer_state) returning one.
+TagSpec = Union[wire.Tag, Callable[[int, Mapping[str, Any]], Optional[wire.Tag]], None]
+
+
+def _tags_for(tag: TagSpec, n: int, kwargs: Mapping[str, Any]) -> List[Optional[wire.Tag]]:
+    if tag is None or isinstance(tag, Mapping):
+        return [tag] * n
+    return [tag(i, kwargs) for i in range(n)]
 
 
 def _tasks_for(
@@ -186,6 +213,7 @@ def make_trl_reward(
     no_source_reward: Optional[float] = None,
     infra_reward: str = "none",
     name: str = "crucible_reward",
+    tag: TagSpec = None,
 ) -> Callable[..., List[Optional[float]]]:
     """A TRL reward function `(prompts, completions, **kwargs) -> list[float | None]`.
 
@@ -197,8 +225,13 @@ def make_trl_reward(
     (`infra_reward="none"`), or the infra sample gets its prompt group's mean reward
     (`"group_mean"`), as the module docstring explains. The function's `last_outcomes`
     attribute holds the last call's outcome maps (status, speedup, full reply) for logging.
+    `tag` labels every score in the server's log: a map, or `f(index, kwargs) -> map` called per
+    sample with the call's keyword arguments (e.g. `{"run": "grpo-7", "step":
+    kwargs["trainer_state"].global_step}`).
     """
     _check_infra_reward(infra_reward)
+    if tag is not None and not callable(tag):
+        wire.check_tag(tag)  # a bad tag fails here, not in the middle of training
     holder = _ClientHolder(server)
 
     def reward_function(prompts: Any = None, completions: Sequence[Any] = (), **kwargs: Any
@@ -207,7 +240,7 @@ def make_trl_reward(
         tasks = _tasks_for(len(completions), task, task_field, kwargs)
         outcomes = score_completions(holder.get(), tasks, completions, which=which,
                                      reward=reward, seed=seed, max_inflight=max_inflight,
-                                     timeout=timeout)
+                                     timeout=timeout, tag=_tags_for(tag, len(completions), kwargs))
         reward_function.last_outcomes = outcomes  # type: ignore[attr-defined]
         return _rewards(outcomes, no_source_reward, infra_reward, prompts)
 
@@ -230,6 +263,7 @@ def make_trl_reward_async(
     no_source_reward: Optional[float] = None,
     infra_reward: str = "none",
     name: str = "crucible_reward",
+    tag: TagSpec = None,
 ) -> Callable[..., Any]:
     """The same reward as `make_trl_reward`, as a coroutine function (TRL runs async reward
     functions on its own event loop, concurrently with the others). One AsyncClient is opened
@@ -237,6 +271,8 @@ def make_trl_reward_async(
     from .aio import AsyncClient
 
     _check_infra_reward(infra_reward)
+    if tag is not None and not callable(tag):
+        wire.check_tag(tag)
     clients: Dict[int, Tuple[Any, AsyncClient]] = {}
 
     async def reward_function(prompts: Any = None, completions: Sequence[Any] = (), **kwargs: Any
@@ -249,7 +285,9 @@ def make_trl_reward_async(
         client = entry[1]
         completions = list(completions)
         tasks = _tasks_for(len(completions), task, task_field, kwargs)
-        prepared = [_score_fields(t, c, which, reward, seed) for t, c in zip(tasks, completions)]
+        tags = _tags_for(tag, len(completions), kwargs)
+        prepared = [_score_fields(t, c, which, reward, seed, g)
+                    for t, c, g in zip(tasks, completions, tags)]
         replies = await client.score_many([f for f, _ in prepared], max_inflight=max_inflight,
                                           timeout=timeout, return_exceptions=True)
         redo = _oversized(replies, prepared)
@@ -347,7 +385,8 @@ def compute_score(
     infra_error, no_source}` (verl logs the extra keys). `speedup` is 0.0 when not timed.
 
     Keyword arguments (verl's `reward_kwargs`): `endpoint`, `reward` (a reward spec), `seed`,
-    `which` ("last"/"first" code block), `timeout`.
+    `which` ("last"/"first" code block), `timeout`, `tag` (a request tag; `extra_info["tag"]`
+    is merged over it).
     """
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info],
                                **kwargs)[0]
@@ -365,9 +404,13 @@ def compute_score_batch(
     which: str = "last",
     timeout: Optional[float] = None,
     max_inflight: int = 64,
+    tag: Optional[wire.Tag] = None,
     **ignored: Any,
 ) -> List[Dict[str, Any]]:
-    """verl's batch reward function (BatchRewardManager): every response scored concurrently."""
+    """verl's batch reward function (BatchRewardManager): every response scored concurrently.
+
+    `tag` (from `reward_kwargs`) labels every score; a sample's `extra_info["tag"]` map is
+    merged over it."""
     extras = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
     if ignored:
         warnings.warn(f"compute_score_batch ignores {sorted(ignored)}", stacklevel=2)
@@ -377,7 +420,9 @@ def compute_score_batch(
         if len(given) > 1:
             raise ValueError(f"the batch names {len(given)} endpoints; score one per call")
         endpoint = given.pop() if given else None
+    tags = [wire.merge_tags(tag, e.get("tag") if isinstance(e, Mapping) else None)
+            for e in extras]
     outcomes = score_completions(_verl_client(endpoint), tasks, list(solution_strs), which=which,
                                  reward=reward, seed=seed, max_inflight=max_inflight,
-                                 timeout=timeout)
+                                 timeout=timeout, tag=tags)
     return [_verl_result(o) for o in outcomes]

@@ -21,6 +21,7 @@ from .client import (
     DEFAULT_TIMEOUT_S,
     Client,
     ScoreItem,
+    with_default_tag,
 )
 from .errors import (
     Busy,
@@ -41,7 +42,8 @@ class AsyncClient:
     same as Client's: the CrucibleError subclass of the wire code, CrucibleTimeout after
     `timeout` seconds, CrucibleConnectionError when no connection comes up within
     `connect_timeout` seconds (the request is then not sent). `busy` replies are retried up
-    to `busy_retries` times with exponential backoff. Use from one event loop.
+    to `busy_retries` times with exponential backoff. `tag` is Client's default request tag.
+    Use from one event loop.
 
         async with AsyncClient(endpoint) as client:
             replies = await client.score_many(items, max_inflight=64)
@@ -56,12 +58,14 @@ class AsyncClient:
         context: Optional[zmq.asyncio.Context] = None,
         connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT_S,
         busy_retries: int = DEFAULT_BUSY_RETRIES,
+        tag: Optional[wire.Tag] = None,
     ):
         self.endpoint = endpoint
         self.timeout = float(timeout)
         self.max_frame_bytes = max_frame_bytes
         self.connect_timeout = connect_timeout
         self.busy_retries = max(0, int(busy_retries))
+        self.tag = wire.merge_tags(tag)
         self.busy_retried = 0
         self._context = context or zmq.asyncio.Context.instance()
         self._socket = self._context.socket(zmq.DEALER)
@@ -91,7 +95,11 @@ class AsyncClient:
     async def request(
         self, op: str, *, timeout: Optional[float] = None, **fields: Any
     ) -> Dict[str, Any]:
-        """Sends one request and returns its full reply map, or raises a CrucibleError."""
+        """Sends one request and returns its full reply map, or raises a CrucibleError.
+
+        As Client.submit, a `reset` or `score` carries the client's default `tag` under its own.
+        """
+        fields = with_default_tag(op, fields, self.tag)
         wait = self.timeout if timeout is None else float(timeout)
         deadline = asyncio.get_running_loop().time() + wait
         attempt = 0
@@ -307,16 +315,19 @@ class AsyncEnv:
         options: Optional[Dict[str, Any]] = None,
         max_steps: Optional[int] = None,
         reward: Optional[Dict[str, Any]] = None,
+        tag: Optional[wire.Tag] = None,
     ) -> Dict[str, Any]:
         """Opens a new episode (closing the previous one); returns the observation
-        {episode, task, max_steps, step}."""
+        {episode, task, max_steps, step}. `tag` labels the episode: its steps carry it unless
+        they set their own."""
         if self.episode is not None:
             try:
                 await self.close_episode()
             except UnknownEpisode:
                 pass  # it expired on the server; nothing left to close
         observation = wire.body(await self.client.request(
-            "reset", task=task, seed=seed, max_steps=max_steps, reward=reward, options=options))
+            "reset", task=task, seed=seed, max_steps=max_steps, reward=reward, options=options,
+            tag=tag))
         self.episode = observation["episode"]
         self.task_id = task
         self.max_steps = observation.get("max_steps")
@@ -324,13 +335,13 @@ class AsyncEnv:
         return observation
 
     async def step(
-        self, source: Any, plan: Any = None
+        self, source: Any, plan: Any = None, tag: Optional[wire.Tag] = None
     ) -> Tuple[Dict[str, Any], float, bool, bool, Dict[str, Any]]:
         """(observation, reward, terminated, truncated, info), as Env.step."""
         if self.episode is None:
             raise RuntimeError("step() needs an open episode: call reset() first")
         reply = await self.client.request(
-            "step", episode=self.episode, source=wire.source_text(source), plan=plan)
+            "step", episode=self.episode, source=wire.source_text(source), plan=plan, tag=tag)
         observation = dict(reply.get("result") or {})
         observation["step"] = reply.get("step")
         self.steps = reply.get("step", self.steps)

@@ -289,6 +289,16 @@ class _Pipeline:
             _settle(entry.future, exc=exc)
 
 
+def with_default_tag(op: str, fields: Dict[str, Any], default: Optional[wire.Tag]
+                     ) -> Dict[str, Any]:
+    """`fields` with the client's default tag merged under the request's own, for the ops that
+    open something (reset, score). A step without a tag takes its episode's reset tag on the
+    server, which a default added here would replace."""
+    if default is None or op not in ("reset", "score"):
+        return fields
+    return dict(fields, tag=wire.merge_tags(default, fields.get("tag")))
+
+
 def _settle(future: Future, result: Any = None, exc: Optional[BaseException] = None) -> None:
     if future.done():
         return
@@ -312,7 +322,10 @@ class Client:
 
     One background thread owns the socket; every public method is thread-safe.
     `max_frame_bytes` (None: unchecked) refuses oversized requests before they are sent,
-    because the server drops a peer that sends a frame over its transport limit.
+    because the server drops a peer that sends a frame over its transport limit. `tag` (a map
+    of at most 8 string keys to strings or integers, `wire.check_tag`) is sent with every
+    `reset` and `score`, under the request's own tag; the server echoes it in the reply and
+    keeps it in the trajectory log.
     """
 
     def __init__(
@@ -325,6 +338,7 @@ class Client:
         detect_disconnect: bool = True,
         connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT_S,
         busy_retries: int = DEFAULT_BUSY_RETRIES,
+        tag: Optional[wire.Tag] = None,
     ):
         if timeout <= 0:
             raise ValueError("timeout must be positive")
@@ -334,6 +348,7 @@ class Client:
         self.timeout = float(timeout)
         self.max_frame_bytes = max_frame_bytes
         self.busy_retries = max(0, int(busy_retries))
+        self.tag = wire.merge_tags(tag)
         self._busy_retried = 0
         self._context = context or zmq.Context.instance()
         self._ids = itertools.count(1)
@@ -367,13 +382,16 @@ class Client:
     def submit(self, op: str, *, timeout: Optional[float] = None, **fields: Any) -> Future:
         """Sends one request and returns at once; see the class docstring for the Future.
 
-        Fields set to None are left out of the request. Raises TooLarge (before sending) when
+        Fields set to None are left out of the request. A `reset` or `score` carries the
+        client's default `tag` merged under its own (a `step` inherits its episode's tag on the
+        server, so the default is not added to it). Raises TooLarge (before sending) when
         the frame is over `max_frame_bytes`, CrucibleConnectionError when the client is closed.
         A `busy` reply is retried (a new id each time) up to `busy_retries` times with
         exponential backoff, within the request's timeout; the last `Busy` is raised after that.
         """
         wait = self.timeout if timeout is None else float(timeout)
         deadline = time.monotonic() + wait
+        fields = with_default_tag(op, fields, self.tag)
         first = self._send_once(op, fields, wait)
         if self.busy_retries == 0:
             return first

@@ -36,7 +36,7 @@ class Env:
         context: Optional[zmq.Context] = None,
         **client_options: Any,
     ):
-        # client_options go to Client: connect_timeout, busy_retries, max_frame_bytes...
+        # client_options go to Client: connect_timeout, busy_retries, max_frame_bytes, tag...
         self.client = Client(endpoint, timeout=timeout, context=context, **client_options)
         self.client_name = client_name
         self.episode: Optional[str] = None  # id of the open episode, if any
@@ -64,11 +64,13 @@ class Env:
         plan: Any = None,
         seed: Optional[int] = None,
         reward: Optional[Dict[str, Any]] = None,
+        tag: Optional[wire.Tag] = None,
     ) -> Dict[str, Any]:
-        """Scores one source without an episode: returns {task, result, reward}."""
+        """Scores one source without an episode: returns {task, result, reward} (and `tag`,
+        echoed, from a server that keeps tags)."""
         reply = self.client.request(
             "score", task=task, source=wire.source_text(source), plan=plan, seed=seed,
-            reward=reward,
+            reward=reward, tag=tag,
         )
         return wire.body(reply)
 
@@ -84,10 +86,13 @@ class Env:
         options: Optional[Dict[str, Any]] = None,
         max_steps: Optional[int] = None,
         reward: Optional[Dict[str, Any]] = None,
+        tag: Optional[wire.Tag] = None,
     ) -> Dict[str, Any]:
         """Opens a new episode (closing the previous one) and returns the observation.
 
         The observation is the reply body: {episode, task: <agent view>, max_steps, step: 0}.
+        `tag` (at most 8 string keys to strings or integers) labels the episode in the
+        server's log; its steps carry it unless they set their own.
         """
         if self.episode is not None:
             try:
@@ -95,7 +100,8 @@ class Env:
             except UnknownEpisode:
                 pass  # it expired on the server; nothing left to close
         reply = self.client.request(
-            "reset", task=task, seed=seed, max_steps=max_steps, reward=reward, options=options
+            "reset", task=task, seed=seed, max_steps=max_steps, reward=reward, options=options,
+            tag=tag,
         )
         observation = wire.body(reply)
         self.episode = observation["episode"]
@@ -104,16 +110,19 @@ class Env:
         self.steps = observation.get("step", 0)
         return observation
 
-    def step(self, source: Union[str, bytes], plan: Any = None) -> StepReturn:
+    def step(
+        self, source: Union[str, bytes], plan: Any = None, tag: Optional[wire.Tag] = None
+    ) -> StepReturn:
         """Submits one action; returns (observation, reward, terminated, truncated, info).
 
         observation is the step's result map ({status, message, reward, stages, compile,
-        correctness, timing}) plus `step`; info is the full reply, including `best`.
+        correctness, timing}) plus `step`; info is the full reply, including `best`. `tag`
+        replaces the episode's reset tag for this step only.
         """
         if self.episode is None:
             raise RuntimeError("step() needs an open episode: call reset() first")
         reply = self.client.request(
-            "step", episode=self.episode, source=wire.source_text(source), plan=plan
+            "step", episode=self.episode, source=wire.source_text(source), plan=plan, tag=tag
         )
         observation = dict(reply.get("result") or {})
         observation["step"] = reply.get("step")

@@ -52,8 +52,9 @@ class CrucibleGymEnv(gymnasium.Env):
         "speedup": the step's speedup over the reference, 0.0 when it was not timed (float64),
     }
 
-    reset(seed=..., options={"task": ..., "max_steps": ..., "reward": {...}}) opens an episode
-    (the task defaults to the constructor's); `seed` also seeds the server's case values.
+    reset(seed=..., options={"task": ..., "max_steps": ..., "reward": {...}, "tag": {...}}) opens
+    an episode (the task defaults to the constructor's); `seed` also seeds the server's case
+    values; `tag` is merged over the constructor's and labels the episode in the server's log.
     info after reset: {task, max_steps, reward_spec, task_view (the agent view map)}; after a
     step: {result (the server's full result map), best, infra_error}. No transport ids (request
     or episode ids) appear in either. The env is registered as nondeterministic: timings, and
@@ -73,6 +74,7 @@ class CrucibleGymEnv(gymnasium.Env):
         text_chars: int = 32768,
         prompt_options: Optional[Mapping[str, Any]] = None,
         hardware_notes: bool = True,
+        tag: Optional[wire.Tag] = None,
     ):
         super().__init__()
         self.task = task
@@ -81,6 +83,7 @@ class CrucibleGymEnv(gymnasium.Env):
         self.text_chars = int(text_chars)
         self.prompt_options = dict(prompt_options or {})
         self.hardware_notes = hardware_notes
+        self.tag = wire.merge_tags(tag)
         self._hello: Optional[Dict[str, Any]] = None
         self.env = Env(endpoint, timeout, client_name="crucible_client.CrucibleGymEnv")
         self.action_space = spaces.Text(
@@ -98,7 +101,8 @@ class CrucibleGymEnv(gymnasium.Env):
             ENV_ID, entry_point=ENTRY_POINT, nondeterministic=True,
             kwargs={"task": task, "endpoint": endpoint, "max_steps": max_steps, "reward": reward,
                     "timeout": timeout, "text_chars": text_chars,
-                    "prompt_options": self.prompt_options, "hardware_notes": hardware_notes},
+                    "prompt_options": self.prompt_options, "hardware_notes": hardware_notes,
+                    "tag": self.tag},
         )
 
     def _observation(self, text: str, status: str, step: int, speedup: Any) -> Dict[str, Any]:
@@ -121,8 +125,9 @@ class CrucibleGymEnv(gymnasium.Env):
         task = options.pop("task", self.task)
         max_steps = options.pop("max_steps", self.max_steps)
         reward = options.pop("reward", self.reward_spec)
+        tag = wire.merge_tags(self.tag, options.pop("tag", None))
         reply = self.env.reset(
-            task, seed=seed, options=options or None, max_steps=max_steps, reward=reward
+            task, seed=seed, options=options or None, max_steps=max_steps, reward=reward, tag=tag
         )
         view = reply.get("task") or {}
         prompt_options = dict(self.prompt_options)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import msgpack
 
@@ -18,6 +18,17 @@ MAX_FRAME_BYTES = 1 << 20
 MAX_SOURCE_BYTES = 256 << 10
 MAX_ID_BYTES = 128
 MAX_STEPS_CAP = 10000
+# Request tags (`tag` on reset, step and score): a map of string keys to strings or integers,
+# echoed in the reply and kept in the trajectory log.
+MAX_TAG_KEYS = 8
+MAX_TAG_KEY_BYTES = 32
+MAX_TAG_VALUE_BYTES = 256
+TAGGED_OPS = ("reset", "step", "score")
+_INT64_MIN = -(1 << 63)
+_UINT64_MAX = (1 << 64) - 1
+
+TagValue = Union[str, int]
+Tag = Mapping[str, TagValue]
 
 OPS = ("hello", "tasks", "task", "reset", "step", "score", "close", "stats")
 STATUSES = (
@@ -45,6 +56,7 @@ def encode_request(
 ) -> bytes:
     """One msgpack map {v, id, op, **fields}; fields whose value is None are left out.
 
+    A `tag` field is checked against the tag limits (`check_tag`: TypeError, ValueError).
     Raises TooLarge when the encoded frame exceeds `max_frame_bytes` (None disables the check).
     """
     request: Dict[str, Any] = {"v": PROTOCOL_VERSION, "id": request_id, "op": op}
@@ -53,7 +65,7 @@ def encode_request(
             continue
         if key in request:
             raise ValueError(f"field {key!r} is part of the envelope and cannot be set")
-        request[key] = value
+        request[key] = check_tag(value) if key == "tag" else value
     frame = msgpack.packb(request, use_bin_type=True)
     if max_frame_bytes is not None and len(frame) > max_frame_bytes:
         raise TooLarge(
@@ -117,6 +129,49 @@ def check_reply(reply: Any) -> Dict[str, Any]:
     if not isinstance(code, str) or not isinstance(message, str):
         raise ProtocolError(None, "error reply needs string 'code' and 'message'", reply)
     raise error_from_wire(code, message, reply)
+
+
+def check_tag(tag: Any) -> Dict[str, TagValue]:
+    """A request tag as it will be sent: a dict of at most 8 non-empty string keys of at most
+    32 bytes, each mapped to a string of at most 256 bytes or a 64-bit integer.
+
+    Raises TypeError for a wrong type (a bool is not an integer here) and ValueError for a
+    limit, naming the key, so a bad tag fails before it is sent.
+    """
+    if not isinstance(tag, Mapping):
+        raise TypeError(f"tag must be a map of strings to strings or integers, got "
+                        f"{type(tag).__name__}")
+    if len(tag) > MAX_TAG_KEYS:
+        raise ValueError(f"tag has {len(tag)} keys; at most {MAX_TAG_KEYS} are allowed")
+    checked: Dict[str, TagValue] = {}
+    for key, value in tag.items():
+        if not isinstance(key, str):
+            raise TypeError(f"tag keys must be strings, got {type(key).__name__} {key!r}")
+        if not key:
+            raise ValueError("tag keys must not be empty")
+        if len(key.encode("utf-8")) > MAX_TAG_KEY_BYTES:
+            raise ValueError(f"tag key {key[:40]!r} is over {MAX_TAG_KEY_BYTES} bytes")
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise TypeError(f"tag value of {key!r} must be a string or an integer, got "
+                            f"{type(value).__name__}")
+        if isinstance(value, str) and len(value.encode("utf-8")) > MAX_TAG_VALUE_BYTES:
+            raise ValueError(f"tag value of {key!r} is over {MAX_TAG_VALUE_BYTES} bytes")
+        if isinstance(value, int) and not _INT64_MIN <= value <= _UINT64_MAX:
+            raise ValueError(f"tag value of {key!r} does not fit in 64 bits")
+        checked[key] = value
+    return checked
+
+
+def merge_tags(*tags: Optional[Tag]) -> Optional[Dict[str, TagValue]]:
+    """The tags merged left to right (later keys win), checked; None when all are None."""
+    merged: Dict[str, TagValue] = {}
+    given = False
+    for tag in tags:
+        if tag is None:
+            continue
+        given = True
+        merged.update(check_tag(tag))
+    return check_tag(merged) if given else None
 
 
 def body(reply: Mapping[str, Any]) -> Dict[str, Any]:
