@@ -11,6 +11,8 @@ and writes feedback from results; `crucible_client.adapters` has reward function
 verl; `crucible_client.gym_env.CrucibleGymEnv` wraps an episode as a gymnasium.Env (optional).
 """
 
+from typing import Any
+
 from .client import DEFAULT_TIMEOUT_S, Client
 from .env import Env
 from .errors import (
@@ -37,7 +39,7 @@ from .wire import DEFAULT_ENDPOINT, OPS, PROTOCOL_VERSION, STATUSES
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # Imported lazily so that asyncio and gymnasium are only loaded by those who use them.
     if name == "AsyncClient":
         from .aio import AsyncClient

@@ -35,7 +35,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import wire
-from .client import Client
+from .client import DEFAULT_TIMEOUT_S, Client
 from .errors import CrucibleError, TooLarge
 from .prompts import NoSourceFound, extract_source
 
@@ -280,7 +280,7 @@ def make_trl_reward_async(
         loop = asyncio.get_running_loop()
         entry = clients.get(id(loop))
         if entry is None or entry[0] is not loop:
-            entry = (loop, AsyncClient(endpoint, **({"timeout": timeout} if timeout else {})))
+            entry = (loop, AsyncClient(endpoint, timeout=timeout or DEFAULT_TIMEOUT_S))
             clients[id(loop)] = entry
         client = entry[1]
         completions = list(completions)

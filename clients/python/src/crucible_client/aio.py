@@ -84,10 +84,10 @@ class AsyncClient:
             self._socket.close(linger=0)
             raise CrucibleConnectionError(None, f"cannot connect to {endpoint!r}: {exc}") from None
         self._connected: Optional[asyncio.Event] = None
-        self._watcher: Optional[asyncio.Task] = None
+        self._watcher: "Optional[asyncio.Task[None]]" = None
         self._ids = itertools.count(1)
-        self._pending: Dict[int, asyncio.Future] = {}
-        self._reader: Optional[asyncio.Task] = None
+        self._pending: "Dict[int, asyncio.Future[Any]]" = {}
+        self._reader: "Optional[asyncio.Task[None]]" = None
         self._closed = False
         self.dropped_replies = 0
         self.protocol_violations = 0
@@ -224,10 +224,12 @@ class AsyncClient:
         return wire.body(await self.request("hello", client=client))
 
     async def tasks(self, category: Optional[str] = None) -> List[Dict[str, Any]]:
-        return (await self.request("tasks", category=category))["tasks"]
+        tasks: List[Dict[str, Any]] = (await self.request("tasks", category=category))["tasks"]
+        return tasks
 
     async def task(self, task_id: str) -> Dict[str, Any]:
-        return (await self.request("task", task=task_id))["task"]
+        view: Dict[str, Any] = (await self.request("task", task=task_id))["task"]
+        return view
 
     async def score(self, task: str, source: Any, **fields: Any) -> Dict[str, Any]:
         fields.update(task=task, source=wire.source_text(source))

@@ -41,7 +41,7 @@ _CONNECTED_EVENT = getattr(zmq, "EVENT_HANDSHAKE_SUCCEEDED", zmq.EVENT_CONNECTED
 class _Pending:
     __slots__ = ("future", "deadline", "timeout", "op", "sent", "queued_at")
 
-    def __init__(self, future: Future, deadline: float, timeout: float, op: str):
+    def __init__(self, future: "Future[Any]", deadline: float, timeout: float, op: str):
         self.future = future
         self.deadline = deadline
         self.timeout = timeout
@@ -59,8 +59,8 @@ class _Pipeline:
 
     def __init__(
         self,
-        sock: zmq.Socket,
-        monitor: Optional[zmq.Socket],
+        sock: "zmq.Socket[bytes]",
+        monitor: "Optional[zmq.Socket[bytes]]",
         endpoint: str,
         connect_timeout: Optional[float] = None,
     ):
@@ -71,7 +71,7 @@ class _Pipeline:
         self.connect_timeout = connect_timeout if monitor is not None else None
         self.connected = False
         self.lock = threading.Lock()
-        self.outbox: collections.deque = collections.deque()  # (id, frame)
+        self.outbox: "collections.deque[Tuple[wire.RequestId, bytes]]" = collections.deque()
         self.pending: Dict[wire.RequestId, _Pending] = {}
         self.deadlines: List[Tuple[float, wire.RequestId]] = []
         self.closing = False
@@ -216,6 +216,8 @@ class _Pipeline:
                 _settle(entry.future, exc=exc)
 
     def _read_monitor(self) -> None:
+        if self.monitor is None:
+            return
         while True:
             try:
                 event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
@@ -250,9 +252,9 @@ class _Pipeline:
                         unconnected.append(self.pending.pop(rid))
             while self.deadlines and self.deadlines[0][0] <= now:
                 _, rid = heapq.heappop(self.deadlines)
-                entry = self.pending.pop(rid, None)
-                if entry is not None:
-                    expired.append(entry)
+                lapsed = self.pending.pop(rid, None)
+                if lapsed is not None:
+                    expired.append(lapsed)
         for entry in unconnected:
             _settle(
                 entry.future,
@@ -299,7 +301,7 @@ def with_default_tag(op: str, fields: Dict[str, Any], default: Optional[wire.Tag
     return dict(fields, tag=wire.merge_tags(default, fields.get("tag")))
 
 
-def _settle(future: Future, result: Any = None, exc: Optional[BaseException] = None) -> None:
+def _settle(future: "Future[Any]", result: Any = None, exc: Optional[BaseException] = None) -> None:
     if future.done():
         return
     if exc is not None:
@@ -334,7 +336,7 @@ class Client:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         max_frame_bytes: Optional[int] = wire.MAX_FRAME_BYTES,
-        context: Optional[zmq.Context] = None,
+        context: "Optional[zmq.Context[Any]]" = None,
         detect_disconnect: bool = True,
         connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT_S,
         busy_retries: int = DEFAULT_BUSY_RETRIES,
@@ -379,7 +381,8 @@ class Client:
         self._finalizer = weakref.finalize(self, self._pipeline.shutdown)
 
     # -- requests -------------------------------------------------------------------------
-    def submit(self, op: str, *, timeout: Optional[float] = None, **fields: Any) -> Future:
+    def submit(self, op: str, *, timeout: Optional[float] = None, **fields: Any
+               ) -> "Future[Dict[str, Any]]":
         """Sends one request and returns at once; see the class docstring for the Future.
 
         Fields set to None are left out of the request. A `reset` or `score` carries the
@@ -395,10 +398,10 @@ class Client:
         first = self._send_once(op, fields, wait)
         if self.busy_retries == 0:
             return first
-        outer: Future = Future()
+        outer: "Future[Dict[str, Any]]" = Future()
         outer.set_running_or_notify_cancel()
 
-        def settle_from(inner: Future, attempt: int) -> None:
+        def settle_from(inner: "Future[Dict[str, Any]]", attempt: int) -> None:
             exc = inner.exception()
             if isinstance(exc, Busy) and attempt < self.busy_retries and not self.closed:
                 delay = min(BUSY_BACKOFF_CAP_S, BUSY_BACKOFF_S * 2 ** attempt)
@@ -426,11 +429,12 @@ class Client:
         first.add_done_callback(lambda f: settle_from(f, 0))
         return outer
 
-    def _send_once(self, op: str, fields: Mapping[str, Any], wait: float) -> Future:
+    def _send_once(self, op: str, fields: Mapping[str, Any], wait: float
+                   ) -> "Future[Dict[str, Any]]":
         with self._id_lock:
             rid = next(self._ids)
         frame = wire.encode_request(rid, op, fields, self.max_frame_bytes)
-        future: Future = Future()
+        future: "Future[Dict[str, Any]]" = Future()
         future.set_running_or_notify_cancel()  # in flight: cannot be cancelled
         entry = _Pending(future, time.monotonic() + wait, wait, op)
         self._pipeline.enqueue(rid, frame, entry)
@@ -460,28 +464,28 @@ class Client:
         if max_inflight < 1:
             raise ValueError("max_inflight must be at least 1")
         requests = [self._score_fields(item, common) for item in items]
-        futures: List[Optional[Future]] = [None] * len(requests)
-        window: collections.deque = collections.deque()
+        futures: "List[Optional[Future[Dict[str, Any]]]]" = [None] * len(requests)
+        window: "collections.deque[Future[Dict[str, Any]]]" = collections.deque()
         for index, fields in enumerate(requests):
             while len(window) >= max_inflight:
                 _wait_first(window)
             try:
-                futures[index] = self.submit("score", timeout=timeout, **fields)
+                future = self.submit("score", timeout=timeout, **fields)
             except CrucibleError as exc:  # e.g. too large: fail this item, keep going
-                failed: Future = Future()
-                failed.set_exception(exc)
-                futures[index] = failed
-            window.append(futures[index])
+                future = Future()
+                future.set_exception(exc)
+            futures[index] = future
+            window.append(future)
         out: List[Any] = []
         first_error: Optional[BaseException] = None
-        for future in futures:
-            assert future is not None
-            exc = future.exception()
-            if exc is None:
-                out.append(wire.body(future.result()))
+        for settled in futures:
+            assert settled is not None
+            failure = settled.exception()
+            if failure is None:
+                out.append(wire.body(settled.result()))
             else:
-                out.append(exc)
-                first_error = first_error or exc
+                out.append(failure)
+                first_error = first_error or failure
         if first_error is not None and not return_exceptions:
             raise first_error
         return out
@@ -546,7 +550,7 @@ class Client:
         self.close()
 
 
-def _wait_first(window: "collections.deque[Future]") -> None:
+def _wait_first(window: "collections.deque[Future[Dict[str, Any]]]") -> None:
     """Blocks until some future in the window settles, then drops the settled ones."""
     from concurrent.futures import FIRST_COMPLETED, wait
 

@@ -33,7 +33,7 @@ class Env:
         timeout: float = DEFAULT_TIMEOUT_S,
         *,
         client_name: str = "crucible_client.Env",
-        context: Optional[zmq.Context] = None,
+        context: "Optional[zmq.Context[Any]]" = None,
         **client_options: Any,
     ):
         # client_options go to Client: connect_timeout, busy_retries, max_frame_bytes, tag...
@@ -51,11 +51,13 @@ class Env:
 
     def tasks(self, category: Optional[str] = None) -> List[Dict[str, Any]]:
         """[{id, category, module, title}], optionally only one category."""
-        return self.client.request("tasks", category=category)["tasks"]
+        tasks: List[Dict[str, Any]] = self.client.request("tasks", category=category)["tasks"]
+        return tasks
 
     def task(self, task_id: str) -> Dict[str, Any]:
         """The agent's view of one task (description, tensors, visible cases, reference...)."""
-        return self.client.request("task", task=task_id)["task"]
+        view: Dict[str, Any] = self.client.request("task", task=task_id)["task"]
+        return view
 
     def score(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Optional, Type
 
 __all__ = [
     "CrucibleError",
@@ -34,7 +34,8 @@ class CrucibleError(Exception):
 
     code: str = "internal"
 
-    def __init__(self, code: Optional[str] = None, message: str = "", reply: Optional[dict] = None):
+    def __init__(self, code: Optional[str] = None, message: str = "",
+                 reply: Optional[Dict[str, Any]] = None):
         if code is not None:
             self.code = code
         self.message = message
@@ -146,7 +147,8 @@ ERROR_CLASSES: Dict[str, Type[CrucibleError]] = {
 }
 
 
-def error_from_wire(code: str, message: str, reply: Optional[dict] = None) -> CrucibleError:
+def error_from_wire(code: str, message: str, reply: Optional[Dict[str, Any]] = None
+                    ) -> CrucibleError:
     """The exception for an error reply; a code this client does not know keeps its name."""
     cls = ERROR_CLASSES.get(code)
     if cls is None:

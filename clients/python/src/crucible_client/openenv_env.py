@@ -82,8 +82,7 @@ class KernelState(State):  # type: ignore[misc]
     done: bool = False
 
 
-class CrucibleEnvironment(  # type: ignore[misc]
-        Environment):
+class CrucibleEnvironment(Environment):  # type: ignore[misc]
     """An OpenEnv `Environment[KernelAction, KernelObservation, KernelState]` over one crucible
     connection. Sessions are independent (each its own instance and episode), so the app may
     serve many at once.
@@ -199,8 +198,7 @@ class CrucibleEnvironment(  # type: ignore[misc]
             return render_prompt(view, **options)
 
 
-class CrucibleEnvClient(  # type: ignore[misc]
-        EnvClient):
+class CrucibleEnvClient(EnvClient):  # type: ignore[misc]
     """OpenEnv's client for a `CrucibleEnvironment` app (`EnvClient[KernelAction,
     KernelObservation, KernelState]`): async by default, `.sync()` for blocking calls."""
 

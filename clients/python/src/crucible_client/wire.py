@@ -66,7 +66,7 @@ def encode_request(
         if key in request:
             raise ValueError(f"field {key!r} is part of the envelope and cannot be set")
         request[key] = check_tag(value) if key == "tag" else value
-    frame = msgpack.packb(request, use_bin_type=True)
+    frame: bytes = msgpack.packb(request, use_bin_type=True)
     if max_frame_bytes is not None and len(frame) > max_frame_bytes:
         raise TooLarge(
             None,
