@@ -103,6 +103,12 @@ def main() -> int:
     args = parser.parse_args()
     ScriptedModel.kernel = Path(args.file).read_text()
     os.environ.setdefault("CRUCIBLE_SCRIPTED_MODEL_KEY", "unused")
+    try:  # the uv that pip installed (the trainers extra), where verifiers' harness looks first
+        import uv
+
+        os.environ["PATH"] = os.path.dirname(uv.find_uv_bin()) + os.pathsep + os.environ["PATH"]
+    except (ImportError, FileNotFoundError):
+        pass  # verifiers finds or installs uv itself
 
     model = ThreadingHTTPServer(("127.0.0.1", 0), ScriptedModel)
     threading.Thread(target=model.serve_forever, daemon=True).start()

@@ -160,6 +160,22 @@ def client(live_server: RunningServer):
         yield c
 
 
+# ----------------------------------------------------------------------------------------
+# Tests marked `extra` (the trainers extra, the wheel build): CTest runs them apart, under its
+# label `extra`. When none of them ran, say so on a line of its own, which CTest's
+# SKIP_REGULAR_EXPRESSION turns into "skipped" instead of "passed".
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    reports = [r for key in ("passed", "failed", "skipped")
+               for r in terminalreporter.stats.get(key, [])
+               if getattr(r, "keywords", {}).get("extra") and r.when in ("call", "setup")]
+    ran = [r for r in reports if not r.skipped]
+    skipped = [r for r in reports if r.skipped]
+    if skipped and not ran:
+        terminalreporter.write_line(
+            f"crucible_client extra tests: SKIPPED ({len(skipped)} skipped, none ran: install "
+            "the trainers extra with scripts/setup-extras)")
+
+
 def raw_dealer(endpoint: str, context: Optional[zmq.Context] = None) -> zmq.Socket:
     sock = (context or zmq.Context.instance()).socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)

@@ -405,3 +405,160 @@ def test_gym_wrapper_speaks_gymnasium(fake_server):
     peer, request = fake_server.recv()
     fake_server.reply(peer, request["id"], episode="ep-g", steps=1, best=None)
     closer.join(timeout=5)
+
+
+# ----------------------------------------------------------------------------------------
+# Request tags: checked before sending, the client's default on reset and score only.
+@pytest.mark.parametrize("tag, error, text", [
+    ({f"k{i}": i for i in range(9)}, ValueError, "9 keys"),
+    ({"k" * 33: 1}, ValueError, "over 32 bytes"),
+    ({"": 1}, ValueError, "must not be empty"),
+    ({"model": "q" * 257}, ValueError, "over 256 bytes"),
+    ({"model": "é" * 129}, ValueError, "over 256 bytes"),  # 258 bytes in UTF-8
+    ({"rollout": 1 << 64}, ValueError, "64 bits"),
+    ({"rollout": True}, TypeError, "string or an integer"),
+    ({"rollout": 1.5}, TypeError, "string or an integer"),
+    ({"nested": {"a": 1}}, TypeError, "string or an integer"),
+    ({3: "x"}, TypeError, "keys must be strings"),
+    (["run", "x"], TypeError, "must be a map"),
+])
+def test_a_bad_tag_is_refused_before_sending(fake_server, tag, error, text):
+    with Client(fake_server.endpoint, timeout=5) as client:
+        with pytest.raises(error, match=text):
+            client.submit("reset", task="t", tag=tag)
+        assert fake_server.recv_nothing()
+    with pytest.raises(error, match=text):
+        Client(fake_server.endpoint, tag=tag)
+
+
+def test_the_largest_tag_allowed_goes_out_as_given(fake_server):
+    tag = {"k" * 31 + str(i): ("v" * 256 if i % 2 else (1 << 64) - 1 - i) for i in range(8)}
+    tag["k" * 31 + "0"] = -(1 << 63)
+    with Client(fake_server.endpoint, timeout=5) as client:
+        client.submit("score", task="t", source="s", tag=tag)
+        _, request = fake_server.recv()
+    assert request["tag"] == tag
+
+
+def test_the_clients_default_tag_goes_on_reset_and_score_but_not_step(fake_server):
+    with Client(fake_server.endpoint, timeout=5, tag={"run": "grpo-7", "model": "qwen"}) as client:
+        client.submit("reset", task="t", tag={"rollout": 12, "model": "llama"})
+        client.submit("score", task="t", source="s")
+        client.submit("step", episode="e", source="s")
+        client.submit("step", episode="e", source="s", tag={"retry": 1})
+        client.submit("hello")
+        requests = [fake_server.recv()[1] for _ in range(5)]
+    reset, score, step, tagged_step, hello = requests
+    # The request's own keys win over the default's.
+    assert reset["tag"] == {"run": "grpo-7", "model": "llama", "rollout": 12}
+    assert score["tag"] == {"run": "grpo-7", "model": "qwen"}
+    # A step without a tag inherits its episode's reset tag on the server: none is sent.
+    assert "tag" not in step
+    assert tagged_step["tag"] == {"retry": 1}
+    assert "tag" not in hello
+
+
+def test_a_merged_tag_over_eight_keys_is_refused(fake_server):
+    with Client(fake_server.endpoint, timeout=5, tag={f"k{i}": i for i in range(5)}) as client:
+        with pytest.raises(ValueError, match="9 keys"):
+            client.submit("reset", task="t", tag={"a": 1, "b": 2, "c": 3, "d": 4})
+        assert fake_server.recv_nothing()
+
+
+def test_env_sends_reset_step_and_score_tags_and_returns_the_echo(fake_server):
+    with Env(fake_server.endpoint, timeout=5, tag={"run": "r"}) as env:
+        outcome = {}
+        worker = threading.Thread(target=lambda: outcome.update(
+            obs=env.reset("t", tag={"rollout": 3})))
+        worker.start()
+        peer, request = fake_server.recv()
+        assert request["tag"] == {"run": "r", "rollout": 3}
+        fake_server.reply(peer, request["id"], episode="ep-1", task={"id": "t"}, max_steps=2,
+                          step=0, tag=request["tag"])
+        worker.join(timeout=5)
+        assert outcome["obs"]["tag"] == {"run": "r", "rollout": 3}
+
+        for kwargs, expected in (({}, None), ({"tag": {"attempt": 2}}, {"attempt": 2})):
+            worker = threading.Thread(target=lambda: outcome.update(step=env.step("s", **kwargs)))
+            worker.start()
+            peer, request = fake_server.recv()
+            assert request.get("tag") == expected
+            fake_server.reply(peer, request["id"], episode="ep-1", step=1, reward=0.0,
+                              result={"status": "ok"}, terminated=False, truncated=False,
+                              best=None, tag=expected or {"run": "r", "rollout": 3})
+            worker.join(timeout=5)
+            assert outcome["step"][4]["tag"] == (expected or {"run": "r", "rollout": 3})
+
+        worker = threading.Thread(target=lambda: outcome.update(score=env.score("t", "s")))
+        worker.start()
+        peer, request = fake_server.recv()
+        assert request["tag"] == {"run": "r"}
+        fake_server.reply(peer, request["id"], task="t", result={"status": "ok"}, reward=1.0,
+                          tag=request["tag"])
+        worker.join(timeout=5)
+        assert outcome["score"]["tag"] == {"run": "r"}
+
+        closer = threading.Thread(target=env.close)
+        closer.start()
+        peer, request = fake_server.recv()
+        assert request["op"] == "close" and "tag" not in request
+        fake_server.reply(peer, request["id"], episode="ep-1", steps=2, best=None)
+        closer.join(timeout=5)
+
+
+def test_async_client_and_env_send_tags(fake_server):
+    from crucible_client import AsyncEnv
+
+    async def scenario():
+        async with AsyncEnv(fake_server.endpoint, timeout=5, tag={"run": "a"}) as env:
+            reset = asyncio.ensure_future(env.reset("t", tag={"rollout": 1}))
+            peer, request = await asyncio.to_thread(fake_server.recv)
+            assert request["tag"] == {"run": "a", "rollout": 1}
+            fake_server.reply(peer, request["id"], episode="ep-9", task={}, max_steps=1, step=0)
+            await reset
+            step = asyncio.ensure_future(env.step("s"))
+            peer, request = await asyncio.to_thread(fake_server.recv)
+            assert "tag" not in request
+            fake_server.reply(peer, request["id"], episode="ep-9", step=1, reward=0.0,
+                              result={"status": "ok"}, terminated=False, truncated=True, best=None)
+            await step
+            score = asyncio.ensure_future(env.client.score("t", "s", tag={"k": "v"}))
+            peer, request = await asyncio.to_thread(fake_server.recv)
+            assert request["tag"] == {"run": "a", "k": "v"}
+            fake_server.reply(peer, request["id"], task="t", result={"status": "ok"}, reward=1.0)
+            await score
+            close = asyncio.ensure_future(env.close_episode())
+            peer, request = await asyncio.to_thread(fake_server.recv)
+            fake_server.reply(peer, request["id"], episode="ep-9", steps=1, best=None)
+            await close
+
+    asyncio.run(scenario())
+
+
+def test_trl_reward_tags_each_sample_from_the_call(fake_server):
+    from types import SimpleNamespace
+
+    from crucible_client.adapters import make_trl_reward
+
+    reward = make_trl_reward(fake_server.endpoint, task="t", tag=lambda i, kw: {
+        "run": "grpo-7", "rollout": i, "step": kw["trainer_state"].global_step})
+    outcome = {}
+    worker = threading.Thread(target=lambda: outcome.update(rewards=reward(
+        ["p", "p"], ["```cuda\n__global__ void k() {}\n```"] * 2,
+        trainer_state=SimpleNamespace(global_step=5))))
+    worker.start()
+    try:
+        tags = []
+        for _ in range(2):
+            peer, request = fake_server.recv()
+            tags.append(request["tag"])
+            fake_server.reply(peer, request["id"], task="t", reward=0.5,
+                              result={"status": "ok", "reward": {"infra": False}})
+        worker.join(timeout=10)
+    finally:
+        reward.close()
+    assert sorted(tags, key=lambda t: t["rollout"]) == [
+        {"run": "grpo-7", "rollout": 0, "step": 5}, {"run": "grpo-7", "rollout": 1, "step": 5}]
+    assert outcome["rewards"] == [0.5, 0.5]
+    with pytest.raises(ValueError, match="9 keys"):
+        make_trl_reward(fake_server.endpoint, tag={f"k{i}": i for i in range(9)})
