@@ -52,7 +52,10 @@ def main() -> int:
     port = free_port()
     app = make_openenv_app(args.endpoint, max_concurrent_envs=4,
                            prompt_options={"style": "compact", "max_chars": 8000})
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    # log_level "critical": openenv 0.4 logs a traceback when a session's socket is closed by
+    # the client first, as this script's is at the end; nothing fails.
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="critical"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -8,7 +8,10 @@
 Client keeps many requests in flight from threads; AsyncClient does the same on asyncio.
 `crucible_client.prompts` renders prompts from task views, extracts sources from completions
 and writes feedback from results; `crucible_client.adapters` has reward functions for TRL and
-verl; `crucible_client.gym_env.CrucibleGymEnv` wraps an episode as a gymnasium.Env (optional).
+verl; `crucible_client.trl_env` is TRL's multi-turn `environment_factory`;
+`crucible_client.gym_env.CrucibleGymEnv` wraps an episode as a gymnasium.Env; `.openenv_env`
+and `.verifiers_env` are OpenEnv and verifiers environments (those three need optional
+packages, imported only by their modules).
 """
 
 from typing import Any
