@@ -181,6 +181,7 @@ class Server::Impl {
       if (bind.find('[') != std::string::npos) router_.set(zmq::sockopt::ipv6, 1);
       router_.bind(bind);
       endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+      router_.bind(inproc_endpoint_);
       replies_endpoint_ = "inproc://crucible-replies";
       replies_.set(zmq::sockopt::linger, 0);
       replies_.set(zmq::sockopt::rcvhwm, 0);
@@ -212,6 +213,8 @@ class Server::Impl {
   }
 
   const std::string& endpoint() const { return endpoint_; }
+  const std::string& inproc_endpoint() const { return inproc_endpoint_; }
+  zmq::context_t& context() { return context_; }
   void stop() { stop_requested_.store(true); }
   void run();
 
@@ -246,6 +249,8 @@ class Server::Impl {
   zmq::socket_t monitor_;  // connection events of router_
   std::string endpoint_;
   std::string replies_endpoint_;
+  // A second bind of router_ for in-process fronts; the name is private to this context.
+  const std::string inproc_endpoint_ = "inproc://crucible-front";
   std::unique_ptr<TrajectoryLog> log_;
   WorkQueue queue_;
   std::vector<std::thread> threads_;
@@ -736,6 +741,8 @@ core::Result<std::unique_ptr<Server>> Server::create(ServerOptions options,
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() = default;
 const std::string& Server::endpoint() const { return impl_->endpoint(); }
+const std::string& Server::inproc_endpoint() const { return impl_->inproc_endpoint(); }
+zmq::context_t& Server::context() { return impl_->context(); }
 void Server::run() { impl_->run(); }
 void Server::stop() { impl_->stop(); }
 

@@ -14,6 +14,10 @@
 #include "env/pipeline.hpp"
 #include "tasks/registry.hpp"
 
+namespace zmq {
+class context_t;
+}
+
 namespace crucible::env {
 
 struct ServerOptions {
@@ -49,6 +53,12 @@ class Server {
 
   // The endpoint actually bound (a tcp port of 0 or * is resolved).
   const std::string& endpoint() const;
+  // The ROUTER also binds this inproc:// endpoint, reachable only through context(): an
+  // in-process front (env/http_front.hpp) connects DEALER sockets there and sends ordinary
+  // protocol frames, so it gets the same limits and errors. Sockets made on context() must be
+  // closed before the server is destroyed.
+  const std::string& inproc_endpoint() const;
+  zmq::context_t& context();
   // Serves until stop(); then stops accepting work (new requests get `shutting_down`), lets
   // in-flight work finish within drain_timeout, flushes the log and returns.
   void run();
