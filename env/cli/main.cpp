@@ -24,6 +24,7 @@
 #include "env/cli/replay.hpp"
 #include "env/cli/report.hpp"
 #include "env/cli/task_tools.hpp"
+#include "env/http_front.hpp"
 #include "env/server.hpp"
 #include "env/stages.hpp"
 #include "env/trajectory_log.hpp"
@@ -233,7 +234,7 @@ std::filesystem::path default_cache_dir() {
 }
 
 int serve(const std::string& home_flag, env::ServerOptions options,
-          env::PipelineOptions pipeline_options) {
+          env::PipelineOptions pipeline_options, const std::optional<env::HttpAddress>& http) {
   raise_open_file_limit();
   const auto home = resolve_home(home_flag);
   auto registry = load_registry(home);
@@ -256,6 +257,22 @@ int serve(const std::string& home_flag, env::ServerOptions options,
     std::cerr << "crucible: " << server.error().message << "\n";
     return kExitUsage;
   }
+  // Declared after the server, so it is gone before the server (its sockets use the server's).
+  std::unique_ptr<env::HttpFront> front;
+  if (http) {
+    env::HttpFrontOptions front_options;
+    front_options.address = *http;
+    front_options.limits = options.limits;
+    front_options.episode_idle_timeout = options.episode_idle_timeout;
+    front_options.max_episodes = options.max_episodes;
+    auto started = env::HttpFront::start(front_options, **server);
+    if (!started) {
+      std::cerr << "crucible: " << started.error().message << "\n";
+      return kExitUsage;
+    }
+    front = std::move(started).value();
+    core::log_info("HTTP front on " + front->url());
+  }
   g_server = server->get();
   struct sigaction action {};
   action.sa_handler = on_signal;
@@ -266,6 +283,7 @@ int serve(const std::string& home_flag, env::ServerOptions options,
   core::log_info("trajectory log: " + options.log_path.string());
   (*server)->run();
   g_server = nullptr;
+  if (front) front->stop();
   return 0;
 }
 
@@ -800,6 +818,10 @@ int main(int argc, char** argv) {
                         "compile cache folder (default ~/.cache/crucible/compile)");
   serve_cmd->add_flag("--no-compile", no_compile, "start no compile workers (steps: infra_error)");
   add_measure_options(serve_cmd, pipeline_options);
+  std::string http_address;
+  serve_cmd->add_option("--http", http_address,
+                        "also serve HTTP/JSON on HOST:PORT, e.g. 127.0.0.1:8080 (a non-loopback "
+                        "host needs --allow-remote; docs/protocol.md, \"HTTP front\")");
 
   auto* tasks_cmd = app.add_subcommand("tasks", "list, show, create (new) and check tasks");
   tasks_cmd->require_subcommand(1);
@@ -926,6 +948,15 @@ int main(int argc, char** argv) {
       std::cerr << "crucible serve: --bind " << endpoint.error().message << "\n";
       return kExitUsage;
     }
+    std::optional<env::HttpAddress> http;
+    if (!http_address.empty()) {
+      auto parsed = env::parse_http_address(http_address, options.allow_remote);
+      if (!parsed) {
+        std::cerr << "crucible serve: --http " << parsed.error().message << "\n";
+        return kExitUsage;
+      }
+      http = *parsed;
+    }
     if (options.limits.max_source_bytes + kRequestOverheadBytes > options.limits.max_frame_bytes) {
       std::cerr << "crucible serve: --max-source-bytes " << options.limits.max_source_bytes
                 << " does not fit in a frame of --max-frame-bytes "
@@ -939,7 +970,7 @@ int main(int argc, char** argv) {
     options.episode_idle_timeout = std::chrono::seconds(idle_timeout_s);
     pipeline_options.compile = !no_compile;
     if (!cache_dir.empty()) pipeline_options.compile_options.cache_dir = cache_dir;
-    return serve(home_flag, options, pipeline_options);
+    return serve(home_flag, options, pipeline_options, http);
   }
   if (*new_cmd) return run_tasks_new(home_flag, new_id, new_from);
   if (*check_cmd) return run_tasks_check(home_flag, check_ids, check_all, check_pipeline);
