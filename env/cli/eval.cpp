@@ -81,14 +81,18 @@ core::Result<std::vector<Sample>> load_folder(const std::filesystem::path& root,
     }
     auto source = core::read_text_file(it->path());
     if (!source) return source.error();
-    samples.push_back(Sample{id, task, std::move(source).value(), nullptr});
+    Sample sample;
+    sample.sample_id = id;
+    sample.task = task;
+    sample.source = std::move(source).value();
+    samples.push_back(std::move(sample));
   }
   std::sort(samples.begin(), samples.end(),
             [](const Sample& a, const Sample& b) { return a.sample_id < b.sample_id; });
   return samples;
 }
 
-core::Result<std::vector<Sample>> load_jsonl(const std::filesystem::path& path) {
+core::Result<std::vector<Sample>> load_jsonl(const std::filesystem::path& path, SourceBlock which) {
   std::ifstream file(path);
   if (!file) return core::Error{ErrorCode::kIo, "cannot read " + path.string()};
   std::vector<Sample> samples;
@@ -111,14 +115,34 @@ core::Result<std::vector<Sample>> load_jsonl(const std::filesystem::path& path) 
       return core::Error{ErrorCode::kInvalidArgument,
                          where + ": not a JSON object but " + with_article(json_type_name(record))};
     }
-    if (!record.contains("task") || !record["task"].is_string() || !record.contains("source") ||
-        !record["source"].is_string()) {
+    const bool has_source = record.contains("source");
+    const bool has_completion = record.contains("completion");
+    if (!record.contains("task") || !record["task"].is_string() || has_source == has_completion ||
+        (has_source && !record["source"].is_string())) {
       return core::Error{ErrorCode::kInvalidArgument,
-                         where + ": a record needs string fields `task` and `source`"};
+                         where + (has_source && has_completion
+                                      ? ": a record gives `source` or `completion`, not both"
+                                      : ": a record needs a string field `task` and either a "
+                                        "string `source` or a `completion`")};
     }
     Sample sample;
     sample.task = record["task"].get<std::string>();
-    sample.source = record["source"].get<std::string>();
+    if (has_source) {
+      sample.source = record["source"].get<std::string>();
+    } else {
+      auto text = completion_text(record["completion"]);
+      if (!text) {
+        return core::Error{ErrorCode::kInvalidArgument,
+                           where + ": `completion`: " + text.error().message};
+      }
+      sample.from_completion = true;
+      auto source = extract_source(*text, which);
+      if (source) {
+        sample.source = std::move(source).value();
+      } else {
+        sample.no_source = "no CUDA source in the completion: " + source.error().message;
+      }
+    }
     if (record.contains("sample_id")) {
       const auto& id = record["sample_id"];
       if (id.is_string()) {
@@ -142,13 +166,20 @@ core::Result<std::vector<Sample>> load_jsonl(const std::filesystem::path& path) 
   return samples;
 }
 
-// The reply of a failed request, as a step result, so it is recorded like any other sample.
-Value infra_result(const std::string& message) {
+// A step result made here rather than by a pipeline (a failed request, a completion with no
+// source), so that it is recorded like any other sample.
+StepResult unscored_result(core::StepStatus status, const std::string& message,
+                           const rewards::RewardSpec& spec) {
   StepResult result;
-  result.status = core::StepStatus::kInfraError;
+  result.status = status;
   result.message = message;
-  result.reward = rewards::compute_reward(rewards::default_reward_spec(), {result.status, {}});
-  return result.to_value();
+  result.reward = rewards::compute_reward(spec, {result.status, {}});
+  return result;
+}
+
+Value infra_result(const std::string& message) {
+  return unscored_result(core::StepStatus::kInfraError, message, rewards::default_reward_spec())
+      .to_value();
 }
 
 class PipelineScorer final : public Scorer {
@@ -292,7 +323,8 @@ class LineAppender {
 
 core::Result<std::vector<Sample>> load_samples(const std::filesystem::path& input,
                                                const tasks::Registry& registry,
-                                               std::vector<std::string>* skipped) {
+                                               std::vector<std::string>* skipped,
+                                               SourceBlock which) {
   std::error_code error;
   if (std::filesystem::is_directory(input, error)) return load_folder(input, registry, skipped);
   if (!std::filesystem::exists(input, error)) {
@@ -304,7 +336,7 @@ core::Result<std::vector<Sample>> load_samples(const std::filesystem::path& inpu
                                            " is not a regular file or a folder (a FIFO, a "
                                            "device, a socket?): give a JSONL file or a folder"};
   }
-  return load_jsonl(input);
+  return load_jsonl(input, which);
 }
 
 core::Result<std::vector<Sample>> select_samples(std::vector<Sample> samples,
@@ -366,6 +398,7 @@ core::Value make_result_record(const Sample& sample, const tasks::Task& task,
                {"seed", seed},
                {"source_sha256", core::sha256_hex(sample.source)},
                {"source_bytes", sample.source.size()},
+               {"source_from", sample.from_completion ? "completion" : "source"},
                {"meta", sample.meta},
                {"scored_by", scored_by},
                {"time", core::utc_time_text()},
@@ -625,9 +658,17 @@ core::Result<EvalOutcome> run_eval(const std::vector<Sample>& samples,
       if (i >= todo.size()) return;
       const Sample& sample = *todo[i];
       const tasks::Task* task = registry.find(sample.task);
-      Value record = task != nullptr
-                         ? scorer.score(sample, *task, index)
-                         : Value{{"sample_id", sample.sample_id}, {"status", "infra_error"}};
+      Value record;
+      if (task == nullptr) {
+        record = Value{{"sample_id", sample.sample_id}, {"status", "infra_error"}};
+      } else if (!sample.no_source.empty()) {
+        const StepResult refused = unscored_result(core::StepStatus::kInvalidAction,
+                                                   sample.no_source, options.reward_spec);
+        record = make_result_record(sample, *task, refused.to_value(), refused.reward.total,
+                                    options.seed, scorer.where(), 0.0);
+      } else {
+        record = scorer.score(sample, *task, index);
+      }
       if (auto appended = (*appender)->append(core::to_json_text(record)); !appended) {
         std::lock_guard lock(error_mutex);
         io_error = appended.error();

@@ -13,6 +13,7 @@
 
 #include "core/result.hpp"
 #include "core/value.hpp"
+#include "env/cli/completion.hpp"
 #include "env/pipeline.hpp"
 #include "rewards/reward.hpp"
 #include "tasks/registry.hpp"
@@ -21,10 +22,14 @@ namespace crucible::env {
 
 // One solution to score.
 struct Sample {
-  std::string sample_id;       // unique within a run; resume keys on it
-  std::string task;            // task id, e.g. "llm/rms_norm"
-  std::string source;          // CUDA source, as an agent would send it
-  core::Value meta = nullptr;  // carried into the result record untouched
+  std::string sample_id;         // unique within a run; resume keys on it
+  std::string task;              // task id, e.g. "llm/rms_norm"
+  std::string source;            // CUDA source, as an agent would send it
+  core::Value meta = nullptr;    // carried into the result record untouched
+  bool from_completion = false;  // `source` was extracted from an LLM completion
+  // Why a completion yielded no source ("" when it did). Such a sample is never sent to a
+  // scorer: run_eval records it as invalid_action with this reason.
+  std::string no_source;
 };
 
 // Loads samples from `input`:
@@ -32,15 +37,19 @@ struct Sample {
 //    (sample id "llm/rms_norm"); `<dir>/llm/rms_norm/<name>.cu` is a further sample of the same
 //    task (sample id "llm/rms_norm/<name>"). A file that names no task of `registry` is skipped
 //    and listed in `skipped`.
-//  - a file: JSON lines of {task, source, sample_id?, meta?}; blank lines are ignored; a
-//    missing sample_id becomes "<task>#<line number>".
+//  - a file: JSON lines of {task, source | completion, sample_id?, meta?}; blank lines are
+//    ignored; a missing sample_id becomes "<task>#<line number>". A `completion` (a string, a
+//    chat message or a list of messages) gives its source through extract_source with `which`;
+//    one that holds no source becomes a sample with `no_source` set, never a skipped line.
 // Samples come back sorted by sample id (folders) or in file order (JSONL). Any bad line fails
 // the whole load, before anything is scored. Errors: kIo (cannot read; `input` is neither a
 // folder nor a regular file, e.g. a FIFO), kInvalidArgument (a malformed line, a line nested
-// deeper than kMaxJsonDepth, a duplicate sample id; the message names the file and line).
+// deeper than kMaxJsonDepth, a duplicate sample id, both or neither of `source` and
+// `completion`, a completion of the wrong type; the message names the file and line).
 core::Result<std::vector<Sample>> load_samples(const std::filesystem::path& input,
                                                const tasks::Registry& registry,
-                                               std::vector<std::string>* skipped = nullptr);
+                                               std::vector<std::string>* skipped = nullptr,
+                                               SourceBlock which = SourceBlock::kLast);
 
 // Keeps the samples whose task matches `selection`: "all", a category ("llm") or a task id
 // ("llm/rms_norm"). An empty selection means all. Errors: kInvalidArgument for a selector that
@@ -74,8 +83,9 @@ core::Result<std::unique_ptr<Scorer>> make_server_scorer(const std::string& endp
                                                          std::chrono::milliseconds timeout);
 
 // The result record of one sample (one line of results.jsonl):
-// {sample_id, task, category, status, message, speedup?, reward, reward_terms, infra, seed,
-//  source_sha256, source_bytes, meta, scored_by, time, wall_ms, result: the full StepResult}.
+// {sample_id, task, category, status, message, speedup?, speedup_ci95?, reward, reward_terms,
+//  infra, seed, source_sha256, source_bytes, source_from ("source" or "completion"), meta,
+//  scored_by, time, wall_ms, result: the full StepResult}.
 core::Value make_result_record(const Sample& sample, const tasks::Task& task,
                                const core::Value& step_result, double reward, std::uint64_t seed,
                                const std::string& scored_by, double wall_ms);
@@ -103,6 +113,10 @@ struct EvalOptions {
   const std::atomic<bool>* stop = nullptr;
   bool progress_terminal = false;
   bool quiet = false;  // no progress output at all (tests)
+  // The reward recorded for a sample whose completion held no source (status invalid_action),
+  // which no scorer sees; the scorers apply the same spec to every other sample.
+  rewards::RewardSpec reward_spec = rewards::default_reward_spec();
+  std::uint64_t seed = 1;  // recorded for those samples, as the scorers record theirs
 };
 
 struct EvalOutcome {
@@ -115,7 +129,8 @@ struct EvalOutcome {
 
 // Scores `samples` with `scorer`, appending one line per sample to out_dir/results.jsonl as it
 // finishes (a single write, so an interrupted run keeps every finished record), then writes
-// summary.json, report.md and report.html from every record in results.jsonl. With `resume`,
+// summary.json, report.md and report.html from every record in results.jsonl. A sample with
+// `no_source` is recorded as invalid_action without a call to `scorer`. With `resume`,
 // samples already in results.jsonl are skipped and a torn last line is dropped; without it, an
 // existing non-empty results.jsonl is refused (kInvalidArgument) rather than mixed with a new
 // run. Errors: kIo.

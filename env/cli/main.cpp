@@ -20,6 +20,7 @@
 #include "core/msgpack_codec.hpp"
 #include "core/text.hpp"
 #include "core/text_file.hpp"
+#include "env/cli/compare.hpp"
 #include "env/cli/eval.hpp"
 #include "env/cli/replay.hpp"
 #include "env/cli/report.hpp"
@@ -47,7 +48,7 @@ env::Server* g_server = nullptr;
 // had to skip some of it (damaged bytes, a torn tail, records of the wrong shape).
 constexpr int kExitUsage = 2;
 constexpr int kExitSkipped = 3;
-constexpr int kExitNothingMeasured = 4;  // eval: every sample was an infra_error
+constexpr int kExitNothingMeasured = 4;  // eval: no sample was judged (every one infra_error)
 
 // Limits of the options (docs/eval.md). The idle timeout is capped far below where
 // std::chrono overflows (~9.2e9 s), which would expire every episode at once.
@@ -535,6 +536,7 @@ struct EvalArgs {
   std::size_t jobs = 4;
   bool resume = false;
   long timeout_s = 600;
+  bool first_block = false;  // a completion's first source block instead of its last
 };
 
 int run_eval_command(const std::string& home_flag, const EvalArgs& args,
@@ -550,7 +552,9 @@ int run_eval_command(const std::string& home_flag, const EvalArgs& args,
   auto registry = load_registry(home);
   if (!registry) return kExitUsage;
   std::vector<std::string> skipped;
-  auto samples = env::load_samples(args.input, *registry, &skipped);
+  auto samples =
+      env::load_samples(args.input, *registry, &skipped,
+                        args.first_block ? env::SourceBlock::kFirst : env::SourceBlock::kLast);
   if (!samples) {
     std::cerr << "crucible eval: " << samples.error().message << "\n";
     return kExitUsage;
@@ -611,6 +615,8 @@ int run_eval_command(const std::string& home_flag, const EvalArgs& args,
   options.out_dir = args.out_dir;
   options.workers = args.jobs;
   options.resume = args.resume;
+  options.reward_spec = *spec;
+  options.seed = args.seed;
   options.stop = &g_stop_eval;
   options.progress_terminal = ::isatty(STDERR_FILENO) != 0;
   core::Value run_info{{"input", args.input},
@@ -618,6 +624,7 @@ int run_eval_command(const std::string& home_flag, const EvalArgs& args,
                        {"seed", args.seed},
                        {"reward_spec", rewards::reward_spec_to_value(*spec)},
                        {"arch", pipeline_options.compile_options.default_arch},
+                       {"completion_block", args.first_block ? "first" : "last"},
                        {"gpus", args.server.empty() ? runner::probe_gpus().to_value()
                                                     : core::Value("see the server")}};
   auto outcome = env::run_eval(*selected, *registry, *scorer, options, run_info);
@@ -632,17 +639,19 @@ int run_eval_command(const std::string& home_flag, const EvalArgs& args,
                     : std::string())
             << "; correct " << env::format_percent(overall["correct_rate"].get<double>())
             << ", geomean speedup (correct) "
-            << env::format_number(overall["geomean_speedup_correct"]) << ", infra_error "
-            << overall["infra_errors"] << " (excluded)\n"
+            << (overall["geomean_speedup_correct"].is_number()
+                    ? env::format_number(overall["geomean_speedup_correct"])
+                    : std::string("none (no correct sample was timed)"))
+            << ", infra_error " << overall["infra_errors"] << " (excluded)\n"
             << "report: " << (std::filesystem::path(args.out_dir) / "report.html").string() << "\n";
   if (outcome->interrupted) {
     std::cerr << "interrupted: " << outcome->remaining
               << " samples left; run the same command with --resume to finish\n";
     return 130;
   }
-  if (overall.value("samples", 0) > 0 && overall.value("scored", 0) == 0) {
-    std::cerr << "crucible eval: nothing was measured: every sample was an infra_error (the "
-                 "server's fault, not the samples'; summary.json lists the reasons)\n";
+  if (overall.value("scored", 0) == 0) {
+    std::cerr << "crucible eval: nothing was measured: "
+              << env::nothing_measured_reason(outcome->summary) << "\n";
     return kExitNothingMeasured;
   }
   return 0;
@@ -761,8 +770,8 @@ int main(int argc, char** argv) {
       "Exit status: 0 done; 2 bad command line, unusable input or output that could not be "
       "written; 3 (export, replay) every good record was handled but part of the log was "
       "skipped (damaged bytes, a torn tail, records of the wrong shape), as listed on stderr; "
-      "4 (eval) nothing was measured: every sample was an infra_error; 130 (eval) interrupted.");
-  app.require_subcommand(1);
+      "4 (eval) nothing was measured: no sample was recorded, or every one was an infra_error; "
+      "130 (eval) interrupted. Without a command, this help.");
   std::string home_flag;
   std::string log_level = "info";
   app.add_option("--home", home_flag,
@@ -824,7 +833,7 @@ int main(int argc, char** argv) {
                         "host needs --allow-remote; docs/protocol.md, \"HTTP front\")");
 
   auto* tasks_cmd = app.add_subcommand("tasks", "list, show, create (new) and check tasks");
-  tasks_cmd->require_subcommand(1);
+  tasks_cmd->require_subcommand(0, 1);
   auto* list_cmd = tasks_cmd->add_subcommand("list", "one line per task");
   bool list_json = false;
   list_cmd->add_flag("--json", list_json,
@@ -871,9 +880,19 @@ int main(int argc, char** argv) {
       "is scored (exit status 2)");
   eval_cmd
       ->add_option("input", eval_args.input,
-                   "folder of <task-id>.cu files, or JSONL of {task, source, ...}")
-      ->required()
+                   "folder of <task-id>.cu files, or JSONL of {task, source | completion, ...}")
       ->check(CLI::ExistingPath);
+  eval_cmd->add_flag("--first-block", eval_args.first_block,
+                     "take a completion's first CUDA/C++ code block instead of its last");
+  std::string compare_a, compare_b;
+  bool compare_json = false;
+  auto* compare_cmd = eval_cmd->add_subcommand(
+      "compare",
+      "compare two evaluations (output folders or results.jsonl) per task and overall: correct "
+      "rates, geometric-mean speedups, their difference and its timing noise");
+  compare_cmd->add_option("a", compare_a, "eval output folder or results.jsonl (A)")->required();
+  compare_cmd->add_option("b", compare_b, "eval output folder or results.jsonl (B)")->required();
+  compare_cmd->add_flag("--json", compare_json, "print the comparison as JSON, not Markdown");
   eval_cmd->add_option("-o,--out", eval_args.out_dir, "output folder")->capture_default_str();
   eval_cmd->add_option("-t,--tasks", eval_args.tasks, "task ids or categories (default: all)")
       ->delimiter(',');
@@ -933,6 +952,16 @@ int main(int argc, char** argv) {
     // line is 2, like every other usage error; --help stays 0.
     const int code = app.exit(error);
     return code == 0 ? 0 : kExitUsage;
+  }
+  // A command with nothing to do prints its help, as `git` and `cargo` do: the list of what it
+  // can do is what someone typing it alone is after.
+  if (app.get_subcommands().empty()) {
+    std::cout << app.help();
+    return 0;
+  }
+  if (*tasks_cmd && tasks_cmd->get_subcommands().empty()) {
+    std::cout << tasks_cmd->help();
+    return 0;
   }
 
   core::LogLevel level;
@@ -1009,7 +1038,24 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*export_cmd) return export_log(export_in, export_out);
+  if (*compare_cmd) {
+    std::string notes;
+    auto text = env::compare_eval_outputs(compare_a, compare_b, compare_json, &notes);
+    std::cerr << notes;
+    if (!text) {
+      std::cerr << "crucible eval compare: " << text.error().message << "\n";
+      return kExitUsage;
+    }
+    errno = 0;
+    std::cout << *text;
+    return flushed(std::cout, "crucible eval compare", "standard output", errno) ? 0 : kExitUsage;
+  }
   if (*eval_cmd) {
+    if (eval_args.input.empty()) {
+      std::cerr << "crucible eval: give INPUT (a folder of .cu files or a JSONL file), or "
+                   "`crucible eval compare A B`; `crucible eval --help` says more\n";
+      return kExitUsage;
+    }
     eval_pipeline.compile = !eval_no_compile;
     if (!eval_cache_dir.empty()) eval_pipeline.compile_options.cache_dir = eval_cache_dir;
     return run_eval_command(home_flag, eval_args, eval_pipeline);

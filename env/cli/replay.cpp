@@ -14,6 +14,7 @@
 #include "core/protocol.hpp"
 #include "core/step_status.hpp"
 #include "env/trajectory_log.hpp"
+#include "judge/timing_stats.hpp"
 
 namespace crucible::env {
 namespace {
@@ -27,6 +28,10 @@ struct LoggedStep {
   core::StepStatus status = core::StepStatus::kInfraError;
   std::optional<double> speedup;
   std::optional<double> speedup_low, speedup_high;  // result.timing.speedup_ci95, when logged
+  // Weighted geometric means over the timed cases (result.timing.cases) of the candidate's and
+  // the reference's median call time and of the roofline floor, in ns; what the sol preset
+  // needs. Only for an ok step, as the pipeline fills them.
+  std::optional<double> candidate_ns, reference_ns, floor_ns;
   double reward = 0.0;
   std::uint64_t seed = 0;
   std::optional<std::string> source;
@@ -49,6 +54,49 @@ std::string number_text(double x) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", x);
   return text;
+}
+
+// The weighted geometric mean over `timing.cases` of a case's `field`: a timing summary's
+// median ({"candidate": {"median_ns": ...}}) or a plain number ("floor_ns"), weighted by the
+// case's `weight`; nullopt unless every case has it. The GPU stage computes the same from the
+// runner's report (env/stages.cpp), so a rescore sees the times the server's reward saw.
+std::optional<double> logged_time_ns(const Value& timing, const char* field) {
+  const auto cases = timing.find("cases");
+  if (cases == timing.end() || !cases->is_array() || cases->empty()) return std::nullopt;
+  std::vector<std::pair<double, double>> value_weight;
+  for (const auto& c : *cases) {
+    if (!c.is_object()) return std::nullopt;
+    const auto it = c.find(field);
+    if (it == c.end()) return std::nullopt;
+    const Value value = it->is_object() ? it->value("median_ns", Value()) : *it;
+    const Value weight = c.value("weight", Value(1.0));
+    if (!value.is_number() || !weight.is_number()) return std::nullopt;
+    value_weight.emplace_back(value.get<double>(), weight.get<double>());
+  }
+  return judge::weighted_geomean(value_weight);
+}
+
+// The times a step's reward was computed from: the timing report's, else (a log written
+// before the report carried them, with the sol preset) the logged reward's own terms.
+void read_logged_times(const Value& result, LoggedStep& step) {
+  if (step.status != core::StepStatus::kOk) return;
+  const auto timing = result.find("timing");
+  if (timing != result.end() && timing->is_object()) {
+    step.candidate_ns = logged_time_ns(*timing, "candidate");
+    step.reference_ns = logged_time_ns(*timing, "reference");
+    step.floor_ns = logged_time_ns(*timing, "floor_ns");
+  }
+  const auto reward = result.find("reward");
+  if (reward == result.end() || !reward->is_object()) return;
+  const Value terms = reward->value("terms", Value());
+  if (!terms.is_object()) return;
+  const auto fill = [&](std::optional<double>& slot, const char* name) {
+    const Value value = terms.value(name, Value());
+    if (!slot && value.is_number()) slot = value.get<double>();
+  };
+  fill(step.candidate_ns, "candidate_ns");
+  fill(step.reference_ns, "reference_ns");
+  fill(step.floor_ns, "floor_ns");
 }
 
 // The record as a step, or why it is not one ("field 'task' must be a string, got integer").
@@ -102,6 +150,8 @@ core::Result<LoggedStep> parse_logged_step(const Value& record) {
       }
     }
   }
+
+  read_logged_times(*result, step);
 
   const Value* reward = find(record, "reward");
   if (reward == nullptr) return bad("missing field 'reward'");
@@ -218,7 +268,7 @@ core::Result<LoadedLog> load_log(const std::filesystem::path& path) {
 core::Value rescore_log(const std::vector<core::Value>& records, const rewards::RewardSpec& spec) {
   Value steps = Value::array();
   double sum_old = 0, sum_new = 0;
-  std::size_t changed = 0, malformed = 0;
+  std::size_t changed = 0, malformed = 0, with_times = 0, without_times = 0;
   std::map<std::string, std::array<double, 3>> by_status;  // steps, sum old, sum new
   for (std::size_t i = 0; i < records.size(); ++i) {
     auto logged = parse_logged_step(records[i]);
@@ -232,6 +282,12 @@ core::Value rescore_log(const std::vector<core::Value>& records, const rewards::
     measurement.speedup = logged->speedup;
     measurement.speedup_low = logged->speedup_low;
     measurement.speedup_high = logged->speedup_high;
+    measurement.candidate_ns = logged->candidate_ns;
+    measurement.reference_ns = logged->reference_ns;
+    measurement.floor_ns = logged->floor_ns;
+    if (logged->status == core::StepStatus::kOk) {
+      ++(logged->reference_ns && logged->floor_ns ? with_times : without_times);
+    }
     const auto breakdown = rewards::compute_reward(spec, measurement);
     const double old_reward = logged->reward;
     Value step = step_base(*logged, i);
@@ -267,6 +323,8 @@ core::Value rescore_log(const std::vector<core::Value>& records, const rewards::
                  {"mean_new", sum_new / n},
                  {"mean_delta", (sum_new - sum_old) / n},
                  {"changed", changed},
+                 {"ok_with_times", with_times},
+                 {"ok_without_times", without_times},
                  {"by_status", statuses}}}};
 }
 
@@ -385,47 +443,57 @@ std::string format_replay(const core::Value& replay, std::size_t max_rows) {
   const Value& steps = replay["steps"];
   const Value& summary = replay["summary"];
   const bool rescore = replay.value("mode", "") == "rescore";
-  char line[256];
-  if (rescore) {
-    std::snprintf(line, sizeof line, "%5s  %-20s %-14s %9s %10s %10s %9s\n", "#", "task", "status",
-                  "speedup", "old", "new", "delta");
-  } else {
-    std::snprintf(line, sizeof line, "%5s  %-20s %-14s %-14s %9s %9s %9s %9s\n", "#", "task",
-                  "old status", "new status", "old x", "new x", "ratio", "dreward");
+  // The task column is as wide as the longest task id shown: ids are never cut.
+  int task_width = 20;
+  std::size_t counted = 0;
+  for (const auto& step : steps) {
+    if (counted++ >= max_rows) break;
+    task_width = std::max(task_width, static_cast<int>(step.value("task", "?").size()));
   }
-  out << line;
+  char line[256];
+  const auto pad = [](const std::string& text, int width) {
+    return text +
+           std::string(static_cast<std::size_t>(std::max(0, width - static_cast<int>(text.size()))),
+                       ' ');
+  };
+  if (rescore) {
+    std::snprintf(line, sizeof line, " %-14s %9s %10s %10s %9s\n", "status", "speedup", "old",
+                  "new", "delta");
+  } else {
+    std::snprintf(line, sizeof line, " %-14s %-14s %9s %9s %9s %9s\n", "old status", "new status",
+                  "old x", "new x", "ratio", "dreward");
+  }
+  out << "    #  " << pad("task", task_width) << line;
   std::size_t shown = 0;
   for (const auto& step : steps) {
     if (shown++ >= max_rows) {
       out << "  ... " << steps.size() - max_rows << " more steps in the JSON output\n";
       break;
     }
+    std::snprintf(line, sizeof line, "%5zu  ", step["index"].get<std::size_t>());
+    out << line;
     if (step.contains("malformed")) {
       // Not through the fixed-width buffer: the reason is shown whole.
-      std::snprintf(line, sizeof line, "%5zu  ", step["index"].get<std::size_t>());
-      out << line << "malformed: " << step["malformed"].get<std::string>() << "\n";
+      out << "malformed: " << step["malformed"].get<std::string>() << "\n";
       continue;
     }
-    const std::string task = step.value("task", "?").substr(0, 20);
+    out << pad(step.value("task", "?"), task_width);
     if (rescore) {
-      std::snprintf(line, sizeof line, "%5zu  %-20s %-14s %9s %10s %10s %9s\n",
-                    step["index"].get<std::size_t>(), task.c_str(),
+      std::snprintf(line, sizeof line, " %-14s %9s %10s %10s %9s\n",
                     step.value("status", "").c_str(), cell(step.value("speedup", Value())).c_str(),
                     cell(step["old_reward"]).c_str(), cell(step["new_reward"]).c_str(),
                     cell(step["delta"]).c_str());
+      out << line;
     } else if (step.contains("skipped")) {
-      std::snprintf(line, sizeof line, "%5zu  %-20s skipped: %s\n",
-                    step["index"].get<std::size_t>(), task.c_str(),
-                    step["skipped"].get<std::string>().c_str());
+      out << " skipped: " << step["skipped"].get<std::string>() << "\n";
     } else {
       std::snprintf(
-          line, sizeof line, "%5zu  %-20s %-14s %-14s %9s %9s %9s %9s\n",
-          step["index"].get<std::size_t>(), task.c_str(), step.value("old_status", "").c_str(),
+          line, sizeof line, " %-14s %-14s %9s %9s %9s %9s\n", step.value("old_status", "").c_str(),
           step.value("new_status", "").c_str(), cell(step.value("old_speedup", Value())).c_str(),
           cell(step.value("new_speedup", Value())).c_str(),
           cell(step.value("speedup_ratio", Value())).c_str(), cell(step["reward_delta"]).c_str());
+      out << line;
     }
-    out << line;
   }
   out << "\n";
   if (rescore) {
@@ -437,6 +505,12 @@ std::string format_replay(const core::Value& replay, std::size_t max_rows) {
         << fixed(summary["mean_old"].get<double>()) << " -> "
         << fixed(summary["mean_new"].get<double>()) << " (delta "
         << fixed(summary["mean_delta"].get<double>()) << ")\n";
+    const std::size_t without = summary.value("ok_without_times", 0);
+    if (replay["reward_spec"].value("preset", "") == "sol" && without > 0) {
+      out << without << " correct step" << (without == 1 ? "" : "s")
+          << " logged no reference and floor times (result.timing.cases): the sol preset "
+             "scores them 0 (terms.missing)\n";
+    }
     return out.str();
   }
   out << "steps " << summary["steps"] << ", compared " << summary["compared"] << ", skipped "

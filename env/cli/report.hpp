@@ -50,11 +50,21 @@ struct Metrics {
 // Metrics of the records (results.jsonl lines: {status, speedup?}).
 Metrics compute_metrics(const std::vector<core::Value>& records);
 
+// The group of the samples without a meta.model, when other samples name theirs.
+inline constexpr const char* kNoModel = "(no meta.model)";
+
 // summary.json: {run, overall, categories: {name: metrics}, tasks: {id: metrics},
-// models: {meta.model: metrics} (when samples name their model),
+// models: {meta.model: metrics} and model_tasks: {meta.model: {task id: metrics}} (both empty
+// unless some sample names its model; then every sample is in a group, kNoModel for those that
+// name none; a model that is not a string is grouped by its JSON text),
 // fast_p: [{p, overall, <category>...}], infra_errors: [{sample_id, task, message}],
 // conventions}.
 core::Value summarize(const std::vector<core::Value>& records, const core::Value& run_info);
+
+// Why a summary holds no scored sample, for `crucible eval`'s exit message: "no sample was
+// recorded" or "every sample (3) was an infra_error, the server's fault, not the samples':
+// no CUDA device (3)" with the most common reasons (at most 3) and their counts.
+std::string nothing_measured_reason(const core::Value& summary);
 
 // The Markdown report of a summary.
 std::string render_markdown(const core::Value& summary);
@@ -63,8 +73,8 @@ std::string render_markdown(const core::Value& summary);
 // curve, each chart followed by a table of the same numbers. Text is escaped.
 std::string render_html(const core::Value& summary);
 
-// Numbers as the reports print them: "1.234" (3 decimals), "n/a" for a missing value; percents
-// as "45.0%".
+// Numbers as the reports print them: "1.234" (3 decimals), "-" for a value that does not exist
+// (a geometric mean over no sample); percents as "45.0%".
 std::string format_number(const core::Value& value);
 std::string format_percent(double fraction);
 std::string escape_html(const std::string& text);

@@ -495,8 +495,57 @@ TEST_CASE("eval CLI: a run in which every sample was an infra_error exits 4 and 
       "eval --no-compile -o " + shell_quoted(dir / "out") + " " + shell_quoted(dir / "one.jsonl"),
       &output);
   CHECK_MESSAGE(rc == 4, output);
-  CHECK(output.find("nothing was measured: every sample was an infra_error") != std::string::npos);
+  // The message says why: every sample was the server's failure, and which failure.
+  CHECK(output.find("crucible eval: nothing was measured: every sample (1) was an infra_error, "
+                    "the server's fault, not the samples': the compile stage is disabled on "
+                    "this server (1)") != std::string::npos);
   CHECK(std::filesystem::exists(dir / "out" / "summary.json"));  // the reasons are still written
+}
+
+TEST_CASE(
+    "CLI: crucible with no command, or tasks with no subcommand, prints its help and exits 0") {
+  std::string output;
+  CHECK(testing::run_command(std::string(CRUCIBLE_EXE), &output) == 0);
+  for (const char* command : {"serve", "tasks", "export", "eval", "replay"}) {
+    CAPTURE(command);
+    CHECK(output.find(std::string("  ") + command) != std::string::npos);
+  }
+  CHECK(output.find("Exit status") != std::string::npos);
+  CHECK(testing::run_command(std::string(CRUCIBLE_EXE) + " tasks", &output) == 0);
+  for (const char* command : {"list", "show", "new", "check"}) {
+    CAPTURE(command);
+    CHECK(output.find(std::string("  ") + command) != std::string::npos);
+  }
+  // eval with neither an input nor compare is a usage error that says what to give.
+  CHECK(run_crucible("eval", &output) == 2);
+  CHECK(output.find("crucible eval: give INPUT") != std::string::npos);
+}
+
+TEST_CASE("tasks show: the agent's view hides the hidden cases, --all lists them") {
+  std::string output;
+  REQUIRE(run_crucible("tasks show llm/rms_norm --all --json", &output) == 0);
+  const auto full = Value::parse(output);
+  std::vector<std::string> hidden, visible;
+  for (const auto& c : full["cases"]) {
+    (c.value("hidden", false) ? hidden : visible).push_back(c["name"].get<std::string>());
+  }
+  REQUIRE(hidden.size() >= 5);
+  REQUIRE_FALSE(visible.empty());
+  for (const std::string flags : {"", " --json"}) {
+    CAPTURE(flags);
+    std::string agent, all;
+    REQUIRE(run_crucible("tasks show llm/rms_norm" + flags, &agent) == 0);
+    REQUIRE(run_crucible("tasks show llm/rms_norm --all" + flags, &all) == 0);
+    for (const auto& name : hidden) {
+      CAPTURE(name);
+      CHECK(agent.find(name) == std::string::npos);
+      CHECK(all.find(name) != std::string::npos);
+    }
+    for (const auto& name : visible) CHECK(agent.find(name) != std::string::npos);
+  }
+  // The JSON agent view is the one an agent receives from the `task` op: no case is hidden.
+  REQUIRE(run_crucible("tasks show llm/rms_norm --json", &output) == 0);
+  for (const auto& c : Value::parse(output)["cases"]) CHECK_FALSE(c.value("hidden", false));
 }
 
 TEST_CASE("eval CLI: an output file that cannot be written exits 2 with the file and the reason") {

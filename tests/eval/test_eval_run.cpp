@@ -37,10 +37,18 @@ class StoppingScorer final : public env::Scorer {
   std::size_t stop_after_;
 };
 
+env::Sample make_sample(std::string id, std::string task, std::string source) {
+  env::Sample sample;
+  sample.sample_id = std::move(id);
+  sample.task = std::move(task);
+  sample.source = std::move(source);
+  return sample;
+}
+
 std::vector<env::Sample> numbered_samples(std::size_t n) {
   std::vector<env::Sample> samples;
   for (std::size_t i = 0; i < n; ++i) {
-    samples.push_back({"s" + std::to_string(i), "llm/rms_norm", "// sample", nullptr});
+    samples.push_back(make_sample("s" + std::to_string(i), "llm/rms_norm", "// sample"));
   }
   return samples;
 }
@@ -92,7 +100,8 @@ TEST_CASE("eval input: JSONL records, default sample ids, and errors that name t
   testing::write_file(dir / "missing.jsonl", jsonl_line({{"task", "llm/rms_norm"}}));
   auto missing = env::load_samples(dir / "missing.jsonl", registry);
   REQUIRE_FALSE(missing.ok());
-  CHECK(missing.error().message.find("`task` and `source`") != std::string::npos);
+  CHECK(missing.error().message.find("`task` and either a string `source` or a `completion`") !=
+        std::string::npos);
 
   testing::write_file(
       dir / "twice.jsonl",
@@ -116,7 +125,7 @@ TEST_CASE("eval selection: all, a category or a task id; unknown selectors and t
   REQUIRE_FALSE(unknown_selector.ok());
   CHECK(unknown_selector.error().message.find("neither a task id nor a category") !=
         std::string::npos);
-  auto unknown_task = env::select_samples({{"z", "llm/nope", "", nullptr}}, {"all"}, registry);
+  auto unknown_task = env::select_samples({make_sample("z", "llm/nope", "")}, {"all"}, registry);
   REQUIRE_FALSE(unknown_task.ok());
   CHECK(unknown_task.error().code == core::ErrorCode::kUnknownTask);
 }

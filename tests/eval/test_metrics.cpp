@@ -136,3 +136,67 @@ TEST_CASE("eval metrics: hack rate, resolved speedups and a section per model") 
   CHECK(md.find("## Models") != std::string::npos);
   CHECK(md.find("hack rate") != std::string::npos);
 }
+
+TEST_CASE("eval summary: results grouped per model and per model and task, none left out") {
+  using core::Value;
+  const auto with_model = [](Value record, const Value& model) {
+    if (!model.is_null()) record["meta"] = Value{{"model", model}};
+    return record;
+  };
+  const std::vector<Value> records = {
+      with_model(testing::sample_record("a", "llm", "ok", 2.0), "big"),
+      with_model(testing::sample_record("b", "llm", "ok", 8.0), "big"),
+      with_model(testing::sample_record("b", "vision", "incorrect"), "big"),
+      with_model(testing::sample_record("a", "llm", "ok", 0.5), "small"),
+      with_model(testing::sample_record("a", "llm", "infra_error"), "small"),
+      with_model(testing::sample_record("c", "llm", "compile_error"), nullptr),
+      with_model(testing::sample_record("c", "llm", "ok", 3.0), 7),
+  };
+  const auto summary = env::summarize(records, Value::object());
+  const auto& models = summary["models"];
+  REQUIRE(models.size() == 4);
+  CHECK(models["big"]["scored"] == 3);
+  CHECK(models["big"]["correct"] == 2);
+  CHECK(models["big"]["geomean_speedup_correct"].get<double>() == doctest::Approx(4.0));
+  CHECK(models["small"]["infra_errors"] == 1);
+  // A sample that names no model is counted under its own group, not dropped; a model that is
+  // not a string is grouped by its JSON text.
+  CHECK(models[env::kNoModel]["statuses"]["compile_error"] == 1);
+  CHECK(models["7"]["best_speedup"].get<double>() == doctest::Approx(3.0));
+  std::size_t grouped = 0;
+  for (const auto& [name, m] : models.items()) grouped += m["samples"].get<std::size_t>();
+  CHECK(grouped == records.size());
+
+  const auto& by_task = summary["model_tasks"];
+  CHECK(by_task["big"]["llm/a"]["geomean_speedup_correct"].get<double>() == doctest::Approx(2.0));
+  CHECK(by_task["big"]["llm/b"]["geomean_speedup_correct"].get<double>() == doctest::Approx(8.0));
+  CHECK(by_task["big"]["vision/b"]["correct"] == 0);
+  CHECK(by_task["small"]["llm/a"]["scored"] == 1);
+  CHECK(by_task["small"]["llm/a"]["infra_errors"] == 1);
+  CHECK(by_task[env::kNoModel]["llm/c"]["samples"] == 1);
+
+  const std::string md = env::render_markdown(summary);
+  CHECK(md.find("## Models by task") != std::string::npos);
+  CHECK(md.find("| big | llm/b | 1 | 1 | 100.0% | 8.000 | 8.000 |") != std::string::npos);
+  CHECK(md.find("| small | llm/a | 1 | 1 | 100.0% | 0.500 | 0.500 |") != std::string::npos);
+
+  // Without any meta.model there is no model grouping at all.
+  const auto plain = env::summarize(testing::hand_made_results(), Value::object());
+  CHECK(plain["models"].empty());
+  CHECK(plain["model_tasks"].empty());
+  CHECK(env::render_markdown(plain).find("## Models") == std::string::npos);
+}
+
+TEST_CASE("eval summary: why nothing was measured names the commonest infra_error reasons") {
+  using core::Value;
+  CHECK(env::nothing_measured_reason(env::summarize({}, Value::object())) ==
+        "no sample was recorded");
+  std::vector<Value> records;
+  for (int i = 0; i < 3; ++i) records.push_back(testing::sample_record("x", "llm", "infra_error"));
+  Value other = testing::sample_record("y", "llm", "infra_error");
+  other["message"] = "compile stage unavailable";
+  records.push_back(other);
+  CHECK(env::nothing_measured_reason(env::summarize(records, Value::object())) ==
+        "every sample (4) was an infra_error, the server's fault, not the samples': no CUDA "
+        "device (3); compile stage unavailable (1)");
+}

@@ -1,6 +1,10 @@
 // crucible replay: rewards re-scored from logged measurements, re-measurement drift, log versions.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
 #include "core/checksum.hpp"
 #include "env/cli/replay.hpp"
 #include "env/trajectory_log.hpp"
@@ -87,6 +91,71 @@ TEST_CASE("replay --rescore: another spec changes the rewards as that spec says"
       *rewards::parse_reward_spec(core::Value::parse(R"({"speed_weight": 1.0})"))));
   CHECK(table.find("mean reward") != std::string::npos);
   CHECK(table.find("2.000") != std::string::npos);
+}
+
+namespace {
+
+// A logged ok step whose timing report has two cases, weights 1 and 1: candidate medians 100
+// and 400 ns, reference 200 and 800 ns, floors 50 and 200 ns. Their weighted geometric means
+// are 200, 400 and 100 ns, so the sol score is (400 - 200) / (400 - 100) = 2/3.
+core::Value timed_step(int step) {
+  core::Value record = logged_step(step, "ok", 2.0);
+  core::Value cases = core::Value::array();
+  for (const auto& [candidate, reference, floor] :
+       {std::tuple{100.0, 200.0, 50.0}, std::tuple{400.0, 800.0, 200.0}}) {
+    cases.push_back(core::Value{{"case", "c"},
+                                {"weight", 1.0},
+                                {"candidate", {{"median_ns", candidate}}},
+                                {"reference", {{"median_ns", reference}}},
+                                {"floor_ns", floor},
+                                {"speedup", reference / candidate}});
+  }
+  record["result"]["timing"] = {{"cases", cases}, {"speedup", 2.0}};
+  return record;
+}
+
+rewards::RewardSpec sol_spec() {
+  auto spec = rewards::parse_reward_spec(core::Value{{"preset", "sol"}});
+  REQUIRE(spec.ok());
+  return *spec;
+}
+
+}  // namespace
+
+TEST_CASE("replay --rescore: the sol preset scores from the logged timing, no GPU needed") {
+  auto loaded = env::load_log(
+      write_log({timed_step(1), logged_step(2, "ok", 2.0), logged_step(3, "incorrect")}));
+  REQUIRE(loaded.ok());
+  const auto replay = env::rescore_log(loaded->records, sol_spec());
+  const auto& timed = replay["steps"][0];
+  CHECK(timed["new_reward"].get<double>() == doctest::Approx(2.0 / 3.0));
+  CHECK(timed["terms"]["candidate_ns"].get<double>() == doctest::Approx(200.0));
+  CHECK(timed["terms"]["reference_ns"].get<double>() == doctest::Approx(400.0));
+  CHECK(timed["terms"]["floor_ns"].get<double>() == doctest::Approx(100.0));
+  CHECK_FALSE(timed["terms"].contains("missing"));
+  // A correct step logged without its timing report cannot be scored by sol: 0, and said so.
+  CHECK(replay["steps"][1]["new_reward"].get<double>() == 0.0);
+  CHECK(replay["steps"][1]["terms"]["missing"].size() == 3);  // all three times
+  CHECK(replay["steps"][2]["new_reward"].get<double>() ==
+        rewards::compute_reward(sol_spec(), {core::StepStatus::kIncorrect}).total);
+  CHECK(replay["summary"]["ok_with_times"] == 1);
+  CHECK(replay["summary"]["ok_without_times"] == 1);
+  const auto table = env::format_replay(replay);
+  CHECK(table.find("1 correct step logged no reference and floor times") != std::string::npos);
+}
+
+TEST_CASE("replay: the step table shows task ids whole, however long") {
+  const std::string task = "llm/a_task_id_that_is_much_longer_than_twenty_characters";
+  core::Value step = logged_step(1, "ok", 2.0);
+  step["task"] = task;
+  auto loaded = env::load_log(write_log({step, logged_step(2, "incorrect")}));
+  REQUIRE(loaded.ok());
+  const auto table = env::format_replay(env::rescore_log(loaded->records, sol_spec()));
+  CHECK(table.find(" " + task + " ok ") != std::string::npos);
+  // The columns stay aligned: every row's status starts where the header's does.
+  const auto header_status = table.find("status");
+  const auto first_row = table.find('\n') + 1;
+  CHECK(table.find(" ok ", first_row) - first_row + 1 == header_status);
 }
 
 TEST_CASE("replay: re-measuring without a GPU reports every step's drift truthfully") {
@@ -183,6 +252,53 @@ TEST_CASE("replay CLI: the committed H200 log of 110 steps rescores from its mea
           doctest::Approx(0.3 + std::min(speedup, 10.0)).epsilon(1e-9));
   }
   CHECK(correct == 68);
+}
+
+TEST_CASE("replay CLI: the committed H200 log rescores with the sol preset from its timings") {
+  // Every correct step of the log carries its timing report (per-case medians and roofline
+  // floors), which is all the sol preset needs: each is scored, none is missing a time.
+  const std::string log = CRUCIBLE_SOURCE_DIR "/examples/trajectories/h200_run.log";
+  const auto out = testing::fresh_dir("cli-h200-sol") / "replay.json";
+  std::string output;
+  const int rc = testing::run_command(std::string(CRUCIBLE_EXE) +
+                                          " replay --rescore --reward '{\"preset\": \"sol\"}' "
+                                          "--rows 0 -o '" +
+                                          out.string() + "' '" + log + "'",
+                                      &output);
+  REQUIRE_MESSAGE(rc == 0, output);
+  const auto replay = core::Value::parse(testing::read_file(out));
+  CHECK(replay["summary"]["ok_with_times"] == 68);
+  CHECK(replay["summary"]["ok_without_times"] == 0);
+  CHECK(output.find("logged no reference and floor times") == std::string::npos);
+  // One step checked against times recomputed here from the log's own timing report.
+  auto loaded = env::load_log(log);
+  REQUIRE(loaded.ok());
+  std::size_t checked = 0;
+  for (const auto& step : replay["steps"]) {
+    if (step["status"] != "ok") continue;
+    CHECK_FALSE(step["terms"].contains("missing"));
+    const double score = step["new_reward"].get<double>();
+    CHECK(score >= 0.0);
+    CHECK(score <= 1.0);
+    if (checked++ > 0) continue;
+    const auto& cases =
+        loaded->records[step["index"].get<std::size_t>()]["result"]["timing"]["cases"];
+    double log_sum[3] = {0, 0, 0}, weights = 0;
+    for (const auto& c : cases) {
+      const double w = c["weight"].get<double>();
+      weights += w;
+      log_sum[0] += w * std::log(c["candidate"]["median_ns"].get<double>());
+      log_sum[1] += w * std::log(c["reference"]["median_ns"].get<double>());
+      log_sum[2] += w * std::log(c["floor_ns"].get<double>());
+    }
+    const double candidate = std::exp(log_sum[0] / weights);
+    const double reference = std::exp(log_sum[1] / weights);
+    const double floor = std::exp(log_sum[2] / weights);
+    CHECK(step["terms"]["reference_ns"].get<double>() == doctest::Approx(reference));
+    CHECK(score ==
+          doctest::Approx(std::clamp((reference - candidate) / (reference - floor), 0.0, 1.0)));
+  }
+  CHECK(checked == 68);
 }
 
 TEST_CASE("eval CLI: the example solutions evaluate and write every report file") {
