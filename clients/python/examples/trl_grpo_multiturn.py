@@ -89,8 +89,8 @@ class ScriptedPolicy(Qwen2ForCausalLM):
         return "<tool_call>\n" + json.dumps(call) + "\n</tool_call><|im_end|>"
 
     @torch.no_grad()
-    def generate(self, input_ids: torch.Tensor, attention_mask: Any = None,  # type: ignore[override]
-                 **kwargs: Any) -> torch.Tensor:
+    def generate(self, input_ids: torch.Tensor,  # type: ignore[override]
+                 attention_mask: Any = None, **kwargs: Any) -> torch.Tensor:
         pad = self.tokenizer.pad_token_id
         rows = []
         for row, ids in enumerate(input_ids.tolist()):
@@ -141,7 +141,8 @@ def main() -> int:
         for i, episode in enumerate(environments.episodes):
             print(f"rollout episode {i}: task {episode.task_id}")
             for attempt in episode.attempts:
-                print(f"  step {attempt['step']}: {attempt['status']:<15} reward {attempt['reward']}")
+                print(f"  step {attempt['step']}: {attempt['status']:<15} "
+                      f"reward {attempt['reward']}")
             if episode.closed_reply is not None:
                 print(f"  closed: best {episode.closed_reply.get('best')}")
         fed_back = [c for c in model.seen if "<tool_response>" in c]

@@ -562,3 +562,22 @@ def test_trl_reward_tags_each_sample_from_the_call(fake_server):
     assert outcome["rewards"] == [0.5, 0.5]
     with pytest.raises(ValueError, match="9 keys"):
         make_trl_reward(fake_server.endpoint, tag={f"k{i}": i for i in range(9)})
+
+
+def test_verl_scores_carry_the_reward_kwargs_tag_under_each_samples_own(fake_server):
+    from crucible_client.adapters import compute_score_batch
+
+    outcome = {}
+    worker = threading.Thread(target=lambda: outcome.update(scores=compute_score_batch(
+        ["crucible"] * 2, ["```cuda\n__global__ void k() {}\n```"] * 2, ["t", "t"],
+        [{"tag": {"rollout": 0}}, None], endpoint=fake_server.endpoint, tag={"run": "verl-1"})))
+    worker.start()
+    tags = []
+    for _ in range(2):
+        peer, request = fake_server.recv()
+        tags.append(request.get("tag"))
+        fake_server.reply(peer, request["id"], task="t", reward=-1.0,
+                          result={"status": "compile_error", "reward": {"infra": False}})
+    worker.join(timeout=10)
+    assert sorted(tags, key=len) == [{"run": "verl-1"}, {"run": "verl-1", "rollout": 0}]
+    assert [s["score"] for s in outcome["scores"]] == [-1.0, -1.0]

@@ -60,8 +60,8 @@ Outcome = Dict[str, Any]  # {reward: float|None, status: str, body: reply body|N
 
 
 def _score_fields(
-    task: str, completion: Any, which: str, reward: Optional[Mapping[str, Any]], seed: Optional[int],
-    tag: Optional[wire.Tag] = None,
+    task: str, completion: Any, which: str, reward: Optional[Mapping[str, Any]],
+    seed: Optional[int], tag: Optional[wire.Tag] = None,
 ) -> Tuple[Dict[str, Any], Optional[str]]:
     """(score request fields, why the completion had no usable source)."""
     try:

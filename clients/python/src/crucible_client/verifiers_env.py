@@ -13,8 +13,8 @@ Each task's prompt is `render_prompt` of the task's view. An episode opens a cru
 takes the model's opening reply, steps the kernel it contains, and answers with the feedback
 (`render_feedback`) as the next user turn, until the step budget is used, the server ends the
 episode, or a reply holds no kernel (the model is done; a first reply without one is scored as
-the preset's invalid_action penalty). The rollout's reward (`kernel_reward`) is the crucible episode's
-best step (or its last, `reward_from="last"`); a rollout whose every attempt was an
+the preset's invalid_action penalty). The rollout's reward (`kernel_reward`) is the crucible
+episode's best step (or its last, `reward_from="last"`); a rollout whose every attempt was an
 infra_error (the server's fault) records no reward and fails the episode, so that it is
 dropped or retried, never trained on as a zero.
 """
