@@ -321,10 +321,10 @@ std::string render_compare_markdown(const core::Value& comparison) {
      << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& [task, row] : comparison["tasks"].items()) {
     const Value& diff = row["speedup_correct"];
-    md << "| " << task << " | " << row["a"]["scored"] << " | " << row["b"]["scored"] << " | "
-       << percent(row["a"]["correct_rate"]) << " | " << percent(row["b"]["correct_rate"]) << " | "
-       << fixed(row["correct_rate_delta"], "%+.1f pts", 100.0) << " | " << fixed(diff["a"]) << " | "
-       << fixed(diff["b"]) << " | " << diff_cells(diff) << " |\n";
+    md << "| " << markdown_cell(task) << " | " << row["a"]["scored"] << " | " << row["b"]["scored"]
+       << " | " << percent(row["a"]["correct_rate"]) << " | " << percent(row["b"]["correct_rate"])
+       << " | " << fixed(row["correct_rate_delta"], "%+.1f pts", 100.0) << " | " << fixed(diff["a"])
+       << " | " << fixed(diff["b"]) << " | " << diff_cells(diff) << " |\n";
   }
   for (const auto& [key, name] :
        {std::pair<const char*, const char*>{"only_in_a", "A"}, {"only_in_b", "B"}}) {

@@ -876,8 +876,9 @@ int main(int argc, char** argv) {
   bool eval_no_compile = false;
   auto* eval_cmd = app.add_subcommand(
       "eval",
-      "score a folder or a JSONL file of solutions; a bad input line stops it before anything "
-      "is scored (exit status 2)");
+      "score a folder or a JSONL file of solutions or LLM completions; a bad input line stops "
+      "it before anything is scored (exit status 2); `eval compare A B` sets two runs side by "
+      "side");
   eval_cmd
       ->add_option("input", eval_args.input,
                    "folder of <task-id>.cu files, or JSONL of {task, source | completion, ...}")

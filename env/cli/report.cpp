@@ -201,6 +201,21 @@ std::string format_percent(double fraction) {
   return text;
 }
 
+std::string markdown_cell(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    if (c == '|') {
+      out += "\\|";
+    } else if (c == '\n' || c == '\r') {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string escape_html(const std::string& text) {
   std::string out;
   out.reserve(text.size());
@@ -248,7 +263,7 @@ std::string metrics_cells(const Value& m) {
 }
 
 std::string metrics_row(const std::string& name, const Value& m) {
-  return "| " + name + " | " + metrics_cells(m);
+  return "| " + markdown_cell(name) + " | " + metrics_cells(m);
 }
 
 constexpr const char* kMetricsHead =
@@ -509,7 +524,8 @@ std::string render_markdown(const core::Value& summary) {
     const Value model_tasks = summary.value("model_tasks", Value::object());
     for (const auto& [model, tasks] : model_tasks.items()) {
       for (const auto& [task, m] : tasks.items()) {
-        md << "| " << model << " | " << task << " | " << metrics_cells(m);
+        md << "| " << markdown_cell(model) << " | " << markdown_cell(task) << " | "
+           << metrics_cells(m);
       }
     }
   }

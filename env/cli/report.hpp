@@ -78,5 +78,7 @@ std::string render_html(const core::Value& summary);
 std::string format_number(const core::Value& value);
 std::string format_percent(double fraction);
 std::string escape_html(const std::string& text);
+// A name as one Markdown table cell: `|` escaped, line breaks as spaces.
+std::string markdown_cell(const std::string& text);
 
 }  // namespace crucible::env

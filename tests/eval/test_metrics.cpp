@@ -200,3 +200,12 @@ TEST_CASE("eval summary: why nothing was measured names the commonest infra_erro
         "every sample (4) was an infra_error, the server's fault, not the samples': no CUDA "
         "device (3); compile stage unavailable (1)");
 }
+
+TEST_CASE("eval report: a model name holding a pipe or a line break stays in one table cell") {
+  using core::Value;
+  Value record = testing::sample_record("a", "llm", "ok", 2.0);
+  record["meta"] = Value{{"model", "org/model|v2\nfinal"}};
+  const std::string md = env::render_markdown(env::summarize({record}, Value::object()));
+  CHECK(md.find("| org/model\\|v2 final | 1 | 1 | 100.0% | 2.000 |") != std::string::npos);
+  CHECK(md.find("| org/model\\|v2 final | llm/a | 1 |") != std::string::npos);
+}
