@@ -101,6 +101,8 @@ namespace {
 
 constexpr const char* kJsonType = "application/json";
 constexpr const char* kMetricsType = "text/plain; version=0.0.4; charset=utf-8";
+// Threads of the pool that steps and scores may not take.
+constexpr int kReservedThreads = 4;
 
 std::string url_of(const std::string& host, std::uint16_t port) {
   const bool v6 = host.find(':') != std::string::npos;
@@ -162,6 +164,14 @@ Value without_envelope(Value reply) {
   reply.erase("id");
   reply.erase("ok");
   return reply;
+}
+
+// A reply's fields other than the envelope and `used`: what a newer server added (a request's
+// echoed tag, say) reaches an HTTP client under `metadata`, as OpenEnv replies carry it.
+Value fields_besides(const Value& reply, std::initializer_list<const char*> used) {
+  Value rest = without_envelope(reply);
+  for (const char* key : used) rest.erase(key);
+  return rest;
 }
 
 // Deepest nesting of arrays and objects in JSON text, found without parsing (strings skipped),
@@ -586,6 +596,7 @@ class HttpFront::Impl {
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<std::int64_t> in_flight_{0};
+  std::atomic<std::int64_t> long_calls_{0};  // steps and scores waiting for the server
 
   std::mutex sockets_mutex_;
   std::vector<std::unique_ptr<zmq::socket_t>> idle_sockets_;
@@ -931,7 +942,9 @@ Answer HttpFront::Impl::reset(const Value& body) {
                                   {"max_steps", field_or_null(reply, "max_steps")},
                                   {"reward_spec", field_or_null(reply, "reward_spec")}}},
                                 {"reward", nullptr},
-                                {"done", false}});
+                                {"done", false},
+                                {"metadata", fields_besides(reply, {"episode", "task", "step",
+                                                                    "max_steps", "reward_spec"})}});
 }
 
 Answer HttpFront::Impl::step(const Value& body) {
@@ -946,15 +959,18 @@ Answer HttpFront::Impl::step(const Value& body) {
   if (episode.is_string()) saw_step(episode.get<std::string>(), reply);
   const bool terminated = field_or_null(reply, "terminated") == Value(true);
   const bool truncated = field_or_null(reply, "truncated") == Value(true);
-  return json_answer(200, Value{{"episode_id", field_or_null(reply, "episode")},
-                                {"observation",
-                                 {{"result", field_or_null(reply, "result")},
-                                  {"step", field_or_null(reply, "step")},
-                                  {"best", field_or_null(reply, "best")}}},
-                                {"reward", field_or_null(reply, "reward")},
-                                {"done", terminated || truncated},
-                                {"terminated", terminated},
-                                {"truncated", truncated}});
+  return json_answer(
+      200, Value{{"episode_id", field_or_null(reply, "episode")},
+                 {"observation",
+                  {{"result", field_or_null(reply, "result")},
+                   {"step", field_or_null(reply, "step")},
+                   {"best", field_or_null(reply, "best")}}},
+                 {"reward", field_or_null(reply, "reward")},
+                 {"done", terminated || truncated},
+                 {"terminated", terminated},
+                 {"truncated", truncated},
+                 {"metadata", fields_besides(reply, {"episode", "result", "step", "best", "reward",
+                                                     "terminated", "truncated"})}});
 }
 
 Answer HttpFront::Impl::close(const Value& body) {
@@ -970,9 +986,10 @@ Answer HttpFront::Impl::close(const Value& body) {
     }
   }
   if (!reply_ok(reply)) return from_error(reply);
-  return json_answer(200, Value{{"episode_id", field_or_null(reply, "episode")},
-                                {"steps", field_or_null(reply, "steps")},
-                                {"best", field_or_null(reply, "best")}});
+  Value closed = without_envelope(reply);
+  closed["episode_id"] = field_or_null(reply, "episode");
+  closed.erase("episode");
+  return json_answer(200, closed);
 }
 
 Answer HttpFront::Impl::score(const Value& body) {
@@ -1056,9 +1073,26 @@ Answer HttpFront::Impl::answer_post(const std::string& path, const std::string& 
   auto body = parse_body(body_text, options_.limits.max_depth + 2);
   if (!body) return error_answer(body.error().code, body.error().message);
   if (path == "/reset") return reset(*body);
-  if (path == "/step") return step(*body);
   if (path == "/close") return close(*body);
-  return score(*body);
+  // Steps and scores hold their thread for seconds; a few threads stay free for the rest, so
+  // /healthz and /metrics answer under any load.
+  const std::int64_t limit = std::max(1, options_.threads - kReservedThreads);
+  if (++long_calls_ > limit) {
+    --long_calls_;
+    return error_answer(ErrorCode::kBusy,
+                        "the HTTP front has " + std::to_string(limit) +
+                            " steps and scores waiting, its limit; retry later, or send many "
+                            "sources at once to /score");
+  }
+  Answer answer;
+  try {
+    answer = path == "/step" ? step(*body) : score(*body);
+  } catch (...) {
+    --long_calls_;
+    throw;
+  }
+  --long_calls_;
+  return answer;
 }
 
 void HttpFront::Impl::handle(const httplib::Request& req, httplib::Response& res,

@@ -31,8 +31,9 @@ struct HttpFrontOptions {
   // The server's limits (ServerOptions::limits): a body over max_frame_bytes is refused with 413
   // before it is read, and every request becomes one frame checked against them.
   core::ProtocolLimits limits;
-  // Threads answering HTTP requests; a step holds one for as long as it runs (seconds), so
-  // concurrent steps need as many. /score runs a whole batch from one thread.
+  // Threads answering HTTP requests. A step holds one for as long as it runs (seconds); at most
+  // threads - 4 steps and scores wait at once (more are answered `busy`), so that /healthz and
+  // /metrics always find a thread. /score runs a whole batch from one thread.
   int threads = 32;
   // For GET /state: episodes the front saw opened are forgotten after this much idleness, like
   // the server's --idle-timeout, and at most max_episodes are remembered (the least recently

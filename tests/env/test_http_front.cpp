@@ -37,7 +37,7 @@ extern "C" __global__ void copy_kernel(__nv_bfloat16* out, const __nv_bfloat16* 
 class FrontedServer {
  public:
   explicit FrontedServer(env::ServerOptions options = {},
-                         env::Pipeline pipeline = testing::no_gpu_pipeline()) {
+                         env::Pipeline pipeline = testing::no_gpu_pipeline(), int threads = 8) {
     static int counter = 0;
     log_dir_ =
         std::filesystem::temp_directory_path() /
@@ -53,7 +53,7 @@ class FrontedServer {
     env::HttpFrontOptions front;
     front.address = {"127.0.0.1", 0};
     front.limits = options.limits;
-    front.threads = 8;
+    front.threads = threads;
     auto started = env::HttpFront::start(front, *server_);
     if (!started) throw std::runtime_error("front: " + started.error().message);
     front_ = std::move(started).value();
@@ -367,6 +367,8 @@ TEST_CASE("http front: reset -> step -> state -> close, a step answered infra_er
   CHECK(opened["observation"]["step"] == 0);
   CHECK(opened["observation"]["max_steps"] == 3);
   CHECK(opened["observation"]["reward_spec"]["preset"] == "default");
+  // Reply fields the front does not place (none from this server) would be here.
+  CHECK(opened["metadata"] == Value::object());
 
   const Value fresh = json_of(client.Get(("/state?episode_id=" + episode).c_str()));
   CHECK(fresh["episode_id"] == episode);
@@ -394,6 +396,7 @@ TEST_CASE("http front: reset -> step -> state -> close, a step answered infra_er
   CHECK(stepped["done"] == false);
   CHECK(stepped["terminated"] == false);
   CHECK(stepped["truncated"] == false);
+  CHECK(stepped["metadata"] == Value::object());
 
   // The wire's own names work too.
   const Value wire =
@@ -675,6 +678,27 @@ TEST_CASE("http front: a full queue is 503 busy with Retry-After, and a draining
   waiting.join();
   REQUIRE(late.has_value());
   check_error(*late, 503, "shutting_down", "shutting down");
+}
+
+TEST_CASE("http front: steps may not take the threads /healthz and /metrics need") {
+  // Five threads: one may wait on a step or score, four stay free.
+  FrontedServer server({}, slow_pipeline(1500), 5);
+  Value batch_reply;
+  std::thread batch([&] {
+    auto other = server.client();
+    batch_reply = json_of(post_json(
+        other, "/score", Value::array({Value{{"task", "llm/rms_norm"}, {"source", kKernel}}})));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto client = server.client();
+  const auto refused = post_json(
+      client, "/score", Value::array({Value{{"task", "llm/rms_norm"}, {"source", kKernel}}}));
+  check_error(refused, 503, "busy", "the HTTP front has 1 steps and scores waiting");
+  CHECK(refused->get_header_value("Retry-After") == "1");
+  CHECK(client.Get("/healthz")->status == 200);
+  CHECK(client.Get("/metrics")->status == 200);
+  batch.join();
+  CHECK(batch_reply["results"][0]["ok"] == true);
 }
 
 TEST_CASE("http front: /metrics is Prometheus text with the server's counters") {
