@@ -711,10 +711,14 @@ std::vector<std::filesystem::path> default_include_dirs() {
     std::error_code error;
     if (dir.empty() || !std::filesystem::is_directory(dir, error)) continue;
     if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
-    const auto cccl = dir / "cccl";
-    if (std::filesystem::is_directory(cccl, error) &&
-        std::find(dirs.begin(), dirs.end(), cccl) == dirs.end()) {
-      dirs.push_back(cccl);
+    // cccl holds cuda/std; crt holds headers that the public ones include by a path relative
+    // to their own folder (mma.h includes "mma.hpp"), which --no-source-include cannot find.
+    for (const char* sub : {"cccl", "crt"}) {
+      const auto nested = dir / sub;
+      if (std::filesystem::is_directory(nested, error) &&
+          std::find(dirs.begin(), dirs.end(), nested) == dirs.end()) {
+        dirs.push_back(nested);
+      }
     }
   }
   return dirs;

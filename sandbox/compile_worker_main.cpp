@@ -79,8 +79,8 @@ class CompileWorker {
       auto canonical = std::filesystem::canonical(dir, error);
       const std::string path = error ? dir : canonical.string();
       includes_.push_back(path);
-      const bool cccl = std::filesystem::path(path).filename() == "cccl";
-      const std::string shown = cccl ? "<cccl>" : "<cuda>";
+      const auto name = std::filesystem::path(path).filename();
+      const std::string shown = name == "cccl" ? "<cccl>" : name == "crt" ? "<cuda>/crt" : "<cuda>";
       replacements_.emplace_back(path + "/", shown + "/");
       if (dir != path) replacements_.emplace_back(dir + "/", shown + "/");
     }

@@ -168,6 +168,19 @@ TEST_CASE("compile pool: a bf16 rms_norm kernel compiles with its resources and 
   CHECK_FALSE(value.contains("cubin"));
 }
 
+TEST_CASE("compile pool: <mma.h> compiles (its crt/mma.hpp is found without source includes)") {
+  auto out =
+      compile(main_pool(), job_of("#include <mma.h>\n"
+                                  "__global__ void k(float* out, const __half* a) {\n"
+                                  "  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16,"
+                                  " __half, nvcuda::wmma::row_major> f;\n"
+                                  "  nvcuda::wmma::load_matrix_sync(f, a, 16);\n"
+                                  "  out[threadIdx.x] = __half2float(f.x[0]);\n}\n"));
+  INFO(out.log);
+  CHECK(out.status == StepStatus::kOk);
+  CHECK(out.log.find("/usr/") == std::string::npos);
+}
+
 TEST_CASE("compile pool: __launch_bounds__ and register pressure bound max_threads") {
   auto out = compile(main_pool(), job_of("extern \"C\" __global__ void __launch_bounds__(128)\n"
                                          "bounded(float* out) { out[threadIdx.x] = 1.f; }\n"));
