@@ -84,6 +84,36 @@ Result<Value> optional_map(const Value& frame, std::string_view key) {
   return *field;
 }
 
+// `tag`: null, or a map as kMaxTagKeys and the rest describe; a wrong type is kBadRequest, a
+// limit kInvalidArgument, each naming the key.
+Result<Value> optional_tag(const Value& frame) {
+  const Value* field = find(frame, "tag");
+  if (field == nullptr || field->is_null()) return Value(nullptr);
+  if (!field->is_object())
+    return wrong_type("tag", "a map of strings to strings or integers", *field);
+  const auto limit = [](const std::string& why) { return Error{ErrorCode::kInvalidArgument, why}; };
+  if (field->size() > kMaxTagKeys) {
+    return limit("field 'tag' has " + std::to_string(field->size()) + " keys; at most " +
+                 std::to_string(kMaxTagKeys) + " are allowed");
+  }
+  for (const auto& [key, value] : field->items()) {
+    if (key.empty()) return limit("field 'tag' has an empty key");
+    if (key.size() > kMaxTagKeyBytes) {
+      return limit("tag key '" + excerpt(key, 40) + "' is over " + std::to_string(kMaxTagKeyBytes) +
+                   " bytes");
+    }
+    if (value.is_string()) {
+      if (value.get_ref<const std::string&>().size() > kMaxTagValueBytes) {
+        return limit("tag value of '" + key + "' is over " + std::to_string(kMaxTagValueBytes) +
+                     " bytes");
+      }
+    } else if (!value.is_number_integer()) {
+      return wrong_type("tag." + key, "a string or an integer", value);
+    }
+  }
+  return *field;
+}
+
 Result<Value> optional_plan(const Value& frame) {
   const Value* field = find(frame, "plan");
   if (field == nullptr || field->is_null()) return Value(nullptr);
@@ -232,6 +262,9 @@ Result<ResetRequest> parse_reset(const Value& frame, const ProtocolLimits& limit
   auto options = optional_map(frame, "options");
   if (!options) return options.error();
   out.options = std::move(options).value();
+  auto tag = optional_tag(frame);
+  if (!tag) return tag.error();
+  out.tag = std::move(tag).value();
   return out;
 }
 
@@ -246,6 +279,9 @@ Result<StepRequest> parse_step(const Value& frame, const ProtocolLimits& limits)
   auto plan = optional_plan(frame);
   if (!plan) return plan.error();
   out.plan = std::move(plan).value();
+  auto tag = optional_tag(frame);
+  if (!tag) return tag.error();
+  out.tag = std::move(tag).value();
   return out;
 }
 
@@ -266,6 +302,9 @@ Result<ScoreRequest> parse_score(const Value& frame, const ProtocolLimits& limit
   auto reward = optional_map(frame, "reward");
   if (!reward) return reward.error();
   out.reward = std::move(reward).value();
+  auto tag = optional_tag(frame);
+  if (!tag) return tag.error();
+  out.tag = std::move(tag).value();
   return out;
 }
 

@@ -64,11 +64,13 @@ struct ResetRequest {
   std::optional<std::uint32_t> max_steps;  // episode length; server default if absent
   Value reward;                            // reward spec map, or null for the default
   Value options;                           // free-form map kept with the episode, or null
+  Value tag;                               // request tag (check_tag), or null
 };
 struct StepRequest {
   std::string episode;
   std::string source;
   Value plan;  // structured launch plan (array of launch maps), or null: use directives
+  Value tag;   // request tag, or null: the episode's
 };
 struct ScoreRequest {
   std::string task;
@@ -76,10 +78,19 @@ struct ScoreRequest {
   Value plan;
   std::optional<std::uint64_t> seed;
   Value reward;
+  Value tag;  // request tag, or null
 };
 struct CloseRequest {
   std::string episode;
 };
+
+// A request tag (`tag` on reset, step and score) labels a request for the logs: a map of at
+// most kMaxTagKeys non-empty string keys of at most kMaxTagKeyBytes bytes, each mapped to a
+// string of at most kMaxTagValueBytes bytes or a 64-bit integer. The reply echoes it and the
+// trajectory record keeps it; a step without one carries its episode's.
+inline constexpr std::size_t kMaxTagKeys = 8;
+inline constexpr std::size_t kMaxTagKeyBytes = 32;
+inline constexpr std::size_t kMaxTagValueBytes = 256;
 
 // Each parser reads the op's fields from the full request map and reports the first problem
 // as kBadRequest ("field 'source' must be a string, got integer") or kTooLarge.

@@ -16,7 +16,8 @@ namespace {
 // Rough bytes an episode holds: the struct, its id and the maps it keeps.
 std::size_t episode_footprint(const Episode& episode) {
   return sizeof(Episode) + episode.id.size() + core::encode_msgpack(episode.options).size() * 3 +
-         core::encode_msgpack(episode.reward_spec_value).size() * 3 + 512;
+         core::encode_msgpack(episode.reward_spec_value).size() * 3 +
+         core::encode_msgpack(episode.tag).size() * 3 + 512;
 }
 
 std::string random_hex(std::mt19937_64& rng, int bytes) {

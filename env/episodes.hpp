@@ -31,6 +31,7 @@ struct Episode {
   rewards::RewardSpec reward_spec;
   core::Value reward_spec_value;
   core::Value options;
+  core::Value tag;  // the reset's request tag (null if none): its steps carry it
   bool stop_on_ok = false;
   std::uint32_t steps_numbered = 0;  // step numbers handed out (every accepted step)
   std::uint32_t steps_charged = 0;   // budget in use: steps running plus steps counted

@@ -391,7 +391,8 @@ constexpr const char* kSchemaText = R"json({
     "required": ["source"],
     "properties": {
       "source": {"type": "string", "description": "CUDA C++ source, non-empty, at most max_source_bytes (hello.limits) bytes of UTF-8"},
-      "plan": {"type": ["array", "object", "null"], "description": "structured launch plan used instead of the @launch directives"}
+      "plan": {"type": ["array", "object", "null"], "description": "structured launch plan used instead of the @launch directives"},
+      "tag": {"type": "object", "maxProperties": 8, "additionalProperties": {"type": ["string", "integer"]}, "description": "request tag (run, rollout, model...): echoed under metadata and kept in the trajectory log; a step without one carries its episode's"}
     }
   },
   "observation": {
@@ -448,7 +449,8 @@ constexpr const char* kSchemaText = R"json({
       "seed": {"type": "integer", "minimum": 0},
       "max_steps": {"type": "integer", "minimum": 1, "maximum": 10000},
       "reward": {"type": "object"},
-      "options": {"type": "object"}
+      "options": {"type": "object"},
+      "tag": {"type": "object", "maxProperties": 8, "additionalProperties": {"type": ["string", "integer"]}, "description": "request tag (run, rollout, model...): echoed under metadata and kept in the trajectory log; a step without one carries its episode's"}
     }
   },
   "score": {
@@ -461,7 +463,8 @@ constexpr const char* kSchemaText = R"json({
       "source": {"type": "string"},
       "plan": {"type": ["array", "object", "null"]},
       "seed": {"type": "integer", "minimum": 0},
-      "reward": {"type": "object"}
+      "reward": {"type": "object"},
+      "tag": {"type": "object", "maxProperties": 8, "additionalProperties": {"type": ["string", "integer"]}, "description": "request tag (run, rollout, model...): echoed under metadata and kept in the trajectory log; a step without one carries its episode's"}
     }
   }
 })json";

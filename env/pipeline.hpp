@@ -24,6 +24,7 @@ struct StepJob {
   core::Value plan;  // structured plan or null
   std::uint64_t seed = 0;
   rewards::RewardSpec reward_spec;
+  core::Value tag;  // request tag (null if none): kept in the record and echoed in the reply
 };
 
 // What one stage hands to the next: the launch plan evaluated on every case of the task, and

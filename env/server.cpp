@@ -473,6 +473,7 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
         }
         episode->stop_on_ok = it->get<bool>();
       }
+      episode->tag = std::move(request->tag);
       episode->last_active = Clock::now();
       if (auto opened = episodes_.open(episode, rng_); !opened) {
         return send_error(route, id, opened.error().code, opened.error().message);
@@ -483,6 +484,7 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
       reply["max_steps"] = episode->max_steps;
       reply["step"] = 0;
       reply["reward_spec"] = episode->reward_spec_value;
+      if (!episode->tag.is_null()) reply["tag"] = episode->tag;
       return send(route, reply);
     }
     case core::Op::kStep: {
@@ -491,8 +493,12 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
       auto begun = episodes_.begin_step(request->episode);
       if (!begun) return send_error(route, id, begun.error().code, begun.error().message);
       auto [episode, step] = std::move(begun).value();
-      StepJob job{episode->task, std::move(request->source), std::move(request->plan),
-                  episode->seed, episode->reward_spec};
+      StepJob job{episode->task,
+                  std::move(request->source),
+                  std::move(request->plan),
+                  episode->seed,
+                  episode->reward_spec,
+                  request->tag.is_null() ? episode->tag : std::move(request->tag)};
       return start_job(route, id, op, std::move(job), std::move(episode), step);
     }
     case core::Op::kScore: {
@@ -502,8 +508,12 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
       if (task == nullptr) return;
       auto spec = rewards::parse_reward_spec(request->reward);
       if (!spec) return send_error(route, id, ErrorCode::kInvalidArgument, spec.error().message);
-      StepJob job{task, std::move(request->source), std::move(request->plan),
-                  request->seed ? *request->seed : rng_(), std::move(spec).value()};
+      StepJob job{task,
+                  std::move(request->source),
+                  std::move(request->plan),
+                  request->seed ? *request->seed : rng_(),
+                  std::move(spec).value(),
+                  std::move(request->tag)};
       return start_job(route, id, op, std::move(job), nullptr, 0);
     }
     case core::Op::kClose: {
@@ -549,6 +559,7 @@ void Server::Impl::start_job(const Route& route, const Value& id, core::Op op, S
     Value reply = core::ok_reply(id);
     reply["result"] = std::move(record["result"]);
     reply["reward"] = result.reward.total;
+    if (!job.tag.is_null()) reply["tag"] = job.tag;
     if (!episode) {
       reply["task"] = job.task->id;
       ++scores_;

@@ -24,6 +24,7 @@ core::Value step_record(core::Op op, const StepJob& job, const StepResult& resul
                      {"reward_spec", rewards::reward_spec_to_value(job.reward_spec)},
                      {"result", result.to_value()},
                      {"reward", result.reward.total}};
+  if (!job.tag.is_null()) record["tag"] = job.tag;
   if (!episode_id.empty()) {
     record["episode"] = episode_id;
     record["step"] = step;

@@ -75,7 +75,9 @@ std::string format_task_details(const Task& task, bool include_hidden) {
       << (task.checker.empty() ? std::string("elementwise against the reference")
                                : "by the '" + task.checker + "' checker (every right answer)")
       << "\n";
-  out << "  manifest:  " << task.manifest_path.string() << "\n\n";
+  // A host path means nothing to an agent; maintainers (--all) get it.
+  if (include_hidden) out << "  manifest:  " << task.manifest_path.string() << "\n";
+  out << "\n";
   out << task.description;
   if (!task.description.empty() && task.description.back() != '\n') out << "\n";
   out << "\nsymbols\n";

@@ -161,6 +161,7 @@ core::Result<Value> Client::reset(const std::string& task, std::optional<std::ui
   if (max_steps) fields["max_steps"] = *max_steps;
   if (!reward.is_null()) fields["reward"] = std::move(reward);
   if (!options.is_null()) fields["options"] = std::move(options);
+  if (!options_.tag.is_null()) fields["tag"] = options_.tag;
   return call(core::Op::kReset, std::move(fields));
 }
 
@@ -176,6 +177,7 @@ core::Result<Value> Client::score(const std::string& task, const std::string& so
   Value fields{{"task", task}, {"source", source}};
   if (!plan.is_null()) fields["plan"] = std::move(plan);
   if (seed) fields["seed"] = *seed;
+  if (!options_.tag.is_null()) fields["tag"] = options_.tag;
   return call(core::Op::kScore, std::move(fields));
 }
 

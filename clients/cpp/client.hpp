@@ -23,6 +23,9 @@ struct ClientOptions {
   std::string endpoint = "tcp://127.0.0.1:5555";
   std::chrono::milliseconds timeout{120000};  // per request, from submit to reply
   std::size_t max_reply_bytes = 64u << 20;
+  // A request tag (docs/protocol.md) sent with every reset and score, under the keys of a
+  // tag the request carries itself; steps carry their episode's on the server.
+  core::Value tag = nullptr;
 };
 
 class Client;

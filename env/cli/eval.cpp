@@ -189,7 +189,7 @@ class PipelineScorer final : public Scorer {
 
   Value score(const Sample& sample, const tasks::Task& task, std::size_t) override {
     const auto start = Clock::now();
-    StepJob job{&task, sample.source, nullptr, seed_, spec_};
+    StepJob job{&task, sample.source, nullptr, seed_, spec_, nullptr};
     StepResult result = pipeline_.run(job);
     const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     return make_result_record(sample, task, result.to_value(), result.reward.total, seed_, where(),

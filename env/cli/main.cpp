@@ -487,7 +487,7 @@ int run_tasks_check(const std::string& home_flag, const std::vector<std::string>
   } else {
     pipeline.emplace(local_pipeline(home, pipeline_options));
     tools.score_on_gpu = [&](const tasks::Task& task, const std::string& source) {
-      env::StepJob job{&task, source, nullptr, 1, {}};
+      env::StepJob job{&task, source, nullptr, 1, {}, nullptr};
       return pipeline->run(job);
     };
   }

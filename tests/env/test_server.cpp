@@ -195,6 +195,68 @@ TEST_CASE("server: an episode runs reset -> step -> close and every step is logg
   CHECK_FALSE(report->torn_tail);
 }
 
+TEST_CASE("server: request tags are echoed, inherited by steps, logged, and checked") {
+  RunningServer server;
+  auto client = connect(server);
+  const Value run_tag{{"run", "grpo-7"}, {"rollout", 12}, {"model", "qwen"}};
+  const auto reset = client.call(Op::kReset, Value{{"task", "llm/rms_norm"}, {"tag", run_tag}});
+  REQUIRE(reset.ok());
+  CHECK((*reset)["tag"] == run_tag);
+  const std::string episode = (*reset)["episode"];
+  const auto inherited = client.step(episode, "int main() { return 0; }");
+  REQUIRE(inherited.ok());
+  CHECK((*inherited)["tag"] == run_tag);  // no tag of its own: the episode's
+  const Value own{{"attempt", -2}};
+  const auto tagged = client.call(
+      Op::kStep, Value{{"episode", episode}, {"source", "int main() {}"}, {"tag", own}});
+  REQUIRE(tagged.ok());
+  CHECK((*tagged)["tag"] == own);
+  const auto untagged = client.score("llm/rms_norm", "int main() {}");
+  REQUIRE(untagged.ok());
+  CHECK_FALSE((*untagged).contains("tag"));
+
+  // The client's default tag goes with its resets and scores.
+  clients::ClientOptions options;
+  options.endpoint = server.endpoint();
+  options.tag = Value{{"run", "default"}};
+  auto tagging = clients::Client::connect(options);
+  REQUIRE(tagging.ok());
+  const auto scored = tagging->score("llm/rms_norm", "int main() {}");
+  REQUIRE(scored.ok());
+  CHECK((*scored)["tag"] == options.tag);
+
+  // Limits answer as data, naming the field; nothing is logged for a refused request.
+  Value nine = Value::object();
+  for (int i = 0; i < 9; ++i) nine["k" + std::to_string(i)] = i;
+  const auto score_with = [&](Value tag) {
+    return client.call(Op::kScore,
+                       Value{{"task", "llm/rms_norm"}, {"source", "x"}, {"tag", std::move(tag)}});
+  };
+  check_error(score_with(nine), ErrorCode::kInvalidArgument, "at most 8");
+  check_error(score_with(Value{{std::string(33, 'k'), 1}}), ErrorCode::kInvalidArgument,
+              "over 32 bytes");
+  check_error(score_with(Value{{"note", std::string(257, 'x')}}), ErrorCode::kInvalidArgument,
+              "over 256 bytes");
+  check_error(score_with(Value{{"", 1}}), ErrorCode::kInvalidArgument, "empty key");
+  check_error(score_with(Value{{"flag", true}}), ErrorCode::kBadRequest, "tag.flag");
+  check_error(score_with(Value{{"lr", 0.5}}), ErrorCode::kBadRequest, "tag.lr");
+  check_error(score_with(Value::array({1, 2})), ErrorCode::kBadRequest, "field 'tag'");
+  check_error(client.call(Op::kReset, Value{{"task", "llm/rms_norm"}, {"tag", "run-1"}}),
+              ErrorCode::kBadRequest, "field 'tag'");
+
+  server.stop();
+  std::vector<Value> records;
+  REQUIRE(env::read_trajectory_log(server.log_path(), [&](Value&& record) {
+            records.push_back(std::move(record));
+            return true;
+          }).ok());
+  REQUIRE(records.size() == 4);
+  CHECK(records[0]["tag"] == run_tag);
+  CHECK(records[1]["tag"] == own);
+  CHECK_FALSE(records[2].contains("tag"));
+  CHECK(records[3]["tag"] == options.tag);
+}
+
 TEST_CASE("server: every client-reachable error code comes back with a clear message") {
   env::ServerOptions options;
   options.limits.max_source_bytes = 1024;
