@@ -205,9 +205,18 @@ void on_signal(int) {
   if (g_server != nullptr) g_server->stop();
 }
 
+// --home, else $CRUCIBLE_HOME, else an installed tree's data (<prefix>/share/crucible beside
+// <prefix>/bin/crucible, wherever the tree was unpacked), else the source tree it was built
+// from.
 std::filesystem::path resolve_home(const std::string& flag) {
   if (!flag.empty()) return flag;
   if (const char* env = std::getenv("CRUCIBLE_HOME"); env != nullptr && *env != '\0') return env;
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const auto installed = self.parent_path().parent_path() / "share" / "crucible";
+    if (std::filesystem::is_directory(installed / "tasks", error)) return installed;
+  }
   return CRUCIBLE_HOME_DEFAULT;
 }
 
