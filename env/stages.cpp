@@ -38,21 +38,6 @@ std::string log_summary(const std::string& log) {
   }
   return out;
 }
-// Weighted geometric mean over the timed cases of a runner report of `field`: a case's median
-// ({"candidate": {"median_ns": ...}}) or a plain number ("floor_ns"). nullopt if any is missing.
-std::optional<double> weighted_geomean_of(const core::Value& timing, const std::string& field) {
-  const auto cases = timing.find("cases");
-  if (cases == timing.end() || !cases->is_array() || cases->empty()) return std::nullopt;
-  std::vector<std::pair<double, double>> value_weight;
-  for (const auto& c : *cases) {
-    const auto it = c.find(field);
-    if (it == c.end()) return std::nullopt;
-    const core::Value& value = it->is_object() ? it->value("median_ns", core::Value()) : *it;
-    if (!value.is_number()) return std::nullopt;
-    value_weight.emplace_back(value.get<double>(), c.value("weight", 1.0));
-  }
-  return judge::weighted_geomean(value_weight);
-}
 
 }  // namespace
 
@@ -165,9 +150,9 @@ bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& res
   if (!result.timing.is_null()) result.timing["device"] = report.device;
   result.speedup = report.speedup;
   if (report.status == StepStatus::kOk && report.timing.is_object()) {
-    result.candidate_ns = weighted_geomean_of(report.timing, "candidate");
-    result.reference_ns = weighted_geomean_of(report.timing, "reference");
-    result.floor_ns = weighted_geomean_of(report.timing, "floor_ns");
+    result.candidate_ns = judge::weighted_case_time_ns(report.timing, "candidate");
+    result.reference_ns = judge::weighted_case_time_ns(report.timing, "reference");
+    result.floor_ns = judge::weighted_case_time_ns(report.timing, "floor_ns");
     const core::Value& interval = report.timing["speedup_ci95"];
     if (interval.is_object() && interval["low"].is_number() && interval["high"].is_number()) {
       result.speedup_low = interval["low"].get<double>();

@@ -7,6 +7,24 @@
 #include <numeric>
 
 namespace crucible::judge {
+
+std::optional<double> weighted_case_time_ns(const core::Value& timing, std::string_view field) {
+  if (!timing.is_object()) return std::nullopt;
+  const auto cases = timing.find("cases");
+  if (cases == timing.end() || !cases->is_array() || cases->empty()) return std::nullopt;
+  std::vector<std::pair<double, double>> value_weight;
+  for (const auto& c : *cases) {
+    if (!c.is_object()) return std::nullopt;
+    const auto it = c.find(field);
+    if (it == c.end()) return std::nullopt;
+    const core::Value value = it->is_object() ? it->value("median_ns", core::Value()) : *it;
+    const core::Value weight = c.value("weight", core::Value(1.0));
+    if (!value.is_number() || !weight.is_number()) return std::nullopt;
+    value_weight.emplace_back(value.get<double>(), weight.get<double>());
+  }
+  return weighted_geomean(value_weight);
+}
+
 namespace {
 
 // Type 7 quantile of sorted, non-empty data.

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,12 @@ bool should_stop(const std::vector<double>& samples_ns, const StoppingRule& rule
 // exp(sum w_i ln v_i / sum w_i) over (value, weight) pairs; weights are normalized. nullopt
 // when the input is empty or any value or weight is non-finite or <= 0.
 std::optional<double> weighted_geomean(const std::vector<std::pair<double, double>>& value_weight);
+
+// The weighted geometric mean over a timing report's cases (`{"cases": [{"weight", field}]}`)
+// of `field`: a case's median (`{"candidate": {"median_ns": ...}}`) or a plain number
+// (`"floor_ns"`), weight 1 when absent. nullopt unless every case has it. The GPU stage's
+// reward and replay's rescoring both read a step's times this way.
+std::optional<double> weighted_case_time_ns(const core::Value& timing, std::string_view field);
 
 // A speedup (reference median / candidate median) with its 95 % interval. Each median's
 // distribution-free interval is read as a normal error of ln(median) with

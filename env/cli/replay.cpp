@@ -56,35 +56,15 @@ std::string number_text(double x) {
   return text;
 }
 
-// The weighted geometric mean over `timing.cases` of a case's `field`: a timing summary's
-// median ({"candidate": {"median_ns": ...}}) or a plain number ("floor_ns"), weighted by the
-// case's `weight`; nullopt unless every case has it. The GPU stage computes the same from the
-// runner's report (env/stages.cpp), so a rescore sees the times the server's reward saw.
-std::optional<double> logged_time_ns(const Value& timing, const char* field) {
-  const auto cases = timing.find("cases");
-  if (cases == timing.end() || !cases->is_array() || cases->empty()) return std::nullopt;
-  std::vector<std::pair<double, double>> value_weight;
-  for (const auto& c : *cases) {
-    if (!c.is_object()) return std::nullopt;
-    const auto it = c.find(field);
-    if (it == c.end()) return std::nullopt;
-    const Value value = it->is_object() ? it->value("median_ns", Value()) : *it;
-    const Value weight = c.value("weight", Value(1.0));
-    if (!value.is_number() || !weight.is_number()) return std::nullopt;
-    value_weight.emplace_back(value.get<double>(), weight.get<double>());
-  }
-  return judge::weighted_geomean(value_weight);
-}
-
 // The times a step's reward was computed from: the timing report's, else (a log written
 // before the report carried them, with the sol preset) the logged reward's own terms.
 void read_logged_times(const Value& result, LoggedStep& step) {
   if (step.status != core::StepStatus::kOk) return;
   const auto timing = result.find("timing");
   if (timing != result.end() && timing->is_object()) {
-    step.candidate_ns = logged_time_ns(*timing, "candidate");
-    step.reference_ns = logged_time_ns(*timing, "reference");
-    step.floor_ns = logged_time_ns(*timing, "floor_ns");
+    step.candidate_ns = judge::weighted_case_time_ns(*timing, "candidate");
+    step.reference_ns = judge::weighted_case_time_ns(*timing, "reference");
+    step.floor_ns = judge::weighted_case_time_ns(*timing, "floor_ns");
   }
   const auto reward = result.find("reward");
   if (reward == result.end() || !reward->is_object()) return;

@@ -246,3 +246,22 @@ TEST_CASE("timing: to_value names every field with its unit") {
     CHECK(value.contains(key));
   }
 }
+
+TEST_CASE(
+    "weighted_case_time_ns: case medians and plain numbers, weighted; nullopt if any is missing") {
+  const crucible::core::Value timing{
+      {"cases",
+       {{{"weight", 3.0}, {"candidate", {{"median_ns", 1000.0}}}, {"floor_ns", 10.0}},
+        {{"candidate", {{"median_ns", 16000.0}}}, {"floor_ns", 160.0}}}}};  // weight 1
+  const auto candidate = weighted_case_time_ns(timing, "candidate");
+  REQUIRE(candidate.has_value());
+  CHECK(*candidate == doctest::Approx(2000.0));  // exp((3 ln 1000 + ln 16000) / 4)
+  CHECK(*weighted_case_time_ns(timing, "floor_ns") == doctest::Approx(20.0));
+  CHECK_FALSE(weighted_case_time_ns(timing, "reference").has_value());
+  CHECK_FALSE(weighted_case_time_ns(
+      crucible::core::Value{{"cases", crucible::core::Value::array()}}, "candidate"));
+  CHECK_FALSE(weighted_case_time_ns(crucible::core::Value("timing"), "candidate"));
+  const crucible::core::Value text_weight{
+      {"cases", {{{"weight", "heavy"}, {"candidate", {{"median_ns", 1.0}}}}}}};
+  CHECK_FALSE(weighted_case_time_ns(text_weight, "candidate"));
+}
