@@ -289,3 +289,27 @@ def test_cli_prints_a_prompt_within_its_budget(live_server):
     done = subprocess.run(command[:-1] + ["50"], capture_output=True, text=True, timeout=60,
                           env=env)
     assert done.returncode == 2 and "required parts" in done.stderr
+
+
+def _shared_completion_cases():
+    # The table crucible eval's C++ parser is tested against too (tests/eval/test_completion.cpp),
+    # so both parsers give the same source for the same completion.
+    import json
+    from pathlib import Path
+
+    table = Path(__file__).resolve().parents[3] / "tests" / "eval" / "completion_cases.json"
+    return json.loads(table.read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", _shared_completion_cases(), ids=lambda case: case["name"])
+def test_shared_completion_table(case):
+    which = case.get("which", "last")
+    if case.get("not_a_completion"):
+        with pytest.raises(TypeError):
+            extract_source(case["completion"], which=which)
+    elif "error" in case:
+        with pytest.raises(NoSourceFound) as raised:
+            extract_source(case["completion"], which=which)
+        assert str(raised.value) == case["error"]
+    else:
+        assert extract_source(case["completion"], which=which) == case["source"]
