@@ -67,6 +67,9 @@ class GpuStage final : public Stage {
 struct PipelineOptions {
   std::filesystem::path home;
   runner::GpuProbe gpus;
+  // The operator's --gpus (a comma list of CUDA ordinals; empty: every GPU): the CLI narrows
+  // `gpus` with runner::select_gpus before building; build_pipeline reads only `gpus`.
+  std::string gpu_list;
   bool compile = true;  // start the compile pool (needs crucible-compile-worker)
   sandbox::CompilePoolOptions compile_options;
   runner::RunnerPoolOptions runner_options;

@@ -3,6 +3,10 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <charconv>
+#include <set>
+
 namespace crucible::runner {
 namespace {
 // The few driver entry points the probe needs, declared by hand: CUresult is an int enum and
@@ -30,6 +34,55 @@ core::Value GpuProbe::to_value() const {
                                                           std::to_string(gpu.compute_minor)}});
   }
   return list;
+}
+
+namespace {
+std::string gpus_that_exist(const GpuProbe& probe) {
+  if (probe.gpus.empty()) {
+    return probe.reason.empty() ? "this server has no GPU" : probe.reason;
+  }
+  std::string names;
+  for (const auto& gpu : probe.gpus) {
+    names += (names.empty() ? "" : ", ") + std::to_string(gpu.index);
+    if (!gpu.name.empty()) names += " (" + gpu.name + ")";
+  }
+  return "the GPUs here are " + names;
+}
+}  // namespace
+
+core::Result<GpuProbe> select_gpus(const GpuProbe& probe, std::string_view list) {
+  const auto refuse = [&](const std::string& why) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "\"" + std::string(list) + "\": " + why + "; " + gpus_that_exist(probe)};
+  };
+  GpuProbe selected;
+  std::set<int> seen;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    std::string_view entry = list.substr(start, comma - start);
+    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+    while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
+    int ordinal = -1;
+    const auto parsed = std::from_chars(entry.data(), entry.data() + entry.size(), ordinal);
+    if (entry.empty() || parsed.ec != std::errc() || parsed.ptr != entry.data() + entry.size() ||
+        ordinal < 0) {
+      return refuse("expected a comma list of CUDA ordinals such as 0,2, found \"" +
+                    std::string(entry) + "\"");
+    }
+    if (!seen.insert(ordinal).second) {
+      return refuse("GPU " + std::to_string(ordinal) + " is named twice");
+    }
+    const GpuInfo* found = nullptr;
+    for (const auto& gpu : probe.gpus) {
+      if (gpu.index == ordinal) found = &gpu;
+    }
+    if (found == nullptr) return refuse("there is no GPU " + std::to_string(ordinal));
+    selected.gpus.push_back(*found);
+    if (comma == list.size()) break;
+    start = comma + 1;
+  }
+  return selected;
 }
 
 GpuProbe probe_gpus() {

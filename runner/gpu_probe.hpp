@@ -2,8 +2,10 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/result.hpp"
 #include "core/value.hpp"
 
 namespace crucible::runner {
@@ -27,5 +29,11 @@ struct GpuProbe {
 // before any fork that must not inherit a CUDA context: cuInit in the server process is cheap
 // and creates no context. Never throws.
 GpuProbe probe_gpus();
+
+// The GPUs named by `list`, a comma list of CUDA ordinals such as "0,2" (the operator's --gpus),
+// in the list's order. Errors (kInvalidArgument, the message naming the GPUs that exist): an
+// empty list or entry, an entry that is not a non-negative integer, a duplicate, or an ordinal
+// the probe did not find. Pure; never throws.
+core::Result<GpuProbe> select_gpus(const GpuProbe& probe, std::string_view list);
 
 }  // namespace crucible::runner

@@ -2,6 +2,7 @@
 // parent-death signal stays tied to a thread that lives as long as the pool), and the job path.
 #include "runner/runner_pool.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -66,17 +67,70 @@ struct RunnerPool::State {
     int jobs = 0;  // on the active runner
     int total_jobs = 0;
     int restarts = 0;
-    // Wall seconds jobs held this lane (sent to the runner until its report or kill): the GPU's
+    std::uint64_t timeouts = 0, crashes = 0, lost_contexts = 0;
+    // Wall seconds finished jobs held this lane (taken until their report or kill): the GPU's
     // utilisation as the server sees it.
     double busy_seconds = 0.0;
+    Clock::time_point held_since;  // while busy
+    // The holds that ended within the load window, oldest first.
+    std::deque<std::pair<Clock::time_point, Clock::time_point>> recent_holds;
     Value device_info;
+
+    void forget_before(Clock::time_point horizon) {
+      while (!recent_holds.empty() && recent_holds.front().second < horizon) {
+        recent_holds.pop_front();
+      }
+    }
+    // Busy seconds within [horizon, now], the hold in progress included.
+    double busy_since(Clock::time_point horizon, Clock::time_point now) const {
+      double seconds = 0.0;
+      for (const auto& [from, to] : recent_holds) {
+        if (to > horizon)
+          seconds += std::chrono::duration<double>(to - std::max(from, horizon)).count();
+      }
+      if (busy)
+        seconds += std::chrono::duration<double>(now - std::max(held_since, horizon)).count();
+      return seconds;
+    }
+    int jobs_since(Clock::time_point horizon) const {
+      int count = 0;
+      for (const auto& hold : recent_holds) count += hold.second >= horizon ? 1 : 0;
+      return count;
+    }
   };
   mutable std::mutex mutex;
   std::condition_variable lane_free;
   std::vector<Lane> lanes;
-  std::uint64_t timeouts = 0, crashes = 0, lost_contexts = 0;
   std::size_t waiting = 0;  // jobs queued for a free lane
   Clock::time_point created = Clock::now();
+
+  // The free lane that was busy least within the load window, then the one with the fewest jobs
+  // in it, then the first; null when every lane is busy. Called with `mutex` held.
+  Lane* least_loaded_free_lane() {
+    const auto now = Clock::now();
+    const auto horizon = now - options.load_window;
+    Lane* best = nullptr;
+    double best_busy = 0.0;
+    int best_jobs = 0;
+    for (auto& lane : lanes) {
+      if (lane.busy) continue;
+      lane.forget_before(horizon);
+      const double busy = lane.busy_since(horizon, now);
+      const int jobs = lane.jobs_since(horizon);
+      if (best == nullptr || busy < best_busy || (busy == best_busy && jobs < best_jobs)) {
+        best = &lane;
+        best_busy = busy;
+        best_jobs = jobs;
+      }
+    }
+    return best;
+  }
+
+  // Counts a failure against its lane; the pool's totals are the lanes' sums.
+  void count(Lane& lane, std::uint64_t Lane::*counter) {
+    std::lock_guard lock(mutex);
+    ++(lane.*counter);
+  }
 
   void spawner_main() {
     while (true) {
@@ -242,23 +296,21 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
     std::unique_lock lock(s.mutex);
     ++s.waiting;
     s.lane_free.wait(lock, [&] {
-      for (auto& candidate : s.lanes) {
-        if (!candidate.busy) {
-          lane = &candidate;
-          return true;
-        }
-      }
-      return false;
+      lane = s.least_loaded_free_lane();
+      return lane != nullptr;
     });
     --s.waiting;
     lane->busy = true;
+    lane->held_since = Clock::now();
   }
-  const auto held_since = Clock::now();
   auto release = [&] {
     {
       std::lock_guard lock(s.mutex);
+      const auto now = Clock::now();
       lane->busy = false;
-      lane->busy_seconds += std::chrono::duration<double>(Clock::now() - held_since).count();
+      lane->busy_seconds += std::chrono::duration<double>(now - lane->held_since).count();
+      lane->recent_holds.emplace_back(lane->held_since, now);
+      lane->forget_before(now - s.options.load_window);
     }
     s.lane_free.notify_one();
   };
@@ -282,7 +334,7 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
   };
 
   if (auto sent = write_frame(process->stdin_fd(), job.to_value()); !sent) {
-    ++s.crashes;
+    s.count(*lane, &State::Lane::crashes);
     replace("could not send the job: " + sent.error().message);
     release();
     report.status = StepStatus::kInfraError;
@@ -293,14 +345,14 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   if (!reply) {
     if (reply.error().code == core::ErrorCode::kTimeout) {
-      ++s.timeouts;
+      s.count(*lane, &State::Lane::timeouts);
       replace("missed its deadline");
       report.status = StepStatus::kTimeout;
       report.message = "your kernel did not finish within " +
                        std::to_string(deadline.count() / 1000.0).substr(0, 5) +
                        " s; the runner was killed and replaced";
     } else {
-      ++s.crashes;
+      s.count(*lane, &State::Lane::crashes);
       process->kill_group();
       const auto status = process->wait_for(std::chrono::milliseconds(2000));
       replace("died: " + (status ? status->describe() : reply.error().message));
@@ -313,7 +365,7 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
   }
   auto parsed = RunReport::from_value(*reply);
   if (!parsed) {
-    ++s.crashes;
+    s.count(*lane, &State::Lane::crashes);
     replace("sent a malformed report");
     report.status = StepStatus::kInfraError;
     report.message = "the GPU runner sent a malformed report: " + parsed.error().message;
@@ -328,7 +380,7 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
     ++lane->total_jobs;
   }
   if (report.context_lost) {
-    ++s.lost_contexts;
+    s.count(*lane, &State::Lane::lost_contexts);
     replace("its CUDA context was lost (" + std::string(core::step_status_name(report.status)) +
             ")");
   } else if (lane->jobs >= s.options.recycle_after_jobs) {
@@ -339,23 +391,54 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
 }
 
 Value RunnerPool::stats() const {
-  std::lock_guard lock(state_->mutex);
-  const double uptime = std::chrono::duration<double>(Clock::now() - state_->created).count();
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  const auto now = Clock::now();
+  const double uptime = std::chrono::duration<double>(now - s.created).count();
+  const auto horizon = std::max(now - s.options.load_window, s.created);
+  const double window = std::chrono::duration<double>(now - horizon).count();
+  const auto share = [](double busy, double wall) {
+    return wall > 0.0 ? std::clamp(busy / wall, 0.0, 1.0) : 0.0;
+  };
   Value runners = Value::array();
-  for (const auto& lane : state_->lanes) {
+  std::int64_t jobs = 0, restarts = 0;
+  std::uint64_t timeouts = 0, crashes = 0, lost_contexts = 0;
+  double busy_total = 0.0;
+  for (const auto& lane : s.lanes) {
+    const double busy =
+        lane.busy_seconds +
+        (lane.busy ? std::chrono::duration<double>(now - lane.held_since).count() : 0.0);
+    const double recent_busy = lane.busy_since(horizon, now);
     runners.push_back(Value{{"device", lane.device},
                             {"busy", lane.busy},
-                            {"jobs", lane.total_jobs},
-                            {"restarts", lane.restarts},
                             {"spare", lane.has_spare},
-                            {"busy_s", lane.busy_seconds},
-                            {"utilisation", uptime > 0.0 ? lane.busy_seconds / uptime : 0.0}});
+                            {"jobs", lane.total_jobs},
+                            {"busy_s", busy},
+                            {"utilisation", share(busy, uptime)},
+                            {"recent_jobs", lane.jobs_since(horizon)},
+                            {"recent_busy_s", recent_busy},
+                            {"recent_utilisation", share(recent_busy, window)},
+                            {"timeouts", lane.timeouts},
+                            {"crashes", lane.crashes},
+                            {"lost_contexts", lane.lost_contexts},
+                            {"restarts", lane.restarts}});
+    jobs += lane.total_jobs;
+    restarts += lane.restarts;
+    timeouts += lane.timeouts;
+    crashes += lane.crashes;
+    lost_contexts += lane.lost_contexts;
+    busy_total += busy;
   }
   return Value{{"runners", runners},
-               {"queue_depth", state_->waiting},
-               {"timeouts", state_->timeouts},
-               {"crashes", state_->crashes},
-               {"lost_contexts", state_->lost_contexts}};
+               {"queue_depth", s.waiting},
+               {"uptime_s", uptime},
+               {"window_s", window},
+               {"jobs", jobs},
+               {"busy_s", busy_total},
+               {"timeouts", timeouts},
+               {"crashes", crashes},
+               {"lost_contexts", lost_contexts},
+               {"restarts", restarts}};
 }
 
 Value RunnerPool::devices() const {

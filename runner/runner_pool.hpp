@@ -24,6 +24,9 @@ struct RunnerPoolOptions {
   bool spares = true;            // keep a started spare per device for fast replacement
   int recycle_after_jobs = 500;  // a runner is replaced after this many jobs
   std::chrono::milliseconds start_timeout{120000};
+  // The recent past that spreads jobs and that stats() reports as `recent_*`: a free GPU that
+  // was busy for less of it is preferred.
+  std::chrono::seconds load_window{60};
 };
 
 class RunnerPool {
@@ -35,13 +38,21 @@ class RunnerPool {
   RunnerPool(const RunnerPool&) = delete;
   RunnerPool& operator=(const RunnerPool&) = delete;
 
-  // Runs `job` on the first free GPU, waiting for one; thread-safe. Never throws for anything
+  // Runs `job` on a free GPU, waiting only when every GPU is busy; thread-safe. Of several free
+  // GPUs it takes the one busy for the least time within `load_window` (then the one with the
+  // fewest jobs in it, then the lowest ordinal), so load stays even. Never throws for anything
   // the candidate does: a runner that misses `deadline`, crashes or loses its context is killed
   // (its whole process group) and replaced by the spare, and the report says timeout or
   // runtime_error with what is known. Other jobs on other runners are unaffected.
   RunReport run(const RunJob& job, std::chrono::milliseconds deadline);
 
-  // {runners: [{device, jobs, restarts, ...}], jobs, timeouts, crashes, restarts}
+  // {queue_depth, uptime_s, window_s, jobs, busy_s, timeouts, crashes, lost_contexts, restarts,
+  //  runners: [{device, busy, spare, jobs, busy_s, utilisation, recent_jobs, recent_busy_s,
+  //             recent_utilisation, timeouts, crashes, lost_contexts, restarts}]}
+  // One entry per device in options order; the top-level counters are the runners' sums. Busy
+  // time counts a job from taking the GPU until its report or kill, a job still running
+  // included; utilisation is busy time over the pool's uptime, recent_utilisation over the last
+  // window_s seconds (less right after start), both within [0, 1]. docs/protocol.md, `stats`.
   core::Value stats() const;
   // Device descriptions reported by the runners at start.
   core::Value devices() const;

@@ -251,6 +251,14 @@ int serve(const std::string& home_flag, env::ServerOptions options,
   if (!registry) return kExitUsage;
   pipeline_options.home = std::filesystem::absolute(home);
   pipeline_options.gpus = runner::probe_gpus();
+  if (!pipeline_options.gpu_list.empty()) {
+    auto selected = runner::select_gpus(pipeline_options.gpus, pipeline_options.gpu_list);
+    if (!selected) {
+      std::cerr << "crucible serve: --gpus " << selected.error().message << "\n";
+      return kExitUsage;
+    }
+    pipeline_options.gpus = std::move(selected).value();
+  }
   if (pipeline_options.gpus.gpus.empty()) {
     core::log_warn(pipeline_options.gpus.reason + ": steps will be answered infra_error");
   }
@@ -383,6 +391,11 @@ env::Pipeline local_pipeline(const std::filesystem::path& home,
                              env::PipelineOptions pipeline_options) {
   pipeline_options.home = std::filesystem::absolute(home);
   pipeline_options.gpus = runner::probe_gpus();
+  if (!pipeline_options.gpu_list.empty()) {
+    // Checked against this machine's GPUs by the command that takes --gpus.
+    pipeline_options.gpus =
+        runner::select_gpus(pipeline_options.gpus, pipeline_options.gpu_list).value();
+  }
   if (pipeline_options.gpus.gpus.empty()) {
     core::log_warn(pipeline_options.gpus.reason + ": steps will be answered infra_error");
   }
@@ -554,6 +567,18 @@ int run_eval_command(const std::string& home_flag, const EvalArgs& args,
     // ZeroMQ takes some malformed endpoints (a port past 65535) and then only times out.
     if (auto endpoint = env::check_endpoint(args.server); !endpoint) {
       std::cerr << "crucible eval: --server " << endpoint.error().message << "\n";
+      return kExitUsage;
+    }
+  }
+  if (!pipeline_options.gpu_list.empty()) {
+    if (!args.server.empty()) {
+      std::cerr << "crucible eval: --gpus picks this machine's GPUs; with --server, start the "
+                   "server with --gpus\n";
+      return kExitUsage;
+    }
+    if (auto selected = runner::select_gpus(runner::probe_gpus(), pipeline_options.gpu_list);
+        !selected) {
+      std::cerr << "crucible eval: --gpus " << selected.error().message << "\n";
       return kExitUsage;
     }
   }
@@ -835,6 +860,8 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--compile-cache", cache_dir,
                         "compile cache folder (default ~/.cache/crucible/compile)");
   serve_cmd->add_flag("--no-compile", no_compile, "start no compile workers (steps: infra_error)");
+  serve_cmd->add_option("--gpus", pipeline_options.gpu_list,
+                        "CUDA ordinals to run on, a comma list such as 0,2 (default: every GPU)");
   add_measure_options(serve_cmd, pipeline_options);
   std::string http_address;
   serve_cmd->add_option("--http", http_address,
@@ -928,6 +955,8 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--compile-cache", eval_cache_dir, "compile cache folder");
   eval_cmd->add_flag("--no-compile", eval_no_compile,
                      "start no compile workers (every sample: infra_error)");
+  eval_cmd->add_option("--gpus", eval_pipeline.gpu_list,
+                       "CUDA ordinals to score on, a comma list such as 0,2 (default: every GPU)");
   add_measure_options(eval_cmd, eval_pipeline);
 
   ReplayArgs replay_args;

@@ -1,21 +1,28 @@
 // A stand-in for crucible-gpu-runner that speaks its protocol and misbehaves on request, so the
 // server-side supervisor (sandbox/runner_pool) is tested without a GPU. The job's task name says
 // what to do: "hang" never answers, "crash" aborts, "lost" reports a lost context and exits,
-// "garbage" writes a malformed frame; anything else is answered ok.
+// "garbage" writes a malformed frame, "slow" answers ok after 200 ms; anything else is answered ok
+// at once. Every report names the runner's pid and the --device it was started with.
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string_view>
 #include <thread>
 
 #include "runner/runner_job.hpp"
 #include "sandbox/frame_pipe.hpp"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace crucible;
-  if (!sandbox::write_frame(STDOUT_FILENO,
-                            core::Value{{"ready", true},
-                                        {"device", {{"name", "scripted"}, {"pid", ::getpid()}}},
-                                        {"warm_up_ms", 0.0}})) {
+  int device = -1;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string_view(argv[i]) == "--device") device = std::atoi(argv[i + 1]);
+  }
+  if (!sandbox::write_frame(
+          STDOUT_FILENO,
+          core::Value{{"ready", true},
+                      {"device", {{"name", "scripted"}, {"pid", ::getpid()}, {"index", device}}},
+                      {"warm_up_ms", 0.0}})) {
     return 2;
   }
   while (true) {
@@ -29,7 +36,8 @@ int main() {
     if (job->task == "crash") std::abort();
     runner::RunReport report;
     report.id = job->id;
-    report.device = core::Value{{"pid", ::getpid()}};
+    report.device = core::Value{{"pid", ::getpid()}, {"index", device}};
+    if (job->task == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (job->task == "garbage") {
       (void)sandbox::write_frame(STDOUT_FILENO, core::Value{{"nonsense", 1}});
       continue;

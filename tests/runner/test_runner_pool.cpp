@@ -5,9 +5,12 @@
 
 #include <chrono>
 #include <future>
+#include <map>
 #include <set>
 #include <thread>
+#include <vector>
 
+#include "runner/gpu_probe.hpp"
 #include "runner/runner_pool.hpp"
 
 using namespace crucible;
@@ -15,11 +18,11 @@ using core::StepStatus;
 
 namespace {
 
-std::unique_ptr<runner::RunnerPool> start_pool() {
+std::unique_ptr<runner::RunnerPool> start_pool(std::vector<int> devices = {0}) {
   runner::RunnerPoolOptions options;
   options.runner_exe = CRUCIBLE_BINARY_DIR "/bin/test_scripted_runner";
   options.home = CRUCIBLE_SOURCE_DIR;
-  options.devices = {0};
+  options.devices = std::move(devices);
   options.start_timeout = std::chrono::milliseconds(10000);
   auto pool = runner::RunnerPool::start(options);
   REQUIRE(pool.ok());
@@ -34,6 +37,18 @@ runner::RunJob job(const std::string& behaviour, std::uint64_t id) {
 }
 
 int runner_pid(const runner::RunReport& report) { return report.device.value("pid", -1); }
+// The --device the scripted runner that answered was started with.
+int runner_device(const runner::RunReport& report) { return report.device.value("index", -1); }
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+runner::GpuProbe three_gpus() {
+  runner::GpuProbe probe;
+  for (int i = 0; i < 3; ++i) probe.gpus.push_back({i, "GPU " + std::to_string(i), 9, 0});
+  return probe;
+}
 
 }  // namespace
 
@@ -161,4 +176,157 @@ TEST_CASE("run job: the task hash and both evaluated plans cross the pipe unchan
   CHECK_FALSE(runner::RunJob::from_value(value).ok());
   value.erase("task_hash");
   CHECK_FALSE(runner::RunJob::from_value(value).ok());
+}
+
+TEST_CASE("runner pool: one job after another goes to the GPU that was idle longest") {
+  auto pool = start_pool({0, 1, 2});
+  std::map<int, int> per_device;
+  for (std::uint64_t id = 1; id <= 6; ++id) {
+    const auto report = pool->run(job("ok", id), std::chrono::milliseconds(5000));
+    REQUIRE(report.status == StepStatus::kOk);
+    ++per_device[runner_device(report)];
+  }
+  // First-free would have sent all six to device 0; the first three visit each device once.
+  CHECK(per_device.size() == 3);
+  for (const auto& [device, jobs] : per_device) {
+    CHECK(device >= 0);
+    CHECK(device <= 2);
+    CHECK(jobs >= 1);
+  }
+}
+
+TEST_CASE("runner pool: concurrent jobs spread across every GPU") {
+  auto pool = start_pool({0, 1, 2});
+  std::vector<std::future<runner::RunReport>> running;
+  const auto started = std::chrono::steady_clock::now();
+  for (std::uint64_t id = 1; id <= 9; ++id) {
+    running.push_back(std::async(std::launch::async, [&pool, id] {
+      return pool->run(job("slow", id), std::chrono::milliseconds(5000));
+    }));
+  }
+  std::map<int, int> per_device;
+  for (auto& report : running) {
+    const auto got = report.get();
+    CHECK(got.status == StepStatus::kOk);
+    ++per_device[runner_device(got)];
+  }
+  // Nine 200 ms jobs on three GPUs take three rounds, not nine.
+  CHECK(seconds_since(started) < 1.5);
+  REQUIRE(per_device.size() == 3);
+  for (const auto& [device, jobs] : per_device) CHECK(jobs >= 2);
+  const auto stats = pool->stats();
+  CHECK(stats["jobs"] == 9);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(stats["runners"][i]["jobs"] == per_device[stats["runners"][i]["device"].get<int>()]);
+  }
+}
+
+TEST_CASE("runner pool: a hang on one GPU does not delay jobs on the others") {
+  auto pool = start_pool({0, 1, 2});
+  auto hung = std::async(std::launch::async, [&] {
+    return pool->run(job("hang", 1), std::chrono::milliseconds(2000));
+  });
+  int hung_device = -1;
+  for (int i = 0; i < 400 && hung_device < 0; ++i) {
+    const auto stats = pool->stats();
+    for (int d = 0; d < 3; ++d) {
+      if (stats["runners"][d]["busy"].get<bool>()) hung_device = stats["runners"][d]["device"];
+    }
+    if (hung_device < 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(hung_device >= 0);
+  const auto started = std::chrono::steady_clock::now();
+  std::set<int> served;
+  for (std::uint64_t id = 2; id <= 7; ++id) {
+    const auto report = pool->run(job("ok", id), std::chrono::milliseconds(5000));
+    CHECK(report.status == StepStatus::kOk);
+    CHECK(runner_device(report) != hung_device);
+    served.insert(runner_device(report));
+  }
+  CHECK(seconds_since(started) < 1.0);  // well inside the hang's 2 s deadline
+  CHECK(served.size() == 2);
+  CHECK(hung.get().status == StepStatus::kTimeout);
+
+  const auto stats = pool->stats();
+  CHECK(stats["timeouts"] == 1);
+  CHECK(stats["jobs"] == 6);
+  CHECK(stats["queue_depth"] == 0);
+  std::int64_t jobs = 0, timeouts = 0, restarts = 0;
+  double busy = 0.0;
+  for (int d = 0; d < 3; ++d) {
+    const auto& lane = stats["runners"][d];
+    CHECK(lane["device"] == d);
+    jobs += lane["jobs"].get<std::int64_t>();
+    timeouts += lane["timeouts"].get<std::int64_t>();
+    restarts += lane["restarts"].get<std::int64_t>();
+    busy += lane["busy_s"].get<double>();
+    for (const char* key : {"utilisation", "recent_utilisation"}) {
+      CHECK(lane[key].get<double>() >= 0.0);
+      CHECK(lane[key].get<double>() <= 1.0);
+    }
+    if (d == hung_device) {
+      CHECK(lane["timeouts"] == 1);
+      CHECK(lane["restarts"] == 1);
+      CHECK(lane["jobs"] == 0);
+      CHECK(lane["recent_jobs"] == 1);  // the hang held it, though it never answered
+      CHECK(lane["busy_s"].get<double>() >= 2.0);
+      CHECK(lane["recent_busy_s"].get<double>() >= 2.0);
+      CHECK(lane["recent_utilisation"].get<double>() > 0.5);
+    } else {
+      CHECK(lane["timeouts"] == 0);
+      CHECK(lane["restarts"] == 0);
+      CHECK(lane["jobs"].get<int>() >= 1);
+      CHECK(lane["recent_jobs"] == lane["jobs"]);
+      CHECK(lane["recent_utilisation"].get<double>() < 0.5);
+    }
+  }
+  CHECK(jobs == stats["jobs"].get<std::int64_t>());
+  CHECK(timeouts == stats["timeouts"].get<std::int64_t>());
+  CHECK(restarts == stats["restarts"].get<std::int64_t>());
+  CHECK(busy == doctest::Approx(stats["busy_s"].get<double>()));
+  CHECK(stats["window_s"].get<double>() <= stats["uptime_s"].get<double>());
+}
+
+TEST_CASE("select gpus: a comma list of probed ordinals, in its order") {
+  const auto probe = three_gpus();
+  const auto picked = runner::select_gpus(probe, "2,0");
+  REQUIRE_MESSAGE(picked.ok(), picked.error().message);
+  REQUIRE(picked->gpus.size() == 2);
+  CHECK(picked->gpus[0].index == 2);
+  CHECK(picked->gpus[0].name == "GPU 2");
+  CHECK(picked->gpus[1].index == 0);
+  const auto spaced = runner::select_gpus(probe, " 1 , 2");
+  REQUIRE(spaced.ok());
+  CHECK(spaced->gpus.size() == 2);
+  CHECK(runner::select_gpus(probe, "1")->gpus.at(0).index == 1);
+}
+
+TEST_CASE("select gpus: refuses malformed lists, duplicates and GPUs that do not exist") {
+  const auto probe = three_gpus();
+  struct Row {
+    const char* list;
+    const char* says;
+  };
+  for (const Row& row :
+       {Row{"", "found \"\""}, Row{"0,", "found \"\""}, Row{",1", "found \"\""},
+        Row{"-1", "found \"-1\""}, Row{"a", "found \"a\""}, Row{"1.5", "found \"1.5\""},
+        Row{"0x1", "found \"0x1\""}, Row{"99999999999", "found"},
+        Row{"0,0", "GPU 0 is named twice"}, Row{"1,2,1", "GPU 1 is named twice"},
+        Row{"3", "there is no GPU 3"}, Row{"0,7", "there is no GPU 7"}}) {
+    CAPTURE(row.list);
+    const auto picked = runner::select_gpus(probe, row.list);
+    REQUIRE_FALSE(picked.ok());
+    CHECK(picked.error().code == core::ErrorCode::kInvalidArgument);
+    CHECK(picked.error().message.find(row.says) != std::string::npos);
+    CHECK(picked.error().message.find("the GPUs here are 0 (GPU 0), 1 (GPU 1), 2 (GPU 2)") !=
+          std::string::npos);
+  }
+  runner::GpuProbe none;
+  none.reason = "no CUDA driver on this server";
+  const auto picked = runner::select_gpus(none, "0");
+  REQUIRE_FALSE(picked.ok());
+  CHECK(picked.error().message == "\"0\": there is no GPU 0; no CUDA driver on this server");
+  CHECK(
+      runner::select_gpus(runner::GpuProbe{}, "1").error().message.find("this server has no GPU") !=
+      std::string::npos);
 }
