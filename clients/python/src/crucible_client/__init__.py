@@ -5,7 +5,8 @@
         obs = env.reset("llm/rms_norm")
         obs, reward, terminated, truncated, info = env.step(open("kernel.cu").read())
 
-Client keeps many requests in flight from threads; AsyncClient does the same on asyncio.
+Client keeps many requests in flight from threads; AsyncClient does the same on asyncio; Pool
+spreads Client's requests over several servers (scores by load, episodes kept on their server).
 `crucible_client.prompts` renders prompts from task views, extracts sources from completions
 and writes feedback from results; `crucible_client.adapters` has reward functions for TRL and
 verl; `crucible_client.trl_env` is TRL's multi-turn `environment_factory`;
@@ -18,6 +19,7 @@ from typing import Any
 
 from .client import DEFAULT_TIMEOUT_S, Client
 from .env import Env
+from .pool import Pool, ServerLost
 from .errors import (
     ERROR_CLASSES,
     BadRequest,
@@ -77,9 +79,11 @@ __all__ = [
     "InvalidArgument",
     "OPS",
     "PROTOCOL_VERSION",
+    "Pool",
     "ProtocolError",
     "STATUSES",
     "ServerInternalError",
+    "ServerLost",
     "ShuttingDown",
     "TooLarge",
     "UnknownEpisode",

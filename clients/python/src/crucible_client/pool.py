@@ -1,0 +1,482 @@
+"""Pool: one client over several crucible servers, routing scores by load and episodes by id."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import re
+import threading
+import time
+import weakref
+from concurrent.futures import Future
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from . import wire
+from .client import Client, ScoreItem, _settle, _wait_first
+from .errors import (
+    CrucibleConnectionError,
+    CrucibleError,
+    CrucibleTimeout,
+    UnknownEpisode,
+)
+
+__all__ = ["Pool", "ServerLost", "DEFAULT_HEALTH_INTERVAL_S", "DEFAULT_HEALTH_TIMEOUT_S"]
+
+# How often the background check asks every server for `stats`, and how long it waits for one.
+DEFAULT_HEALTH_INTERVAL_S = 2.0
+DEFAULT_HEALTH_TIMEOUT_S = 2.0
+
+# Ops that change nothing on the server: sent to the least-loaded server and, when that server
+# is lost, sent again to another one.
+_STATELESS_OPS = ("score", "hello", "tasks", "task", "stats")
+# Ops that name an episode: sent to the server that opened it, never retried elsewhere.
+_EPISODE_OPS = ("step", "close")
+_EPISODE_ID = re.compile(r"^s(\d+)/(.+)$", re.DOTALL)
+
+
+class ServerLost(CrucibleConnectionError):
+    """Client-side: the server holding the request (or its episode) was lost.
+
+    Raised for a step or close whose episode lives on a server that stopped answering, or
+    restarted, since the episode was opened (its episodes are gone with it), and for a score
+    when every server was tried. `endpoint` names the lost server (None when the pool had no
+    server up at all).
+    """
+
+    code = "server_lost"
+
+    def __init__(self, endpoint: Optional[str], message: str):
+        self.endpoint = endpoint
+        super().__init__(None, message)
+
+
+class _Server:
+    """One endpoint's client and what the pool knows of it. Guarded by Pool._lock."""
+
+    def __init__(self, index: int, client: Client):
+        self.index = index
+        self.client = client
+        self.up = True  # optimistic until a request or a health check fails
+        self.inflight = 0  # requests this pool has sent there and not yet settled
+        self.server_load = 0  # `inflight` + pool queue depths from its last `stats`
+        self.last_error: Optional[str] = None
+        self.last_check: Optional[float] = None  # time.time() of the last health answer
+        # Bumped whenever the server is lost (failed request or check, or a dropped
+        # connection): an episode opened in an earlier epoch is gone.
+        self.epoch = 0
+        self.disconnects_seen = 0
+
+    @property
+    def endpoint(self) -> str:
+        return self.client.endpoint
+
+
+def _is_loss(exc: Optional[BaseException]) -> bool:
+    # A timeout or a lost connection: the server may be gone. An error reply is an answer.
+    return isinstance(exc, (CrucibleConnectionError, CrucibleTimeout))
+
+
+def _stats_load(stats: Mapping[str, Any]) -> int:
+    load = stats.get("inflight")
+    total = load if isinstance(load, int) else 0
+    pools = stats.get("pools")
+    if isinstance(pools, Mapping):
+        for pool in pools.values():
+            depth = pool.get("queue_depth") if isinstance(pool, Mapping) else None
+            if isinstance(depth, int):
+                total += depth
+    return total
+
+
+class Pool:
+    """Several crucible servers behind the request API of `Client`.
+
+    `Pool(endpoints, **client_options)` opens one `Client` per endpoint, each with the same
+    options (timeout, connect_timeout, busy_retries, tag, ...). `submit`, `request`,
+    `score_many`, `close` and the context manager behave as on `Client`; switching a trainer
+    from one server to several is changing the constructor.
+
+    Routing:
+    - `score`, `hello`, `tasks`, `task` and `stats` go to the least-loaded server that is up.
+      Load is the requests this pool has in flight there plus the server's own `inflight` and
+      the `queue_depth` of each of its `pools`, from its last `stats`; ties go round-robin.
+      When the chosen server is lost (a timeout or a lost connection, not an error reply),
+      the request is sent again to another server, at most once per server; when every
+      server was tried, ServerLost is raised. Each attempt waits up to the request's timeout.
+      A reset whose server is lost is not sent again (it may have opened an episode there).
+    - `reset` goes to the least-loaded server; the reply's `episode` is the server's id behind
+      a prefix naming the server: ``"s<index>/<server episode id>"``, where index is the
+      endpoint's position in `endpoints` (e.g. ``"s1/ep-3f9a0c1d2e4b5a69"``). `step` and
+      `close` take such an id, go to that server with the prefix removed, and answer with the
+      prefixed id again. An id without a prefix of this pool raises UnknownEpisode.
+    - A step or close of an episode whose server was lost (then or since the reset) raises
+      ServerLost naming the endpoint. Steps are not retried: they are not idempotent. A
+      server counts as lost on a timeout, a dropped connection (it died or restarted) or a
+      failed health check; its episodes stay lost after it rejoins.
+
+    A background thread asks every server for `stats` every `health_interval` seconds (waiting
+    up to `health_timeout`): a server that does not answer is marked down and gets no new
+    work; one that answers again rejoins. `servers()` reports each one. Every public method is
+    thread-safe.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        health_interval: float = DEFAULT_HEALTH_INTERVAL_S,
+        health_timeout: float = DEFAULT_HEALTH_TIMEOUT_S,
+        **client_options: Any,
+    ):
+        if isinstance(endpoints, str):
+            raise TypeError("endpoints must be a list of endpoints, not one string")
+        if not endpoints:
+            raise ValueError("a Pool needs at least one endpoint")
+        if health_interval <= 0 or health_timeout <= 0:
+            raise ValueError("health_interval and health_timeout must be positive")
+        self.endpoints = list(endpoints)
+        self.health_interval = float(health_interval)
+        self.health_timeout = float(health_timeout)
+        self._lock = threading.Lock()
+        self._turn = itertools.count()
+        # Epoch of each episode this pool opened and has not seen closed, by prefixed id.
+        self._episodes: Dict[str, int] = {}
+        self._servers: List[_Server] = []
+        try:
+            for index, endpoint in enumerate(self.endpoints):
+                self._servers.append(_Server(index, Client(endpoint, **client_options)))
+        except BaseException:
+            for server in self._servers:
+                server.client.close()
+            raise
+        self._stop = threading.Event()
+        self._health = threading.Thread(
+            target=_health_loop, args=(weakref.ref(self), self._stop, self.health_interval),
+            name="crucible-pool-health", daemon=True)
+        self._health.start()
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self._stop, self._health, [s.client for s in self._servers])
+
+    # -- requests -------------------------------------------------------------------------
+    def submit(self, op: str, *, timeout: Optional[float] = None, **fields: Any
+               ) -> "Future[Dict[str, Any]]":
+        """Sends one request to the server its op and fields route it to (class docstring).
+
+        Returns a Future as `Client.submit` does. Raises UnknownEpisode for a step or close
+        whose id this pool did not issue, ServerLost (in the Future, or here when no server is
+        up) when the server is lost, and CrucibleConnectionError when the pool is closed.
+        """
+        if self.closed:
+            raise CrucibleConnectionError(None, "the pool is closed")
+        if op in _EPISODE_OPS:
+            return self._submit_episode(op, timeout, fields)
+        outer: "Future[Dict[str, Any]]" = Future()
+        outer.set_running_or_notify_cancel()
+        self._attempt(op, timeout, fields, outer, tried=set(), last=None)
+        return outer
+
+    def request(self, op: str, *, timeout: Optional[float] = None, **fields: Any) -> Dict[str, Any]:
+        """Sends one request and waits for its reply (the full reply map)."""
+        return self.submit(op, timeout=timeout, **fields).result()
+
+    def score_many(
+        self,
+        items: Iterable[ScoreItem],
+        *,
+        max_inflight: int = 64,
+        timeout: Optional[float] = None,
+        return_exceptions: bool = False,
+        **common: Any,
+    ) -> List[Any]:
+        """`Client.score_many` over the pool: each item goes to the least-loaded server."""
+        if max_inflight < 1:
+            raise ValueError("max_inflight must be at least 1")
+        requests = [Client._score_fields(item, common) for item in items]
+        futures: "List[Future[Dict[str, Any]]]" = []
+        window: "collections.deque[Future[Dict[str, Any]]]" = collections.deque()
+        for fields in requests:
+            while len(window) >= max_inflight:
+                _wait_first(window)
+            try:
+                future = self.submit("score", timeout=timeout, **fields)
+            except CrucibleError as exc:
+                future = Future()
+                future.set_exception(exc)
+            futures.append(future)
+            window.append(future)
+        out: List[Any] = []
+        first_error: Optional[BaseException] = None
+        for settled in futures:
+            failure = settled.exception()
+            if failure is None:
+                out.append(wire.body(settled.result()))
+            else:
+                out.append(failure)
+                first_error = first_error or failure
+        if first_error is not None and not return_exceptions:
+            raise first_error
+        return out
+
+    def _attempt(self, op: str, timeout: Optional[float], fields: Dict[str, Any],
+                 outer: "Future[Dict[str, Any]]", tried: "set[int]",
+                 last: Optional[ServerLost]) -> None:
+        """Sends `op` to the least-loaded server not yet tried; on a loss, the next one."""
+        server = self._pick(exclude=tried)
+        if server is None:
+            if last is not None:  # every server was tried: the last loss is the answer
+                _settle(outer, exc=last)
+            else:
+                _settle(outer, exc=self._no_server_error())
+            return
+        tried.add(server.index)
+
+        def settled(inner: "Future[Dict[str, Any]]") -> None:
+            exc = inner.exception()
+            if _is_loss(exc):
+                assert exc is not None
+                self._mark_lost(server, exc)
+                lost = ServerLost(server.endpoint,
+                                  f"lost {server.endpoint} with '{op}' in flight: {exc}")
+                if op != "reset" and not self.closed:  # a reset may have opened an episode
+                    self._attempt(op, timeout, fields, outer, tried, lost)
+                    return
+                _settle(outer, exc=lost)
+                return
+            if exc is not None:
+                _settle(outer, exc=exc)
+                return
+            reply = inner.result()
+            if op == "reset" and isinstance(reply.get("episode"), str):
+                reply = dict(reply, episode=self._remember(server, reply["episode"]))
+            _settle(outer, result=reply)
+
+        try:
+            inner = self._send(server, op, timeout, fields)
+        except CrucibleError as exc:
+            _settle(outer, exc=exc)  # refused before sending (too large, closed)
+            return
+        inner.add_done_callback(settled)
+
+    def _submit_episode(self, op: str, timeout: Optional[float], fields: Dict[str, Any]
+                        ) -> "Future[Dict[str, Any]]":
+        episode = fields.get("episode")
+        server, server_id = self._route(episode)
+        assert isinstance(episode, str)
+        outer: "Future[Dict[str, Any]]" = Future()
+        outer.set_running_or_notify_cancel()
+        self._check_epoch(server)
+        with self._lock:
+            opened = self._episodes.get(episode)
+            lost = (opened is not None and opened != server.epoch) or not server.up
+            error = server.last_error
+        if lost:
+            if op == "close":
+                self._forget(episode)
+            _settle(outer, exc=ServerLost(
+                server.endpoint,
+                f"{server.endpoint} was lost, and episode {episode!r} with it"
+                + (f" ({error})" if error else "")))
+            return outer
+
+        def settled(inner: "Future[Dict[str, Any]]") -> None:
+            exc = inner.exception()
+            if _is_loss(exc):
+                assert exc is not None
+                self._mark_lost(server, exc)
+                _settle(outer, exc=ServerLost(
+                    server.endpoint,
+                    f"lost {server.endpoint} with '{op}' of episode {episode!r} in flight "
+                    f"(not retried): {exc}"))
+                return
+            if exc is not None:
+                if op == "close" or getattr(exc, "code", None) == "unknown_episode":
+                    self._forget(episode)
+                _settle(outer, exc=exc)
+                return
+            reply = inner.result()
+            if op == "close":
+                self._forget(episode)
+            if "episode" in reply:
+                reply = dict(reply, episode=episode)
+            _settle(outer, result=reply)
+
+        try:
+            inner = self._send(server, op, timeout, dict(fields, episode=server_id))
+        except CrucibleError as exc:
+            _settle(outer, exc=exc)
+            return outer
+        inner.add_done_callback(settled)
+        return outer
+
+    def _send(self, server: _Server, op: str, timeout: Optional[float],
+              fields: Mapping[str, Any]) -> "Future[Dict[str, Any]]":
+        future = server.client.submit(op, timeout=timeout, **fields)
+        with self._lock:
+            server.inflight += 1
+
+        def done(_: "Future[Dict[str, Any]]") -> None:
+            with self._lock:
+                server.inflight -= 1
+
+        future.add_done_callback(done)
+        return future
+
+    # -- routing --------------------------------------------------------------------------
+    def _pick(self, exclude: "set[int]") -> Optional[_Server]:
+        for server in self._servers:
+            self._check_epoch(server)
+        with self._lock:
+            up = [s for s in self._servers if s.up and s.index not in exclude]
+            if not up:
+                return None
+            start = next(self._turn) % len(self._servers)
+            # Least load first; among equals, the next server in round-robin order.
+            return min(up, key=lambda s: (s.inflight + s.server_load,
+                                          (s.index - start) % len(self._servers)))
+
+    def _route(self, episode: Any) -> "tuple[_Server, str]":
+        match = _EPISODE_ID.match(episode) if isinstance(episode, str) else None
+        if match is not None and int(match.group(1)) < len(self._servers):
+            return self._servers[int(match.group(1))], match.group(2)
+        raise UnknownEpisode(
+            None,
+            f"episode id {episode!r} was not issued by this pool: its ids read "
+            f"'s<server index>/<server's episode id>' with index 0 to {len(self._servers) - 1}")
+
+    def _remember(self, server: _Server, server_id: str) -> str:
+        episode = f"s{server.index}/{server_id}"
+        with self._lock:
+            self._episodes[episode] = server.epoch
+        return episode
+
+    def _forget(self, episode: str) -> None:
+        with self._lock:
+            self._episodes.pop(episode, None)
+
+    def _no_server_error(self) -> ServerLost:
+        with self._lock:
+            states = "; ".join(f"{s.endpoint}: {s.last_error or 'down'}" for s in self._servers)
+        return ServerLost(None, f"no server of the pool is up ({states})")
+
+    # -- health ---------------------------------------------------------------------------
+    def _mark_lost(self, server: _Server, exc: BaseException) -> None:
+        with self._lock:
+            if server.up:
+                server.epoch += 1
+            server.up = False
+            server.last_error = str(exc)
+
+    def _check_epoch(self, server: _Server) -> None:
+        """A dropped connection (the server died or restarted) ends the server's episodes."""
+        disconnects = server.client.disconnects
+        with self._lock:
+            if disconnects != server.disconnects_seen:
+                server.disconnects_seen = disconnects
+                server.epoch += 1
+                server.last_error = f"lost the connection to {server.endpoint}"
+                if not server.client.connected:
+                    server.up = False
+
+    def check_health(self) -> None:
+        """Asks every server for `stats` now (the background thread does this every interval)."""
+        if self.closed:
+            return
+        asked: "List[tuple[_Server, Future[Dict[str, Any]]]]" = []
+        for server in self._servers:
+            try:
+                asked.append((server, server.client.submit("stats", timeout=self.health_timeout)))
+            except CrucibleError as exc:
+                self._mark_lost(server, exc)
+        for server, future in asked:
+            failure = future.exception()
+            self._check_epoch(server)
+            if failure is not None:
+                self._mark_lost(server, failure)
+                continue
+            with self._lock:
+                server.up = True
+                server.server_load = _stats_load(future.result())
+                server.last_check = time.time()
+
+    def servers(self) -> List[Dict[str, Any]]:
+        """Per endpoint, in order: {index, endpoint, up, inflight, server_load, last_error,
+        last_check}. `inflight` counts this pool's requests there; `server_load` the server's
+        own in-flight and queued work at its last `stats`; `last_check` the time.time() of its
+        last health answer."""
+        for server in self._servers:
+            self._check_epoch(server)
+        with self._lock:
+            return [
+                {"index": s.index, "endpoint": s.endpoint, "up": s.up, "inflight": s.inflight,
+                 "server_load": s.server_load, "last_error": s.last_error,
+                 "last_check": s.last_check}
+                for s in self._servers
+            ]
+
+    # -- bookkeeping ----------------------------------------------------------------------
+    @property
+    def clients(self) -> List[Client]:
+        """The Client of each endpoint, in order."""
+        return [s.client for s in self._servers]
+
+    @property
+    def inflight(self) -> int:
+        """Requests submitted on every client and not yet settled."""
+        return sum(s.client.inflight for s in self._servers)
+
+    @property
+    def dropped_replies(self) -> int:
+        return sum(s.client.dropped_replies for s in self._servers)
+
+    @property
+    def protocol_violations(self) -> int:
+        return sum(s.client.protocol_violations for s in self._servers)
+
+    @property
+    def disconnects(self) -> int:
+        return sum(s.client.disconnects for s in self._servers)
+
+    @property
+    def busy_retried(self) -> int:
+        return sum(s.client.busy_retried for s in self._servers)
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection to some server is up now."""
+        return any(s.client.connected for s in self._servers)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Stops the health thread and closes every client (failing what is outstanding)."""
+        self._finalizer()
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+def _health_loop(pool_ref: "Callable[[], Optional[Pool]]", stop: threading.Event,
+                 interval: float) -> None:
+    # Holds the pool only weakly between checks, so a pool that is dropped still closes.
+    while not stop.wait(interval):
+        pool = pool_ref()
+        if pool is None:
+            return
+        try:
+            pool.check_health()
+        except Exception:  # a failing check must not end the thread; the next one retries
+            pass
+        del pool
+
+
+def _shutdown(stop: threading.Event, thread: threading.Thread, clients: List[Client]) -> None:
+    stop.set()
+    for client in clients:
+        client.close()
+    if thread.is_alive() and threading.current_thread() is not thread:
+        thread.join(timeout=5.0)
