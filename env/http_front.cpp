@@ -88,8 +88,9 @@ core::Result<HttpAddress> parse_http_address(std::string_view text, bool allow_r
   if (!allow_remote && !is_local_endpoint(as_endpoint)) {
     return core::Error{ErrorCode::kInvalidArgument,
                        "refusing to serve HTTP on " + core::excerpt(text, 200) +
-                           ": the server has no authentication, so a non-loopback address "
-                           "needs --allow-remote"};
+                           ": the HTTP front has no authentication of its own (put it "
+                           "behind an authenticating proxy), so a non-loopback address needs "
+                           "--insecure (or its older name --allow-remote)"};
   }
   HttpAddress address;
   address.host = host == "localhost" ? "127.0.0.1" : std::string(host);

@@ -11,7 +11,9 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 #include <zmq.hpp>
@@ -129,6 +131,85 @@ class WorkQueue {
   bool closed_ = false;
 };
 
+// The ZAP handler (ZeroMQ RFC 27) of a Curve server: lets in the CURVE clients whose public key
+// is on the allow-list and refuses everyone else, on a thread of its own.
+class ZapHandler {
+ public:
+  ZapHandler(zmq::context_t& context, std::set<std::string> allowed)
+      : socket_(context, zmq::socket_type::rep), allowed_(std::move(allowed)) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.bind("inproc://zeromq.zap.01");
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~ZapHandler() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  std::uint64_t denied() const { return denied_.load(); }
+
+ private:
+  void loop() {
+    while (!stop_.load()) {
+      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      try {
+        zmq::poll(&item, 1, std::chrono::milliseconds(100));
+        if (!(item.revents & ZMQ_POLLIN)) continue;
+        std::vector<zmq::message_t> frames;
+        while (true) {
+          zmq::message_t frame;
+          if (!socket_.recv(frame)) break;
+          const bool more = frame.more();
+          frames.push_back(std::move(frame));
+          if (!more) break;
+        }
+        answer(frames);
+      } catch (const zmq::error_t& e) {
+        if (e.num() == ETERM) return;
+        core::log_warn(std::string("authentication handler: ") + e.what());
+      }
+    }
+  }
+  // Request: version, request id, domain, address, identity, mechanism, credentials...
+  // Reply: version, request id, status code, status text, user id, metadata.
+  void answer(const std::vector<zmq::message_t>& frames) {
+    const std::string request_id = frames.size() > 1 ? frames[1].to_string() : std::string();
+    bool allowed = false;
+    std::string address = frames.size() > 3 ? frames[3].to_string() : std::string();
+    if (frames.size() >= 7 && frames[0].to_string_view() == "1.0" &&
+        frames[5].to_string_view() == "CURVE" && frames[6].size() == 32) {
+      char z85[41] = {};
+      if (zmq_z85_encode(z85, static_cast<const std::uint8_t*>(frames[6].data()), 32) != nullptr) {
+        allowed = allowed_.count(z85) > 0;
+      }
+    }
+    if (!allowed) {
+      ++denied_;
+      const auto now = Clock::now();
+      if (now - last_warning_ > std::chrono::seconds(10)) {
+        last_warning_ = now;
+        core::log_warn("refused a client from " + core::excerpt(address, 64) +
+                       ": its key is not on the allow-list (" + std::to_string(denied_.load()) +
+                       " refused so far)");
+      }
+    }
+    const std::string code = allowed ? "200" : "400";
+    const std::string text = allowed ? "OK" : "client key not allowed";
+    socket_.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
+    socket_.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+    socket_.send(zmq::buffer(code), zmq::send_flags::sndmore);
+    socket_.send(zmq::buffer(text), zmq::send_flags::sndmore);
+    socket_.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
+    socket_.send(zmq::str_buffer(""), zmq::send_flags::none);
+  }
+
+  zmq::socket_t socket_;
+  std::set<std::string> allowed_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> denied_{0};
+  Clock::time_point last_warning_{};
+};
+
 }  // namespace
 
 class Server::Impl {
@@ -149,11 +230,29 @@ class Server::Impl {
 
   core::Status start() {
     if (auto shape = check_endpoint(options_.bind); !shape) return shape.error();
-    if (!options_.allow_remote && !is_local_endpoint(options_.bind)) {
+    if (options_.curve_keys) {
+      if (!core::is_z85_key(options_.curve_keys->public_key) ||
+          !core::is_z85_key(options_.curve_keys->secret_key)) {
+        return core::Error{ErrorCode::kInvalidArgument, "the server's Curve keys are not Z85 keys"};
+      }
+      if (options_.allowed_client_keys.empty()) {
+        return core::Error{ErrorCode::kInvalidArgument,
+                           "a Curve server needs the public keys of the clients it lets in "
+                           "(--client-keys)"};
+      }
+      for (const auto& key : options_.allowed_client_keys) {
+        if (!core::is_z85_key(key)) {
+          return core::Error{ErrorCode::kInvalidArgument,
+                             "client key '" + core::excerpt(key, 48) + "' is not a Z85 key"};
+        }
+      }
+    }
+    if (!options_.curve_keys && !options_.allow_remote && !is_local_endpoint(options_.bind)) {
       return core::Error{ErrorCode::kInvalidArgument,
                          "refusing to bind " + options_.bind +
-                             ": the server has no authentication, so a non-loopback address "
-                             "needs --allow-remote"};
+                             " without authentication: give the server a key pair and the "
+                             "clients' public keys (--server-key, --client-keys; `crucible "
+                             "keys new` makes them), or pass --insecure on a closed network"};
     }
     auto log = TrajectoryLog::open(options_.log_path, options_.log_sync);
     if (!log) return log.error();
@@ -177,6 +276,14 @@ class Server::Impl {
                   static_cast<std::int64_t>(options_.limits.max_frame_bytes * 4 + 4096));
       router_.set(zmq::sockopt::sndhwm, 0);
       router_.set(zmq::sockopt::rcvhwm, 0);
+      if (options_.curve_keys) {
+        zap_ = std::make_unique<ZapHandler>(
+            context_, std::set<std::string>(options_.allowed_client_keys.begin(),
+                                            options_.allowed_client_keys.end()));
+        router_.set(zmq::sockopt::curve_server, 1);
+        router_.set(zmq::sockopt::curve_secretkey, options_.curve_keys->secret_key);
+        router_.set(zmq::sockopt::zap_domain, "crucible");
+      }
       const std::string bind = bind_address(options_.bind);
       if (bind.find('[') != std::string::npos) router_.set(zmq::sockopt::ipv6, 1);
       router_.bind(bind);
@@ -206,6 +313,7 @@ class Server::Impl {
   }
 
   ~Impl() {
+    zap_.reset();
     queue_.close();
     for (auto& thread : threads_) {
       if (thread.joinable()) thread.join();
@@ -252,6 +360,7 @@ class Server::Impl {
   // A second bind of router_ for in-process fronts; the name is private to this context.
   const std::string inproc_endpoint_ = "inproc://crucible-front";
   std::unique_ptr<TrajectoryLog> log_;
+  std::unique_ptr<ZapHandler> zap_;  // with Curve keys: who may connect
   WorkQueue queue_;
   std::vector<std::thread> threads_;
   std::mt19937_64 rng_;
@@ -701,6 +810,7 @@ Value Server::Impl::hello_reply(const Value& id) const {
   reply["protocol"] = core::kProtocolVersion;
   reply["arch"] = options_.arch;
   reply["gpus"] = options_.gpus;
+  reply["auth"] = options_.curve_keys ? "curve" : "none";
   reply["stages"] = pipeline_.describe();
   reply["limits"] = Value{{"max_frame_bytes", options_.limits.max_frame_bytes},
                           {"max_source_bytes", options_.limits.max_source_bytes},
@@ -718,6 +828,8 @@ Value Server::Impl::stats_reply(const Value& id) const {
   reply["dropped_replies"] = dropped_replies_.load();
   reply["connections"] = connections_.load();
   reply["accept_failures"] = accept_failures_.load();
+  // Connections refused by the Curve allow-list (absent without Curve).
+  if (zap_) reply["auth_denied"] = zap_->denied();
   reply["inflight"] = inflight_.load();
   reply["steps"] = steps_.load();
   reply["scores"] = scores_.load();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/curve_keys.hpp"
 #include "core/protocol.hpp"
 #include "core/result.hpp"
 #include "core/value.hpp"
@@ -22,9 +23,15 @@ namespace crucible::env {
 
 struct ServerOptions {
   // ZeroMQ endpoint. tcp on a loopback address, ipc:// or inproc:// are always allowed; any
-  // other tcp address needs allow_remote (the server has no authentication of its own).
+  // other tcp address needs CurveZMQ keys (curve_keys and allowed_client_keys) or, on a closed
+  // network, allow_remote (insecure: anyone who reaches the port is served).
   std::string bind = "tcp://127.0.0.1:5555";
   bool allow_remote = false;
+  // CurveZMQ: with a key pair every tcp/ipc connection is encrypted and authenticated, and only
+  // clients whose public key is in allowed_client_keys (Z85) are let in (a ZAP handler);
+  // others get no reply. In-process fronts (inproc) are not affected.
+  std::optional<core::CurveKeyPair> curve_keys;
+  std::vector<std::string> allowed_client_keys;
   core::ProtocolLimits limits;
   std::filesystem::path log_path;  // trajectory log; required
   bool log_sync = true;            // fdatasync each record before its reply

@@ -39,6 +39,15 @@ core::Result<Client> Client::connect(ClientOptions options) {
     if (client.options_.endpoint.find('[') != std::string::npos) {
       client.socket_->set(zmq::sockopt::ipv6, 1);
     }
+    if (!client.options_.curve_server_key.empty()) {
+      if (!client.options_.curve_keys) {
+        return core::Error{core::ErrorCode::kInvalidArgument,
+                           "a Curve server key needs this client's key pair too"};
+      }
+      client.socket_->set(zmq::sockopt::curve_serverkey, client.options_.curve_server_key);
+      client.socket_->set(zmq::sockopt::curve_publickey, client.options_.curve_keys->public_key);
+      client.socket_->set(zmq::sockopt::curve_secretkey, client.options_.curve_keys->secret_key);
+    }
     client.socket_->connect(client.options_.endpoint);
   } catch (const zmq::error_t& e) {
     return core::Error{ErrorCode::kIo,

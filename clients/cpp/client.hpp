@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/curve_keys.hpp"
 #include "core/protocol.hpp"
 #include "core/result.hpp"
 #include "core/value.hpp"
@@ -26,6 +27,11 @@ struct ClientOptions {
   // A request tag (docs/protocol.md) sent with every reset and score, under the keys of a
   // tag the request carries itself; steps carry their episode's on the server.
   core::Value tag = nullptr;
+  // CurveZMQ, for a server started with keys: its public key and this client's key pair (all
+  // Z85; core/curve_keys.hpp reads them from the files `crucible keys new` writes). A server
+  // that does not know this client's public key never answers.
+  std::string curve_server_key;
+  std::optional<core::CurveKeyPair> curve_keys;
 };
 
 class Client;

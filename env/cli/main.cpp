@@ -1,6 +1,7 @@
 // The `crucible` command line: serve, tasks, export, eval, replay.
 #include <sys/resource.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/curve_keys.hpp"
 #include "core/log.hpp"
 #include "core/msgpack_codec.hpp"
 #include "core/text.hpp"
@@ -241,6 +243,25 @@ std::filesystem::path default_cache_dir() {
     return std::filesystem::path(home) / ".cache" / "crucible" / "compile";
   }
   return std::filesystem::path(".cache") / "crucible" / "compile";
+}
+
+// `crucible keys new BASE`: a fresh CurveZMQ key pair from libzmq (libsodium's generator).
+int new_key_pair(const std::string& base) {
+  char public_key[41] = {};
+  char secret_key[41] = {};
+  if (zmq_curve_keypair(public_key, secret_key) != 0) {
+    std::cerr << "crucible keys new: this libzmq cannot make Curve keys ("
+              << zmq_strerror(zmq_errno()) << ")\n";
+    return kExitUsage;
+  }
+  if (auto written = core::write_key_files(base, core::CurveKeyPair{public_key, secret_key});
+      !written) {
+    std::cerr << "crucible keys new: " << written.error().message << "\n";
+    return kExitUsage;
+  }
+  std::cout << "wrote " << base << ".key (secret: keep it on this machine) and " << base
+            << ".pub (public: " << public_key << ")\n";
+  return 0;
 }
 
 int serve(const std::string& home_flag, env::ServerOptions options,
@@ -821,8 +842,18 @@ int main(int argc, char** argv) {
       ->add_option("--bind", options.bind,
                    "ZeroMQ endpoint: tcp://HOST:PORT, ipc://PATH or inproc://NAME")
       ->capture_default_str();
-  serve_cmd->add_flag("--allow-remote", options.allow_remote,
-                      "allow a non-loopback bind (the protocol has no authentication)");
+  std::string server_key_file;
+  std::string client_keys_path;
+  serve_cmd->add_option("--server-key", server_key_file,
+                        "CurveZMQ: this server's .key file (`crucible keys new`); with "
+                        "--client-keys, connections are encrypted and only known clients served");
+  serve_cmd->add_option("--client-keys", client_keys_path,
+                        "CurveZMQ: the clients let in: a file of public keys or a folder of .pub "
+                        "files");
+  serve_cmd->add_flag("--insecure,--allow-remote", options.allow_remote,
+                      "allow a non-loopback bind without keys (anyone who reaches the port is "
+                      "served: closed networks only); the HTTP front needs it for a non-loopback "
+                      "host");
   serve_cmd->add_option("--log", log_path,
                         "trajectory log file (default runs/<utc-time>/trajectories.log)");
   serve_cmd->add_flag("--no-log-sync", no_log_sync,
@@ -899,6 +930,14 @@ int main(int argc, char** argv) {
 
   std::string export_in;
   std::string export_out;
+  auto* keys_cmd = app.add_subcommand("keys", "CurveZMQ key pairs for servers and clients");
+  keys_cmd->require_subcommand(1);
+  std::string keys_base;
+  auto* keys_new_cmd =
+      keys_cmd->add_subcommand("new", "write a key pair: BASE.key (secret, mode 0600), BASE.pub");
+  keys_new_cmd->add_option("base", keys_base, "path without extension, e.g. keys/server")
+      ->required();
+
   auto* export_cmd = app.add_subcommand(
       "export",
       "write a trajectory log as JSON lines; damaged bytes are skipped and listed on stderr, and "
@@ -1016,6 +1055,28 @@ int main(int argc, char** argv) {
       std::cerr << "crucible serve: --bind " << endpoint.error().message << "\n";
       return kExitUsage;
     }
+    if (server_key_file.empty() != client_keys_path.empty()) {
+      std::cerr << "crucible serve: --server-key and --client-keys go together\n";
+      return kExitUsage;
+    }
+    if (!server_key_file.empty()) {
+      auto keys = core::read_secret_key_file(server_key_file);
+      if (!keys) {
+        std::cerr << "crucible serve: --server-key " << keys.error().message << "\n";
+        return kExitUsage;
+      }
+      auto allowed = core::read_allowed_keys(client_keys_path);
+      if (!allowed) {
+        std::cerr << "crucible serve: --client-keys " << allowed.error().message << "\n";
+        return kExitUsage;
+      }
+      options.curve_keys = *keys;
+      options.allowed_client_keys = *allowed;
+    } else if (options.allow_remote && !env::is_local_endpoint(options.bind)) {
+      core::log_warn("serving " + options.bind +
+                     " without authentication or encryption (--insecure): anyone who reaches "
+                     "the port can use this server");
+    }
     std::optional<env::HttpAddress> http;
     if (!http_address.empty()) {
       auto parsed = env::parse_http_address(http_address, options.allow_remote);
@@ -1076,6 +1137,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (*keys_new_cmd) return new_key_pair(keys_base);
   if (*export_cmd) return export_log(export_in, export_out);
   if (*compare_cmd) {
     std::string notes;

@@ -502,7 +502,7 @@ TEST_CASE("server: a full queue answers busy, and shutdown refuses new work but 
   stopper.join();
 }
 
-TEST_CASE("server: a non-loopback bind is refused without --allow-remote") {
+TEST_CASE("server: a non-loopback bind is refused without keys or --insecure") {
   CHECK(env::is_local_endpoint("tcp://127.0.0.1:5555"));
   CHECK(env::is_local_endpoint("tcp://127.3.2.1:1"));
   CHECK(env::is_local_endpoint("tcp://localhost:5555"));
@@ -518,7 +518,7 @@ TEST_CASE("server: a non-loopback bind is refused without --allow-remote") {
   auto server =
       env::Server::create(options, testing::shared_registry(), testing::no_gpu_pipeline());
   REQUIRE_FALSE(server.ok());
-  CHECK(server.error().message.find("--allow-remote") != std::string::npos);
+  CHECK(server.error().message.find("--insecure") != std::string::npos);
 }
 
 TEST_CASE("server: a step compiles for real, then stops truthfully at the missing GPU") {

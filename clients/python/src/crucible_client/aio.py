@@ -11,7 +11,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
-from . import wire
+from . import curve, wire
 from .client import (
     _CONNECTED_EVENT,
     BUSY_BACKOFF_CAP_S,
@@ -59,6 +59,8 @@ class AsyncClient:
         connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT_S,
         busy_retries: int = DEFAULT_BUSY_RETRIES,
         tag: Optional[wire.Tag] = None,
+        server_key: Optional[curve.PathLike] = None,
+        client_key: Optional[curve.PathLike] = None,
     ):
         self.endpoint = endpoint
         self.timeout = float(timeout)
@@ -72,6 +74,11 @@ class AsyncClient:
         self._socket.setsockopt(zmq.LINGER, 0)
         if "[" in endpoint:  # tcp://[::1]:5555: ZeroMQ speaks IPv6 only when asked
             self._socket.setsockopt(zmq.IPV6, 1)
+        try:
+            curve.apply(self._socket, server_key, client_key)
+        except Exception:
+            self._socket.close(linger=0)
+            raise
         self._monitor: Optional[zmq.asyncio.Socket] = None
         try:
             if connect_timeout is not None:

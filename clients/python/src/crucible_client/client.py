@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from . import wire
+from . import curve, wire
 from .errors import Busy, CrucibleConnectionError, CrucibleError, CrucibleTimeout, ProtocolError
 
 __all__ = ["Client", "DEFAULT_BUSY_RETRIES", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_TIMEOUT_S"]
@@ -327,7 +327,10 @@ class Client:
     because the server drops a peer that sends a frame over its transport limit. `tag` (a map
     of at most 8 string keys to strings or integers, `wire.check_tag`) is sent with every
     `reset` and `score`, under the request's own tag; the server echoes it in the reply and
-    keeps it in the trajectory log.
+    keeps it in the trajectory log. `server_key` (the server's public key: Z85 or a `.pub`
+    file) and `client_key` (this client's `.key` file) talk to a server started with Curve keys
+    (`crucible_client.curve`); a server that does not know the client's key never answers, so
+    the connect check fails.
     """
 
     def __init__(
@@ -341,6 +344,8 @@ class Client:
         connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT_S,
         busy_retries: int = DEFAULT_BUSY_RETRIES,
         tag: Optional[wire.Tag] = None,
+        server_key: Optional[curve.PathLike] = None,
+        client_key: Optional[curve.PathLike] = None,
     ):
         if timeout <= 0:
             raise ValueError("timeout must be positive")
@@ -362,6 +367,11 @@ class Client:
         sock.setsockopt(zmq.IMMEDIATE, 1)
         if "[" in endpoint:  # tcp://[::1]:5555: ZeroMQ speaks IPv6 only when asked
             sock.setsockopt(zmq.IPV6, 1)
+        try:
+            curve.apply(sock, server_key, client_key)
+        except Exception:
+            sock.close(linger=0)
+            raise
         monitor = None
         try:
             if detect_disconnect or connect_timeout is not None:
