@@ -12,7 +12,8 @@ and writes feedback from results; `crucible_client.adapters` has reward function
 verl; `crucible_client.trl_env` is TRL's multi-turn `environment_factory`;
 `crucible_client.gym_env.CrucibleGymEnv` wraps an episode as a gymnasium.Env; `.openenv_env`
 and `.verifiers_env` are OpenEnv and verifiers environments (those three need optional
-packages, imported only by their modules).
+packages, imported only by their modules); `crucible_client.ray_cluster.start_servers` starts
+one server per GPU node of a Ray cluster and returns a Pool over them (needs Ray).
 """
 
 from typing import Any
@@ -54,6 +55,11 @@ def __getattr__(name: str) -> Any:
         from .aio import AsyncEnv
 
         return AsyncEnv
+    if name == "ray_cluster":
+        # Not imported by `import crucible_client`: it imports Ray when used.
+        import importlib
+
+        return importlib.import_module(".ray_cluster", __name__)
     if name == "CrucibleGymEnv":
         from .gym_env import CrucibleGymEnv
 
