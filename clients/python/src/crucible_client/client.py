@@ -11,7 +11,8 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -471,34 +472,8 @@ class Client:
         `return_exceptions`, a failed item's CrucibleError takes its place in the list;
         otherwise the first failure (in item order) is raised after every request settles.
         """
-        if max_inflight < 1:
-            raise ValueError("max_inflight must be at least 1")
-        requests = [self._score_fields(item, common) for item in items]
-        futures: "List[Optional[Future[Dict[str, Any]]]]" = [None] * len(requests)
-        window: "collections.deque[Future[Dict[str, Any]]]" = collections.deque()
-        for index, fields in enumerate(requests):
-            while len(window) >= max_inflight:
-                _wait_first(window)
-            try:
-                future = self.submit("score", timeout=timeout, **fields)
-            except CrucibleError as exc:  # e.g. too large: fail this item, keep going
-                future = Future()
-                future.set_exception(exc)
-            futures[index] = future
-            window.append(future)
-        out: List[Any] = []
-        first_error: Optional[BaseException] = None
-        for settled in futures:
-            assert settled is not None
-            failure = settled.exception()
-            if failure is None:
-                out.append(wire.body(settled.result()))
-            else:
-                out.append(failure)
-                first_error = first_error or failure
-        if first_error is not None and not return_exceptions:
-            raise first_error
-        return out
+        return _score_in_window(self.submit, items, common, max_inflight=max_inflight,
+                                timeout=timeout, return_exceptions=return_exceptions)
 
     @staticmethod
     def _score_fields(item: ScoreItem, common: Mapping[str, Any]) -> Dict[str, Any]:
@@ -558,6 +533,45 @@ class Client:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+
+def _score_in_window(
+    submit: "Callable[..., Future[Dict[str, Any]]]",
+    items: Iterable[ScoreItem],
+    common: Mapping[str, Any],
+    *,
+    max_inflight: int,
+    timeout: Optional[float],
+    return_exceptions: bool,
+) -> List[Any]:
+    """`score_many` over any `submit(op, timeout=, **fields)`, Client's or Pool's."""
+    if max_inflight < 1:
+        raise ValueError("max_inflight must be at least 1")
+    requests = [Client._score_fields(item, common) for item in items]
+    futures: "List[Future[Dict[str, Any]]]" = []
+    window: "collections.deque[Future[Dict[str, Any]]]" = collections.deque()
+    for fields in requests:
+        while len(window) >= max_inflight:
+            _wait_first(window)
+        try:
+            future = submit("score", timeout=timeout, **fields)
+        except CrucibleError as exc:  # e.g. too large: fail this item, keep going
+            future = Future()
+            future.set_exception(exc)
+        futures.append(future)
+        window.append(future)
+    out: List[Any] = []
+    first_error: Optional[BaseException] = None
+    for settled in futures:
+        failure = settled.exception()
+        if failure is None:
+            out.append(wire.body(settled.result()))
+        else:
+            out.append(failure)
+            first_error = first_error or failure
+    if first_error is not None and not return_exceptions:
+        raise first_error
+    return out
 
 
 def _wait_first(window: "collections.deque[Future[Dict[str, Any]]]") -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import itertools
 import re
 import threading
@@ -11,8 +10,7 @@ import weakref
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from . import wire
-from .client import Client, ScoreItem, _settle, _wait_first
+from .client import Client, ScoreItem, _score_in_window, _settle
 from .errors import (
     CrucibleConnectionError,
     CrucibleError,
@@ -189,33 +187,8 @@ class Pool:
         **common: Any,
     ) -> List[Any]:
         """`Client.score_many` over the pool: each item goes to the least-loaded server."""
-        if max_inflight < 1:
-            raise ValueError("max_inflight must be at least 1")
-        requests = [Client._score_fields(item, common) for item in items]
-        futures: "List[Future[Dict[str, Any]]]" = []
-        window: "collections.deque[Future[Dict[str, Any]]]" = collections.deque()
-        for fields in requests:
-            while len(window) >= max_inflight:
-                _wait_first(window)
-            try:
-                future = self.submit("score", timeout=timeout, **fields)
-            except CrucibleError as exc:
-                future = Future()
-                future.set_exception(exc)
-            futures.append(future)
-            window.append(future)
-        out: List[Any] = []
-        first_error: Optional[BaseException] = None
-        for settled in futures:
-            failure = settled.exception()
-            if failure is None:
-                out.append(wire.body(settled.result()))
-            else:
-                out.append(failure)
-                first_error = first_error or failure
-        if first_error is not None and not return_exceptions:
-            raise first_error
-        return out
+        return _score_in_window(self.submit, items, common, max_inflight=max_inflight,
+                                timeout=timeout, return_exceptions=return_exceptions)
 
     def _attempt(self, op: str, timeout: Optional[float], fields: Dict[str, Any],
                  outer: "Future[Dict[str, Any]]", tried: "set[int]",
