@@ -112,6 +112,17 @@ def wait_until_answering(server: RunningServer, deadline_s: float) -> None:
                 f"{server.stderr_text()[-4000:]}")
 
 
+def stop_server_process(process: subprocess.Popen) -> None:
+    """SIGTERM (the server drains and flushes its log), SIGKILL after 15 s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> RunningServer:
     binary = server_binary()
@@ -137,13 +148,7 @@ def server(tmp_path_factory) -> RunningServer:
         wait_until_answering(running, float(os.environ.get("CRUCIBLE_START_TIMEOUT", "60")))
         yield running
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_server_process(process)
 
 
 @pytest.fixture

@@ -4,13 +4,12 @@ with a known key served, one without a key or with an unknown key refused at the
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import free_loopback_port, server_binary
+from conftest import free_loopback_port, server_binary, stop_server_process
 from crucible_client import Client
 from crucible_client.curve import new_key_pair, read_key_pair, read_public_key
 from crucible_client.errors import CrucibleConnectionError
@@ -36,12 +35,7 @@ def curve_server(tmp_path):
     try:
         yield endpoint, tmp_path / "server.pub", tmp_path / "clients" / "trainer.key", client
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_server_process(process)
 
 
 def test_a_known_client_is_served_and_others_get_nothing(curve_server, tmp_path):
