@@ -36,7 +36,7 @@ struct ServerOptions {
   std::filesystem::path log_path;  // trajectory log; required
   bool log_sync = true;            // fdatasync each record before its reply
   int workers = 0;                 // pipeline threads; 0 = one per core, at least 2
-  std::size_t max_queued = 4096;   // step/score requests waiting or running before `busy`
+  std::size_t max_queued = 4096;   // step/score requests waiting for a worker before `busy`
   std::uint32_t default_max_steps = 8;
   std::chrono::seconds episode_idle_timeout{1800};
   std::size_t max_episodes = 100000;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <regex>
@@ -189,19 +190,22 @@ std::map<std::string, double> parse_exposition(const std::string& text) {
   return samples;
 }
 
-// A stage that takes its time, to hold requests in flight.
+// A stage that takes its time, to hold requests in flight; `started` counts the runs begun.
 class SlowStage final : public env::Stage {
  public:
-  explicit SlowStage(int ms) : ms_(ms) {}
+  SlowStage(int ms, std::shared_ptr<std::atomic<int>> started)
+      : ms_(ms), started_(std::move(started)) {}
   std::string_view name() const override { return "slow"; }
   bool available() const override { return true; }
   bool run(const env::StepJob&, env::StepArtifacts&, env::StepResult&) override {
+    if (started_) ++*started_;
     std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
     return true;
   }
 
  private:
   int ms_;
+  std::shared_ptr<std::atomic<int>> started_;
 };
 
 // A stage with counters shaped like the compile and GPU pools' (scalars, text, per-worker lists).
@@ -221,9 +225,27 @@ class CountingStage final : public env::Stage {
   }
 };
 
-env::Pipeline slow_pipeline(int ms) {
+// Polls /metrics until `sample` reaches `at_least` (10 s at most), so that a test acts once the
+// server is in the state it needs rather than after a fixed sleep a loaded machine can outrun.
+void wait_for_sample(httplib::Client& client, const std::string& sample, double at_least) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  double value = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto metrics = client.Get("/metrics");
+    if (metrics && metrics->status == 200) {
+      const auto samples = parse_exposition(metrics->body);
+      const auto it = samples.find(sample);
+      if (it != samples.end()) value = it->second;
+      if (value >= at_least) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL(sample << " stayed at " << value << ", under " << at_least);
+}
+
+env::Pipeline slow_pipeline(int ms, std::shared_ptr<std::atomic<int>> started = nullptr) {
   env::Pipeline pipeline;
-  pipeline.add(std::make_unique<SlowStage>(ms));
+  pipeline.add(std::make_unique<SlowStage>(ms, std::move(started)));
   pipeline.add(std::make_unique<env::UnavailableStage>("gpu", "no CUDA device on this server"));
   return pipeline;
 }
@@ -625,11 +647,27 @@ TEST_CASE("http front: a full queue is 503 busy with Retry-After, and a draining
   env::ServerOptions options;
   options.workers = 1;
   options.max_queued = 1;
-  FrontedServer server(options, slow_pipeline(1500));
+  auto started = std::make_shared<std::atomic<int>>(0);
+  FrontedServer server(options, slow_pipeline(1500, started));
   auto client = server.client();
   const Value opened = json_of(post_json(client, "/reset", Value{{"task", "llm/rms_norm"}}));
   const std::string episode = opened["episode_id"].get<std::string>();
 
+  // One score takes the only worker; once it runs, a batch of three fills the one place in the
+  // queue with its first item and is refused the other two.
+  const auto one_score = [&] {
+    auto other = server.client();
+    Value items = Value::array();
+    items.push_back(Value{{"task", "llm/rms_norm"}, {"source", kKernel}});
+    return json_of(post_json(other, "/score", items));
+  };
+  Value first_reply;
+  std::thread first([&] { first_reply = one_score(); });
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (started->load() < 1 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(started->load() == 1);
   Value batch_reply;
   std::thread batch([&] {
     auto other = server.client();
@@ -638,7 +676,7 @@ TEST_CASE("http front: a full queue is 503 busy with Retry-After, and a draining
       items.push_back(Value{{"task", "llm/rms_norm"}, {"source", kKernel}});
     batch_reply = json_of(post_json(other, "/score", items));
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  wait_for_sample(client, "crucible_errors_total{code=\"busy\"}", 2);
   const auto busy = post_json(client, "/step", Value{{"episode_id", episode}, {"source", kKernel}});
   check_error(busy, 503, "busy", "retry later");
   CHECK(busy->get_header_value("Retry-After") == "1");
@@ -653,7 +691,9 @@ TEST_CASE("http front: a full queue is 503 busy with Retry-After, and a draining
   REQUIRE(health);
   CHECK(health->status == 503);
   CHECK(json_of(health)["status"] == "unhealthy");
+  first.join();
   batch.join();
+  CHECK(first_reply["results"][0]["result"]["status"] == "infra_error");
   std::size_t busy_items = 0;
   for (const auto& item : batch_reply["results"]) {
     if (item["ok"] == true) {
@@ -664,7 +704,7 @@ TEST_CASE("http front: a full queue is 503 busy with Retry-After, and a draining
       ++busy_items;
     }
   }
-  CHECK(busy_items >= 1);
+  CHECK(busy_items == 2);
 
   // Once the server's loop has returned, a request waits until the front stops, then is told.
   server.stop_server();
@@ -689,8 +729,9 @@ TEST_CASE("http front: steps may not take the threads /healthz and /metrics need
     batch_reply = json_of(post_json(
         other, "/score", Value::array({Value{{"task", "llm/rms_norm"}, {"source", kKernel}}})));
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto client = server.client();
+  // The batch holds the one thread steps may take once the server has its item.
+  wait_for_sample(client, "crucible_inflight", 1);
   const auto refused = post_json(
       client, "/score", Value::array({Value{{"task", "llm/rms_norm"}, {"source", kKernel}}}));
   check_error(refused, 503, "busy", "the HTTP front has 1 steps and scores waiting");
