@@ -6,7 +6,9 @@
         obs, reward, terminated, truncated, info = env.step(open("kernel.cu").read())
 
 Client keeps many requests in flight from threads; AsyncClient does the same on asyncio; Pool
-spreads Client's requests over several servers (scores by load, episodes kept on their server).
+spreads Client's requests over several servers (scores by load, episodes kept on their server),
+and AsyncPool AsyncClient's. Env, AsyncEnv and the trainer adapters take a list of endpoints
+(or a Pool) wherever they take one endpoint.
 `crucible_client.prompts` renders prompts from task views, extracts sources from completions
 and writes feedback from results; `crucible_client.adapters` has reward functions for TRL and
 verl; `crucible_client.trl_env` is TRL's multi-turn `environment_factory`;
@@ -55,6 +57,10 @@ def __getattr__(name: str) -> Any:
         from .aio import AsyncEnv
 
         return AsyncEnv
+    if name == "AsyncPool":
+        from .aio import AsyncPool
+
+        return AsyncPool
     if name == "ray_cluster":
         # Not imported by `import crucible_client`: it imports Ray when used.
         import importlib
@@ -70,6 +76,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AsyncClient",
     "AsyncEnv",
+    "AsyncPool",
     "BadRequest",
     "Busy",
     "Client",

@@ -32,11 +32,16 @@ import asyncio
 import os
 import threading
 import warnings
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 from . import wire
 from .client import DEFAULT_TIMEOUT_S, Client
 from .errors import CrucibleError, TooLarge
+from .pool import Pool, Target, connect
+
+if TYPE_CHECKING:
+    from .aio import AsyncTarget
 from .prompts import NoSourceFound, extract_source
 
 __all__ = [
@@ -52,10 +57,13 @@ __all__ = [
 # invalid_action with the reward preset's own penalty, without compiling anything.
 NO_SOURCE_PLACEHOLDER = "// no kernel source was found in the completion\n"
 
-# Client-side or server-capacity failures: the sample is the server's problem, not the policy's.
-_INFRA_CODES = frozenset({"timeout", "io", "busy", "shutting_down", "internal", "protocol_error"})
+# Client-side or server-capacity failures: the sample is the server's problem, not the policy's
+# (the reward functions, TRL's environment and the verifiers environment share this set).
+# ServerLost (server_lost) is a Pool's: every server it tried was lost with the score in flight.
+_INFRA_CODES = frozenset({"timeout", "io", "busy", "shutting_down", "internal", "protocol_error",
+                          "server_lost"})
 
-Server = Union[str, Client]
+Server = Target  # an endpoint, several (a list or a comma-separated string), a Client or a Pool
 Outcome = Dict[str, Any]  # {reward: float|None, status: str, body: reply body|None, ...}
 
 
@@ -90,7 +98,7 @@ def _outcome(reply: Any, problem: Optional[str]) -> Outcome:
 
 
 def score_completions(
-    client: Client,
+    client: Union[Client, Pool],
     tasks: Sequence[str],
     completions: Sequence[Any],
     *,
@@ -251,7 +259,7 @@ def make_trl_reward(
 
 
 def make_trl_reward_async(
-    endpoint: str = wire.DEFAULT_ENDPOINT,
+    endpoint: "AsyncTarget" = wire.DEFAULT_ENDPOINT,
     *,
     task_field: str = "task",
     task: Optional[str] = None,
@@ -266,23 +274,30 @@ def make_trl_reward_async(
     tag: TagSpec = None,
 ) -> Callable[..., Any]:
     """The same reward as `make_trl_reward`, as a coroutine function (TRL runs async reward
-    functions on its own event loop, concurrently with the others). One AsyncClient is opened
-    per event loop that calls it."""
-    from .aio import AsyncClient
+    functions on its own event loop, concurrently with the others). `endpoint` is one endpoint
+    (an AsyncClient is opened per event loop that calls it), several (a list or a
+    comma-separated string: an AsyncPool per event loop), or an AsyncClient or AsyncPool to use
+    as it is (in its own loop)."""
+    from .aio import AsyncClient, AsyncPool, connect_async
 
     _check_infra_reward(infra_reward)
     if tag is not None and not callable(tag):
         wire.check_tag(tag)
-    clients: Dict[int, Tuple[Any, AsyncClient]] = {}
+    given = endpoint if isinstance(endpoint, (AsyncClient, AsyncPool)) else None
+    clients: Dict[int, Tuple[Any, Union[AsyncClient, AsyncPool]]] = {}
 
     async def reward_function(prompts: Any = None, completions: Sequence[Any] = (), **kwargs: Any
                               ) -> List[Optional[float]]:
-        loop = asyncio.get_running_loop()
-        entry = clients.get(id(loop))
-        if entry is None or entry[0] is not loop:
-            entry = (loop, AsyncClient(endpoint, timeout=timeout or DEFAULT_TIMEOUT_S))
-            clients[id(loop)] = entry
-        client = entry[1]
+        client: Union[AsyncClient, AsyncPool]
+        if given is not None:
+            client = given
+        else:
+            loop = asyncio.get_running_loop()
+            entry = clients.get(id(loop))
+            if entry is None or entry[0] is not loop:
+                entry = (loop, connect_async(endpoint, timeout=timeout or DEFAULT_TIMEOUT_S))
+                clients[id(loop)] = entry
+            client = entry[1]
         completions = list(completions)
         tasks = _tasks_for(len(completions), task, task_field, kwargs)
         tags = _tags_for(tag, len(completions), kwargs)
@@ -314,21 +329,22 @@ def make_trl_reward_async(
 
 
 class _ClientHolder:
-    """A Client opened on first use, again after a fork (a socket cannot cross one)."""
+    """A Client (or a Pool, for several endpoints) opened on first use, and again after a fork
+    (a socket cannot cross one); a given Client or Pool is used as it is."""
 
     def __init__(self, server: Server):
-        self._given = server if isinstance(server, Client) else None
-        self._endpoint = server if isinstance(server, str) else None
-        self._client: Optional[Client] = None
+        self._given = server if isinstance(server, (Client, Pool)) else None
+        self._target = None if self._given is not None else server
+        self._client: Optional[Union[Client, Pool]] = None
         self._pid = 0
         self._lock = threading.Lock()
 
-    def get(self) -> Client:
+    def get(self) -> Union[Client, Pool]:
         if self._given is not None:
             return self._given
         with self._lock:
             if self._client is None or self._pid != os.getpid() or self._client.closed:
-                self._client = Client(self._endpoint or wire.DEFAULT_ENDPOINT)
+                self._client = connect(self._target or wire.DEFAULT_ENDPOINT)
                 self._pid = os.getpid()
             return self._client
 
@@ -345,7 +361,7 @@ _verl_clients: Dict[str, _ClientHolder] = {}
 _verl_lock = threading.Lock()
 
 
-def _verl_client(endpoint: Optional[str]) -> Client:
+def _verl_client(endpoint: Optional[str]) -> Union[Client, Pool]:
     endpoint = endpoint or os.environ.get("CRUCIBLE_ENDPOINT") or wire.DEFAULT_ENDPOINT
     with _verl_lock:
         holder = _verl_clients.get(endpoint)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import zmq
 import zmq.asyncio
@@ -23,6 +23,17 @@ from .client import (
     ScoreItem,
     with_default_tag,
 )
+from .pool import (
+    _EPISODE_OPS,
+    DEFAULT_HEALTH_INTERVAL_S,
+    DEFAULT_HEALTH_TIMEOUT_S,
+    ServerLost,
+    _episode_reply,
+    _POOL_ONLY_OPTIONS,
+    _is_loss,
+    _Routes,
+    split_endpoints,
+)
 from .errors import (
     Busy,
     CrucibleConnectionError,
@@ -32,10 +43,66 @@ from .errors import (
     UnknownEpisode,
 )
 
-__all__ = ["AsyncClient", "AsyncEnv"]
+__all__ = ["AsyncClient", "AsyncEnv", "AsyncPool", "AsyncTarget", "connect_async"]
 
 
-class AsyncClient:
+class _AsyncOps:
+    """The calls AsyncClient and AsyncPool build on their own `request`."""
+
+    async def request(self, op: str, *, timeout: Optional[float] = None, **fields: Any
+                      ) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    async def score_many(
+        self,
+        items: Iterable[ScoreItem],
+        *,
+        max_inflight: int = 64,
+        timeout: Optional[float] = None,
+        return_exceptions: bool = False,
+        **common: Any,
+    ) -> List[Any]:
+        """As Client.score_many: reply bodies ({task, result, reward}) in item order, at most
+        `max_inflight` requests in flight."""
+        if max_inflight < 1:
+            raise ValueError("max_inflight must be at least 1")
+        gate = asyncio.Semaphore(max_inflight)
+
+        async def one(fields: Mapping[str, Any]) -> Dict[str, Any]:
+            async with gate:
+                return wire.body(await self.request("score", timeout=timeout, **fields))
+
+        requests = [Client._score_fields(item, common) for item in items]
+        results = await asyncio.gather(*(one(f) for f in requests), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for error in errors:
+            if not isinstance(error, CrucibleError):
+                raise error  # a bug or a cancellation, not a server answer
+        if errors and not return_exceptions:
+            raise errors[0]
+        return list(results)
+
+    # Convenience wrappers mirroring Env's stateless calls.
+    async def hello(self, client: str = "crucible_client.AsyncClient") -> Dict[str, Any]:
+        return wire.body(await self.request("hello", client=client))
+
+    async def tasks(self, category: Optional[str] = None) -> List[Dict[str, Any]]:
+        tasks: List[Dict[str, Any]] = (await self.request("tasks", category=category))["tasks"]
+        return tasks
+
+    async def task(self, task_id: str) -> Dict[str, Any]:
+        view: Dict[str, Any] = (await self.request("task", task=task_id))["task"]
+        return view
+
+    async def score(self, task: str, source: Any, **fields: Any) -> Dict[str, Any]:
+        fields.update(task=task, source=wire.source_text(source))
+        return wire.body(await self.request("score", **fields))
+
+    async def stats(self) -> Dict[str, Any]:
+        return wire.body(await self.request("stats"))
+
+
+class AsyncClient(_AsyncOps):
     """One DEALER socket; `await request(op, **fields)` from any number of tasks at once.
 
     Replies are read by one background task and matched to requests by id. Errors are the
@@ -94,10 +161,12 @@ class AsyncClient:
         self._watcher: "Optional[asyncio.Task[None]]" = None
         self._ids = itertools.count(1)
         self._pending: "Dict[int, asyncio.Future[Any]]" = {}
+        self._sent: "set[int]" = set()  # ids of pending requests already handed to the socket
         self._reader: "Optional[asyncio.Task[None]]" = None
         self._closed = False
         self.dropped_replies = 0
         self.protocol_violations = 0
+        self.disconnects = 0  # connections to the server lost (it died or restarted)
 
     async def request(
         self, op: str, *, timeout: Optional[float] = None, **fields: Any
@@ -154,6 +223,18 @@ class AsyncClient:
                 self._connected.set()
             elif event.get("event") == zmq.EVENT_DISCONNECTED:
                 self._connected.clear()
+                self.disconnects += 1
+                # As Client: the replies to what was sent went to the lost connection, so
+                # waiting for them would only run out the timeout.
+                lost = CrucibleConnectionError(
+                    None,
+                    f"lost the connection to {self.endpoint} with the request in flight "
+                    "(server restarted, or it dropped this client for an oversized frame)")
+                for rid in list(self._sent):
+                    future = self._pending.get(rid)
+                    if future is not None and not future.done():
+                        future.set_exception(lost)
+                self._sent.clear()
 
     async def _request_once(self, op: str, wait: float, fields: Dict[str, Any]) -> Dict[str, Any]:
         if self._closed:
@@ -168,6 +249,7 @@ class AsyncClient:
         self._pending[rid] = future
         try:
             await self._socket.send(frame)
+            self._sent.add(rid)
             reply = await asyncio.wait_for(future, wait)
         except asyncio.TimeoutError:
             raise CrucibleTimeout(
@@ -175,6 +257,7 @@ class AsyncClient:
             ) from None
         finally:
             self._pending.pop(rid, None)
+            self._sent.discard(rid)
         return wire.check_reply(reply)
 
     async def _read_loop(self) -> None:
@@ -198,52 +281,19 @@ class AsyncClient:
                 continue
             future.set_result(reply)
 
-    async def score_many(
-        self,
-        items: Iterable[ScoreItem],
-        *,
-        max_inflight: int = 64,
-        timeout: Optional[float] = None,
-        return_exceptions: bool = False,
-        **common: Any,
-    ) -> List[Any]:
-        """As Client.score_many: reply bodies ({task, result, reward}) in item order."""
-        if max_inflight < 1:
-            raise ValueError("max_inflight must be at least 1")
-        gate = asyncio.Semaphore(max_inflight)
+    @property
+    def connected(self) -> bool:
+        """Whether a connection to the server is up now (as far as the monitor has seen)."""
+        return self._connected is not None and self._connected.is_set()
 
-        async def one(fields: Mapping[str, Any]) -> Dict[str, Any]:
-            async with gate:
-                return wire.body(await self.request("score", timeout=timeout, **fields))
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
-        requests = [Client._score_fields(item, common) for item in items]
-        results = await asyncio.gather(*(one(f) for f in requests), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        for error in errors:
-            if not isinstance(error, CrucibleError):
-                raise error  # a bug or a cancellation, not a server answer
-        if errors and not return_exceptions:
-            raise errors[0]
-        return list(results)
-
-    # Convenience wrappers mirroring Env's stateless calls.
-    async def hello(self, client: str = "crucible_client.AsyncClient") -> Dict[str, Any]:
-        return wire.body(await self.request("hello", client=client))
-
-    async def tasks(self, category: Optional[str] = None) -> List[Dict[str, Any]]:
-        tasks: List[Dict[str, Any]] = (await self.request("tasks", category=category))["tasks"]
-        return tasks
-
-    async def task(self, task_id: str) -> Dict[str, Any]:
-        view: Dict[str, Any] = (await self.request("task", task=task_id))["task"]
-        return view
-
-    async def score(self, task: str, source: Any, **fields: Any) -> Dict[str, Any]:
-        fields.update(task=task, source=wire.source_text(source))
-        return wire.body(await self.request("score", **fields))
-
-    async def stats(self) -> Dict[str, Any]:
-        return wire.body(await self.request("stats"))
+    @property
+    def inflight(self) -> int:
+        """Requests awaiting their reply."""
+        return len(self._pending)
 
     async def close(self) -> None:
         """Fails outstanding requests with CrucibleConnectionError and closes the socket."""
@@ -276,6 +326,169 @@ class AsyncClient:
         await self.close()
 
 
+class AsyncPool(_AsyncOps):
+    """Pool for asyncio programs: several servers behind AsyncClient's API.
+
+    `AsyncPool(endpoints, **client_options)` opens one AsyncClient per endpoint with the same
+    options. Routing, episode ids (``"s<index>/<server's id>"``), retries and ServerLost are
+    Pool's (see its docstring): `score` and the other stateless ops go to the least-loaded
+    server that is up and are sent again to another one when theirs is lost; episodes stay on
+    the server that opened them; a step of an episode whose server was lost raises ServerLost.
+    A background task asks every server for `stats` every `health_interval` seconds once the
+    pool is first used in a running loop. Use from one event loop.
+
+        async with AsyncPool(["tcp://10.0.0.1:5555", "tcp://10.0.0.2:5555"]) as pool:
+            bodies = await pool.score_many(items, max_inflight=128)
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        health_interval: float = DEFAULT_HEALTH_INTERVAL_S,
+        health_timeout: float = DEFAULT_HEALTH_TIMEOUT_S,
+        **client_options: Any,
+    ):
+        if isinstance(endpoints, str):
+            raise TypeError("endpoints must be a list of endpoints, not one string")
+        if not endpoints:
+            raise ValueError("an AsyncPool needs at least one endpoint")
+        if health_interval <= 0 or health_timeout <= 0:
+            raise ValueError("health_interval and health_timeout must be positive")
+        self.endpoints = list(endpoints)
+        self.health_interval = float(health_interval)
+        self.health_timeout = float(health_timeout)
+        self._routes = _Routes([AsyncClient(e, **client_options) for e in self.endpoints])
+        self._health: "Optional[asyncio.Task[None]]" = None
+        self._closed = False
+
+    async def request(self, op: str, *, timeout: Optional[float] = None, **fields: Any
+                      ) -> Dict[str, Any]:
+        """Sends one request to the server its op and fields route it to; returns the reply.
+
+        Raises UnknownEpisode for a step or close whose id this pool did not issue, ServerLost
+        when the server is lost (for a stateless op: every server was tried), and
+        CrucibleConnectionError when the pool is closed."""
+        if self._closed:
+            raise CrucibleConnectionError(None, "the pool is closed")
+        self._start_health()
+        if op in _EPISODE_OPS:
+            return await self._episode_request(op, timeout, fields)
+        tried: "set[int]" = set()
+        last: Optional[ServerLost] = None
+        while True:
+            server = self._routes.pick(exclude=tried)
+            if server is None:
+                raise last if last is not None else self._routes.no_server_error()
+            tried.add(server.index)
+            self._routes.sent(server, +1)
+            try:
+                reply: Dict[str, Any] = await server.client.request(op, timeout=timeout,
+                                                                     **fields)
+            except CrucibleError as exc:
+                if not _is_loss(exc):
+                    raise
+                self._routes.mark_lost(server, exc)
+                last = ServerLost(server.endpoint,
+                                  f"lost {server.endpoint} with '{op}' in flight: {exc}")
+                if op == "reset" or self._closed:  # a reset may have opened an episode
+                    raise last from None
+                continue
+            finally:
+                self._routes.sent(server, -1)
+            if op == "reset" and isinstance(reply.get("episode"), str):
+                reply = dict(reply, episode=self._routes.remember(server, reply["episode"]))
+            return reply
+
+    async def _episode_request(self, op: str, timeout: Optional[float], fields: Dict[str, Any]
+                               ) -> Dict[str, Any]:
+        episode = fields.get("episode")
+        server, server_id = self._routes.route(episode)
+        assert isinstance(episode, str)
+        lost = self._routes.lost_episode(episode, server, op)
+        if lost is not None:
+            raise lost
+        self._routes.sent(server, +1)
+        try:
+            reply = await server.client.request(op, timeout=timeout,
+                                                **dict(fields, episode=server_id))
+        except CrucibleError as exc:
+            return _episode_reply(self._routes, server, op, episode, exc, None)
+        finally:
+            self._routes.sent(server, -1)
+        return _episode_reply(self._routes, server, op, episode, None, reply)
+
+    # -- health ---------------------------------------------------------------------------
+    def _start_health(self) -> None:
+        if self._health is None or self._health.done():
+            self._health = asyncio.get_running_loop().create_task(self._health_loop())
+
+    async def _health_loop(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.health_interval)
+            try:
+                await self.check_health()
+            except CrucibleError:  # a failing check must not end the task; the next retries
+                pass
+
+    async def check_health(self) -> None:
+        """Asks every server for `stats` now (the background task does this every interval)."""
+        if self._closed:
+            return
+        servers = self._routes.servers
+        answers = await asyncio.gather(
+            *(s.client.request("stats", timeout=self.health_timeout) for s in servers),
+            return_exceptions=True)
+        for server, answer in zip(servers, answers):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, CrucibleError):
+                    raise answer
+                self._routes.check_epoch(server)
+                self._routes.mark_lost(server, answer)
+            else:
+                self._routes.healthy(server, wire.body(answer))
+
+    def servers(self) -> List[Dict[str, Any]]:
+        """Per endpoint, as Pool.servers()."""
+        return self._routes.report()
+
+    @property
+    def clients(self) -> List[AsyncClient]:
+        return [s.client for s in self._routes.servers]
+
+    @property
+    def inflight(self) -> int:
+        return sum(s.client.inflight for s in self._routes.servers)
+
+    @property
+    def connected(self) -> bool:
+        return any(s.client.connected for s in self._routes.servers)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def close(self) -> None:
+        """Stops the health task and closes every client (failing what is outstanding)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._health is not None:
+            self._health.cancel()
+            try:
+                await self._health
+            except (asyncio.CancelledError, Exception):
+                pass
+        for server in self._routes.servers:
+            await server.client.close()
+
+    async def __aenter__(self) -> "AsyncPool":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+
 class AsyncEnv:
     """Env's one-episode view for asyncio trainers: the same calls, awaited.
 
@@ -284,18 +497,22 @@ class AsyncEnv:
             observation, reward, terminated, truncated, info = await env.step(source)
 
     Observations and errors are Env's; many AsyncEnvs (one per rollout) can share a loop and
-    run their steps concurrently. Keyword arguments beyond `timeout` go to AsyncClient.
+    run their steps concurrently. Keyword arguments beyond `timeout` go to AsyncClient (or
+    AsyncPool, for several endpoints); many AsyncEnvs can also share one AsyncPool passed in.
     """
 
     def __init__(
         self,
-        endpoint: str = wire.DEFAULT_ENDPOINT,
+        endpoint: "AsyncTarget" = wire.DEFAULT_ENDPOINT,
         timeout: float = DEFAULT_TIMEOUT_S,
         *,
         client_name: str = "crucible_client.AsyncEnv",
         **client_options: Any,
     ):
-        self.client = AsyncClient(endpoint, timeout=timeout, **client_options)
+        # Several endpoints open an AsyncPool; a given AsyncClient or AsyncPool is shared, not
+        # closed by close(), and keeps its own options.
+        self._owns_client = not isinstance(endpoint, (AsyncClient, AsyncPool))
+        self.client = connect_async(endpoint, timeout=timeout, **client_options)
         self.client_name = client_name
         self.episode: Optional[str] = None
         self.task_id: Optional[str] = None
@@ -368,7 +585,8 @@ class AsyncEnv:
         try:
             return await self.close_episode()
         finally:
-            await self.client.close()
+            if self._owns_client:
+                await self.client.close()
 
     async def __aenter__(self) -> "AsyncEnv":
         return self
@@ -379,3 +597,19 @@ class AsyncEnv:
         except CrucibleError:
             if exc_type is None:
                 raise
+
+
+# AsyncEnv's and the async reward's target: as pool.Target, with the asyncio clients.
+AsyncTarget = Union[str, Sequence[str], AsyncClient, AsyncPool]
+
+
+def connect_async(target: AsyncTarget, **client_options: Any) -> Union[AsyncClient, AsyncPool]:
+    """As pool.connect, for asyncio: an AsyncClient for one endpoint, an AsyncPool for several
+    (a list, or a string with commas); a given AsyncClient or AsyncPool as it is."""
+    if isinstance(target, (AsyncClient, AsyncPool)):
+        return target
+    endpoints = split_endpoints(target)
+    if isinstance(target, str) and len(endpoints) == 1:
+        options = {k: v for k, v in client_options.items() if k not in _POOL_ONLY_OPTIONS}
+        return AsyncClient(endpoints[0], **options)
+    return AsyncPool(endpoints, **client_options)

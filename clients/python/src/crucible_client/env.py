@@ -9,6 +9,7 @@ import zmq
 from . import wire
 from .client import DEFAULT_TIMEOUT_S, Client
 from .errors import CrucibleError, UnknownEpisode
+from .pool import Pool, Target, connect
 
 __all__ = ["Env"]
 
@@ -20,7 +21,9 @@ class Env:
 
     Every method blocks until its reply arrives (or `timeout` seconds pass, raising
     CrucibleTimeout) and raises the CrucibleError subclass for an error reply. For many
-    requests in flight use `Env.client` (a Client) or `Client` directly.
+    requests in flight use `Env.client` (a Client) or `Client` directly. `endpoint` may list
+    several servers (a list, or a string with commas): the Env then runs over a Pool, and its
+    episode stays on the server that opened it. A Client or Pool may be passed to share it.
 
         with Env("tcp://127.0.0.1:5555") as env:
             obs = env.reset("llm/rms_norm", seed=0, max_steps=4)
@@ -29,15 +32,19 @@ class Env:
 
     def __init__(
         self,
-        endpoint: str = wire.DEFAULT_ENDPOINT,
+        endpoint: "Target" = wire.DEFAULT_ENDPOINT,
         timeout: float = DEFAULT_TIMEOUT_S,
         *,
         client_name: str = "crucible_client.Env",
         context: "Optional[zmq.Context[Any]]" = None,
         **client_options: Any,
     ):
-        # client_options go to Client: connect_timeout, busy_retries, max_frame_bytes, tag...
-        self.client = Client(endpoint, timeout=timeout, context=context, **client_options)
+        # client_options go to Client (or Pool, for several endpoints): connect_timeout,
+        # busy_retries, max_frame_bytes, tag... A given Client or Pool is shared: it keeps its
+        # own options and close() leaves it open.
+        self._owns_client = not isinstance(endpoint, (Client, Pool))
+        self.client: Union[Client, Pool] = connect(endpoint, timeout=timeout, context=context,
+                                                   **client_options)
         self.client_name = client_name
         self.episode: Optional[str] = None  # id of the open episode, if any
         self.task_id: Optional[str] = None
@@ -151,7 +158,8 @@ class Env:
         try:
             return self.close_episode()
         finally:
-            self.client.close()
+            if self._owns_client:
+                self.client.close()
 
     def __enter__(self) -> "Env":
         return self

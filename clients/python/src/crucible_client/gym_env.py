@@ -18,6 +18,7 @@ from gymnasium.envs.registration import EnvSpec
 from . import wire
 from .client import DEFAULT_TIMEOUT_S
 from .env import Env
+from .pool import Target
 from .prompts import PromptTooLarge, render_feedback, render_prompt
 
 __all__ = ["CrucibleGymEnv", "ENV_ID", "STATUS_NAMES"]
@@ -66,7 +67,7 @@ class CrucibleGymEnv(gymnasium.Env):
     def __init__(
         self,
         task: str,
-        endpoint: str = wire.DEFAULT_ENDPOINT,
+        endpoint: Target = wire.DEFAULT_ENDPOINT,
         *,
         max_steps: Optional[int] = None,
         reward: Optional[Dict[str, Any]] = None,

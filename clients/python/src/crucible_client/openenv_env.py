@@ -36,6 +36,7 @@ from . import wire
 from .client import DEFAULT_TIMEOUT_S
 from .env import Env
 from .errors import UnknownEpisode
+from .pool import Target
 from .prompts import PromptTooLarge, render_feedback, render_prompt
 
 __all__ = [
@@ -96,7 +97,7 @@ class CrucibleEnvironment(Environment):  # type: ignore[misc]
 
     def __init__(
         self,
-        endpoint: str = wire.DEFAULT_ENDPOINT,
+        endpoint: Target = wire.DEFAULT_ENDPOINT,
         *,
         task: Optional[str] = None,
         max_steps: Optional[int] = None,
@@ -218,7 +219,7 @@ class CrucibleEnvClient(EnvClient):  # type: ignore[misc]
         return KernelState(**payload)
 
 
-def make_openenv_app(endpoint: str = wire.DEFAULT_ENDPOINT, *,
+def make_openenv_app(endpoint: Target = wire.DEFAULT_ENDPOINT, *,
                      max_concurrent_envs: int = 64, **options: Any) -> Any:
     """The OpenEnv FastAPI app serving `CrucibleEnvironment(endpoint, **options)`, one per
     session, up to `max_concurrent_envs` sessions at once. Run it with uvicorn."""

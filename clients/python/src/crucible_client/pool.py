@@ -8,7 +8,8 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 from .client import Client, ScoreItem, _score_in_window, _settle
 from .errors import (
@@ -18,7 +19,8 @@ from .errors import (
     UnknownEpisode,
 )
 
-__all__ = ["Pool", "ServerLost", "DEFAULT_HEALTH_INTERVAL_S", "DEFAULT_HEALTH_TIMEOUT_S"]
+__all__ = ["Pool", "ServerLost", "Target", "connect", "split_endpoints",
+           "DEFAULT_HEALTH_INTERVAL_S", "DEFAULT_HEALTH_TIMEOUT_S"]
 
 # How often the background check asks every server for `stats`, and how long it waits for one.
 DEFAULT_HEALTH_INTERVAL_S = 2.0
@@ -49,11 +51,11 @@ class ServerLost(CrucibleConnectionError):
 
 
 class _Server:
-    """One endpoint's client and what the pool knows of it. Guarded by Pool._lock."""
+    """One endpoint's client and what the pool knows of it. Guarded by _Routes.lock."""
 
-    def __init__(self, index: int, client: Client):
+    def __init__(self, index: int, client: Any):
         self.index = index
-        self.client = client
+        self.client = client  # a Client (Pool) or an AsyncClient (AsyncPool)
         self.up = True  # optimistic until a request or a health check fails
         self.inflight = 0  # requests this pool has sent there and not yet settled
         self.server_load = 0  # `inflight` + pool queue depths from its last `stats`
@@ -66,7 +68,7 @@ class _Server:
 
     @property
     def endpoint(self) -> str:
-        return self.client.endpoint
+        return str(self.client.endpoint)
 
 
 def _is_loss(exc: Optional[BaseException]) -> bool:
@@ -84,6 +86,114 @@ def _stats_load(stats: Mapping[str, Any]) -> int:
             if isinstance(depth, int):
                 total += depth
     return total
+
+
+class _Routes:
+    """What Pool and AsyncPool share: the servers, their state, and the routing rules.
+
+    Holds no I/O: each method takes the lock briefly, so the threaded Pool and the asyncio
+    AsyncPool (whose callers never block on it for long) use the same code.
+    """
+
+    def __init__(self, clients: Sequence[Any]):
+        self.lock = threading.Lock()
+        self._turn = itertools.count()
+        # Epoch of each episode this pool opened and has not seen closed, by prefixed id.
+        self._episodes: Dict[str, int] = {}
+        self.servers = [_Server(index, client) for index, client in enumerate(clients)]
+
+    def pick(self, exclude: "set[int]") -> Optional[_Server]:
+        """The least-loaded server that is up and not in `exclude` (ties round-robin)."""
+        for server in self.servers:
+            self.check_epoch(server)
+        with self.lock:
+            up = [s for s in self.servers if s.up and s.index not in exclude]
+            if not up:
+                return None
+            start = next(self._turn) % len(self.servers)
+            return min(up, key=lambda s: (s.inflight + s.server_load,
+                                          (s.index - start) % len(self.servers)))
+
+    def route(self, episode: Any) -> "Tuple[_Server, str]":
+        """The server an episode id of this pool names, and the server's own id."""
+        match = _EPISODE_ID.match(episode) if isinstance(episode, str) else None
+        if match is not None and int(match.group(1)) < len(self.servers):
+            return self.servers[int(match.group(1))], match.group(2)
+        raise UnknownEpisode(
+            None,
+            f"episode id {episode!r} was not issued by this pool: its ids read "
+            f"'s<server index>/<server's episode id>' with index 0 to {len(self.servers) - 1}")
+
+    def lost_episode(self, episode: str, server: _Server, op: str) -> Optional[ServerLost]:
+        """ServerLost when the episode's server was lost since the episode was opened."""
+        self.check_epoch(server)
+        with self.lock:
+            opened = self._episodes.get(episode)
+            lost = (opened is not None and opened != server.epoch) or not server.up
+            error = server.last_error
+        if not lost:
+            return None
+        if op == "close":
+            self.forget(episode)
+        return ServerLost(server.endpoint,
+                          f"{server.endpoint} was lost, and episode {episode!r} with it"
+                          + (f" ({error})" if error else ""))
+
+    def remember(self, server: _Server, server_id: str) -> str:
+        episode = f"s{server.index}/{server_id}"
+        with self.lock:
+            self._episodes[episode] = server.epoch
+        return episode
+
+    def forget(self, episode: str) -> None:
+        with self.lock:
+            self._episodes.pop(episode, None)
+
+    def sent(self, server: _Server, delta: int) -> None:
+        with self.lock:
+            server.inflight += delta
+
+    def no_server_error(self) -> ServerLost:
+        with self.lock:
+            states = "; ".join(f"{s.endpoint}: {s.last_error or 'down'}" for s in self.servers)
+        return ServerLost(None, f"no server of the pool is up ({states})")
+
+    def mark_lost(self, server: _Server, exc: BaseException) -> None:
+        with self.lock:
+            if server.up:
+                server.epoch += 1
+            server.up = False
+            server.last_error = str(exc)
+
+    def check_epoch(self, server: _Server) -> None:
+        """A dropped connection (the server died or restarted) ends the server's episodes."""
+        disconnects = server.client.disconnects
+        with self.lock:
+            if disconnects != server.disconnects_seen:
+                server.disconnects_seen = disconnects
+                server.epoch += 1
+                server.last_error = f"lost the connection to {server.endpoint}"
+                if not server.client.connected:
+                    server.up = False
+
+    def healthy(self, server: _Server, stats: Mapping[str, Any]) -> None:
+        """A health check's answer: the server is up, with the load its `stats` report."""
+        self.check_epoch(server)
+        with self.lock:
+            server.up = True
+            server.server_load = _stats_load(stats)
+            server.last_check = time.time()
+
+    def report(self) -> List[Dict[str, Any]]:
+        for server in self.servers:
+            self.check_epoch(server)
+        with self.lock:
+            return [
+                {"index": s.index, "endpoint": s.endpoint, "up": s.up, "inflight": s.inflight,
+                 "server_load": s.server_load, "last_error": s.last_error,
+                 "last_check": s.last_check}
+                for s in self.servers
+            ]
 
 
 class Pool:
@@ -135,25 +245,21 @@ class Pool:
         self.endpoints = list(endpoints)
         self.health_interval = float(health_interval)
         self.health_timeout = float(health_timeout)
-        self._lock = threading.Lock()
-        self._turn = itertools.count()
-        # Epoch of each episode this pool opened and has not seen closed, by prefixed id.
-        self._episodes: Dict[str, int] = {}
-        self._servers: List[_Server] = []
+        clients: List[Client] = []
         try:
-            for index, endpoint in enumerate(self.endpoints):
-                self._servers.append(_Server(index, Client(endpoint, **client_options)))
+            for endpoint in self.endpoints:
+                clients.append(Client(endpoint, **client_options))
         except BaseException:
-            for server in self._servers:
-                server.client.close()
+            for client in clients:
+                client.close()
             raise
+        self._routes = _Routes(clients)
         self._stop = threading.Event()
         self._health = threading.Thread(
             target=_health_loop, args=(weakref.ref(self), self._stop, self.health_interval),
             name="crucible-pool-health", daemon=True)
         self._health.start()
-        self._finalizer = weakref.finalize(
-            self, _shutdown, self._stop, self._health, [s.client for s in self._servers])
+        self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._health, clients)
 
     # -- requests -------------------------------------------------------------------------
     def submit(self, op: str, *, timeout: Optional[float] = None, **fields: Any
@@ -194,12 +300,10 @@ class Pool:
                  outer: "Future[Dict[str, Any]]", tried: "set[int]",
                  last: Optional[ServerLost]) -> None:
         """Sends `op` to the least-loaded server not yet tried; on a loss, the next one."""
-        server = self._pick(exclude=tried)
+        server = self._routes.pick(exclude=tried)
         if server is None:
-            if last is not None:  # every server was tried: the last loss is the answer
-                _settle(outer, exc=last)
-            else:
-                _settle(outer, exc=self._no_server_error())
+            # Every server was tried (the last loss is the answer), or none is up.
+            _settle(outer, exc=last if last is not None else self._routes.no_server_error())
             return
         tried.add(server.index)
 
@@ -207,7 +311,7 @@ class Pool:
             exc = inner.exception()
             if _is_loss(exc):
                 assert exc is not None
-                self._mark_lost(server, exc)
+                self._routes.mark_lost(server, exc)
                 lost = ServerLost(server.endpoint,
                                   f"lost {server.endpoint} with '{op}' in flight: {exc}")
                 if op != "reset" and not self.closed:  # a reset may have opened an episode
@@ -220,7 +324,7 @@ class Pool:
                 return
             reply = inner.result()
             if op == "reset" and isinstance(reply.get("episode"), str):
-                reply = dict(reply, episode=self._remember(server, reply["episode"]))
+                reply = dict(reply, episode=self._routes.remember(server, reply["episode"]))
             _settle(outer, result=reply)
 
         try:
@@ -233,44 +337,23 @@ class Pool:
     def _submit_episode(self, op: str, timeout: Optional[float], fields: Dict[str, Any]
                         ) -> "Future[Dict[str, Any]]":
         episode = fields.get("episode")
-        server, server_id = self._route(episode)
+        server, server_id = self._routes.route(episode)
         assert isinstance(episode, str)
         outer: "Future[Dict[str, Any]]" = Future()
         outer.set_running_or_notify_cancel()
-        self._check_epoch(server)
-        with self._lock:
-            opened = self._episodes.get(episode)
-            lost = (opened is not None and opened != server.epoch) or not server.up
-            error = server.last_error
-        if lost:
-            if op == "close":
-                self._forget(episode)
-            _settle(outer, exc=ServerLost(
-                server.endpoint,
-                f"{server.endpoint} was lost, and episode {episode!r} with it"
-                + (f" ({error})" if error else "")))
+        lost = self._routes.lost_episode(episode, server, op)
+        if lost is not None:
+            _settle(outer, exc=lost)
             return outer
 
         def settled(inner: "Future[Dict[str, Any]]") -> None:
             exc = inner.exception()
-            if _is_loss(exc):
-                assert exc is not None
-                self._mark_lost(server, exc)
-                _settle(outer, exc=ServerLost(
-                    server.endpoint,
-                    f"lost {server.endpoint} with '{op}' of episode {episode!r} in flight "
-                    f"(not retried): {exc}"))
+            try:
+                reply = _episode_reply(self._routes, server, op, episode, exc,
+                                       None if exc is not None else inner.result())
+            except CrucibleError as error:
+                _settle(outer, exc=error)
                 return
-            if exc is not None:
-                if op == "close" or getattr(exc, "code", None) == "unknown_episode":
-                    self._forget(episode)
-                _settle(outer, exc=exc)
-                return
-            reply = inner.result()
-            if op == "close":
-                self._forget(episode)
-            if "episode" in reply:
-                reply = dict(reply, episode=episode)
             _settle(outer, result=reply)
 
         try:
@@ -283,140 +366,71 @@ class Pool:
 
     def _send(self, server: _Server, op: str, timeout: Optional[float],
               fields: Mapping[str, Any]) -> "Future[Dict[str, Any]]":
-        future = server.client.submit(op, timeout=timeout, **fields)
-        with self._lock:
-            server.inflight += 1
-
-        def done(_: "Future[Dict[str, Any]]") -> None:
-            with self._lock:
-                server.inflight -= 1
-
-        future.add_done_callback(done)
+        future: "Future[Dict[str, Any]]" = server.client.submit(op, timeout=timeout, **fields)
+        self._routes.sent(server, +1)
+        future.add_done_callback(lambda _: self._routes.sent(server, -1))
         return future
 
-    # -- routing --------------------------------------------------------------------------
-    def _pick(self, exclude: "set[int]") -> Optional[_Server]:
-        for server in self._servers:
-            self._check_epoch(server)
-        with self._lock:
-            up = [s for s in self._servers if s.up and s.index not in exclude]
-            if not up:
-                return None
-            start = next(self._turn) % len(self._servers)
-            # Least load first; among equals, the next server in round-robin order.
-            return min(up, key=lambda s: (s.inflight + s.server_load,
-                                          (s.index - start) % len(self._servers)))
-
-    def _route(self, episode: Any) -> "tuple[_Server, str]":
-        match = _EPISODE_ID.match(episode) if isinstance(episode, str) else None
-        if match is not None and int(match.group(1)) < len(self._servers):
-            return self._servers[int(match.group(1))], match.group(2)
-        raise UnknownEpisode(
-            None,
-            f"episode id {episode!r} was not issued by this pool: its ids read "
-            f"'s<server index>/<server's episode id>' with index 0 to {len(self._servers) - 1}")
-
-    def _remember(self, server: _Server, server_id: str) -> str:
-        episode = f"s{server.index}/{server_id}"
-        with self._lock:
-            self._episodes[episode] = server.epoch
-        return episode
-
-    def _forget(self, episode: str) -> None:
-        with self._lock:
-            self._episodes.pop(episode, None)
-
-    def _no_server_error(self) -> ServerLost:
-        with self._lock:
-            states = "; ".join(f"{s.endpoint}: {s.last_error or 'down'}" for s in self._servers)
-        return ServerLost(None, f"no server of the pool is up ({states})")
-
     # -- health ---------------------------------------------------------------------------
-    def _mark_lost(self, server: _Server, exc: BaseException) -> None:
-        with self._lock:
-            if server.up:
-                server.epoch += 1
-            server.up = False
-            server.last_error = str(exc)
-
-    def _check_epoch(self, server: _Server) -> None:
-        """A dropped connection (the server died or restarted) ends the server's episodes."""
-        disconnects = server.client.disconnects
-        with self._lock:
-            if disconnects != server.disconnects_seen:
-                server.disconnects_seen = disconnects
-                server.epoch += 1
-                server.last_error = f"lost the connection to {server.endpoint}"
-                if not server.client.connected:
-                    server.up = False
-
     def check_health(self) -> None:
         """Asks every server for `stats` now (the background thread does this every interval)."""
         if self.closed:
             return
-        asked: "List[tuple[_Server, Future[Dict[str, Any]]]]" = []
-        for server in self._servers:
+        asked: "List[Tuple[_Server, Future[Dict[str, Any]]]]" = []
+        for server in self._routes.servers:
             try:
                 asked.append((server, server.client.submit("stats", timeout=self.health_timeout)))
             except CrucibleError as exc:
-                self._mark_lost(server, exc)
+                self._routes.mark_lost(server, exc)
         for server, future in asked:
             failure = future.exception()
-            self._check_epoch(server)
             if failure is not None:
-                self._mark_lost(server, failure)
-                continue
-            with self._lock:
-                server.up = True
-                server.server_load = _stats_load(future.result())
-                server.last_check = time.time()
+                self._routes.check_epoch(server)
+                self._routes.mark_lost(server, failure)
+            else:
+                self._routes.healthy(server, future.result())
 
     def servers(self) -> List[Dict[str, Any]]:
         """Per endpoint, in order: {index, endpoint, up, inflight, server_load, last_error,
         last_check}. `inflight` counts this pool's requests there; `server_load` the server's
         own in-flight and queued work at its last `stats`; `last_check` the time.time() of its
         last health answer."""
-        for server in self._servers:
-            self._check_epoch(server)
-        with self._lock:
-            return [
-                {"index": s.index, "endpoint": s.endpoint, "up": s.up, "inflight": s.inflight,
-                 "server_load": s.server_load, "last_error": s.last_error,
-                 "last_check": s.last_check}
-                for s in self._servers
-            ]
+        return self._routes.report()
 
     # -- bookkeeping ----------------------------------------------------------------------
     @property
     def clients(self) -> List[Client]:
         """The Client of each endpoint, in order."""
-        return [s.client for s in self._servers]
+        return [s.client for s in self._routes.servers]
+
+    def _total(self, counter: str) -> int:
+        return sum(getattr(s.client, counter) for s in self._routes.servers)
 
     @property
     def inflight(self) -> int:
         """Requests submitted on every client and not yet settled."""
-        return sum(s.client.inflight for s in self._servers)
+        return self._total("inflight")
 
     @property
     def dropped_replies(self) -> int:
-        return sum(s.client.dropped_replies for s in self._servers)
+        return self._total("dropped_replies")
 
     @property
     def protocol_violations(self) -> int:
-        return sum(s.client.protocol_violations for s in self._servers)
+        return self._total("protocol_violations")
 
     @property
     def disconnects(self) -> int:
-        return sum(s.client.disconnects for s in self._servers)
+        return self._total("disconnects")
 
     @property
     def busy_retried(self) -> int:
-        return sum(s.client.busy_retried for s in self._servers)
+        return self._total("busy_retried")
 
     @property
     def connected(self) -> bool:
         """Whether a connection to some server is up now."""
-        return any(s.client.connected for s in self._servers)
+        return any(s.client.connected for s in self._routes.servers)
 
     @property
     def closed(self) -> bool:
@@ -431,6 +445,27 @@ class Pool:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+
+def _episode_reply(routes: _Routes, server: _Server, op: str, episode: str,
+                   exc: Optional[BaseException], reply: Optional[Dict[str, Any]]
+                   ) -> Dict[str, Any]:
+    """The answer to a step or close of `episode` once its server replied (or failed): the
+    reply with the pool's id, or the error to raise (ServerLost for a loss, not retried)."""
+    if _is_loss(exc):
+        assert exc is not None
+        routes.mark_lost(server, exc)
+        raise ServerLost(server.endpoint,
+                         f"lost {server.endpoint} with '{op}' of episode {episode!r} in flight "
+                         f"(not retried): {exc}")
+    if exc is not None:
+        if op == "close" or getattr(exc, "code", None) == "unknown_episode":
+            routes.forget(episode)
+        raise exc
+    assert reply is not None
+    if op == "close":
+        routes.forget(episode)
+    return dict(reply, episode=episode) if "episode" in reply else reply
 
 
 def _health_loop(pool_ref: "Callable[[], Optional[Pool]]", stop: threading.Event,
@@ -453,3 +488,31 @@ def _shutdown(stop: threading.Event, thread: threading.Thread, clients: List[Cli
         client.close()
     if thread.is_alive() and threading.current_thread() is not thread:
         thread.join(timeout=5.0)
+
+
+# What every entry point that talks to servers accepts: one endpoint, several (a list, or one
+# string with commas: "tcp://10.0.0.1:5555,tcp://10.0.0.2:5555"), or a Client or Pool to share.
+Target = Union[str, Sequence[str], Client, Pool]
+_POOL_ONLY_OPTIONS = ("health_interval", "health_timeout")
+
+
+def split_endpoints(endpoints: Union[str, Sequence[str]]) -> List[str]:
+    """The endpoints a target names: a string is split at commas (ZeroMQ endpoints have none).
+    Raises ValueError when it names none."""
+    parts = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
+    names = [str(part).strip() for part in parts if str(part).strip()]
+    if not names:
+        raise ValueError(f"no endpoint in {endpoints!r}")
+    return names
+
+
+def connect(target: Target, **client_options: Any) -> Union[Client, Pool]:
+    """A Client for one endpoint, a Pool for several; a given Client or Pool as it is (the
+    options are then not used). The caller owns what this opens and closes it."""
+    if isinstance(target, (Client, Pool)):
+        return target
+    endpoints = split_endpoints(target)
+    if isinstance(target, str) and len(endpoints) == 1:
+        options = {k: v for k, v in client_options.items() if k not in _POOL_ONLY_OPTIONS}
+        return Client(endpoints[0], **options)
+    return Pool(endpoints, **client_options)

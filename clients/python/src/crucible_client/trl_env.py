@@ -29,9 +29,10 @@ import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import wire
-from .adapters import NO_SOURCE_PLACEHOLDER
+from .adapters import _INFRA_CODES, NO_SOURCE_PLACEHOLDER
 from .client import DEFAULT_TIMEOUT_S, Client
 from .errors import CrucibleError, EpisodeDone, UnknownEpisode
+from .pool import Pool, Target, connect
 from .prompts import NoSourceFound, extract_source, render_feedback, render_prompt
 
 __all__ = [
@@ -48,10 +49,6 @@ DEFAULT_INSTRUCTIONS = (
     "timings). Your best attempt is scored."
 )
 
-# Failures of the client or the server's capacity: the attempt did not happen, it is not
-# the policy's doing (the same set the reward functions treat as infra).
-_INFRA_CODES = frozenset({"timeout", "io", "busy", "shutting_down", "internal", "protocol_error"})
-
 # A reset tag: one map, or a function of the dataset row returning one.
 RowTag = Union[wire.Tag, Callable[[Mapping[str, Any]], Optional[wire.Tag]], None]
 
@@ -67,7 +64,7 @@ class KernelEpisode:
 
     def __init__(self, factory: "CrucibleEnvironmentFactory") -> None:
         self._factory = factory
-        self._client: Optional[Client] = None
+        self._client: Optional[Union[Client, Pool]] = None
         self._episode: Optional[str] = None
         self._done = False
         self._last_reply: Optional[Dict[str, Any]] = None
@@ -228,7 +225,7 @@ class CrucibleEnvironmentFactory:
 
     def __init__(
         self,
-        server: Union[str, Client] = wire.DEFAULT_ENDPOINT,
+        server: Target = wire.DEFAULT_ENDPOINT,
         *,
         task: Optional[str] = None,
         task_field: str = "task",
@@ -262,7 +259,7 @@ class CrucibleEnvironmentFactory:
         self.timeout = timeout
         self.episodes: List[KernelEpisode] = []
         self._lock = threading.Lock()
-        self._own: Optional[Client] = None
+        self._own: Optional[Union[Client, Pool]] = None
 
     def __call__(self) -> KernelEpisode:
         episode = KernelEpisode(self)
@@ -270,12 +267,12 @@ class CrucibleEnvironmentFactory:
             self.episodes.append(episode)
         return episode
 
-    def _client(self) -> Client:
-        if isinstance(self.server, Client):
+    def _client(self) -> Union[Client, Pool]:
+        if isinstance(self.server, (Client, Pool)):
             return self.server
         with self._lock:
             if self._own is None or self._own.closed:
-                self._own = Client(self.server, timeout=self.timeout or DEFAULT_TIMEOUT_S)
+                self._own = connect(self.server, timeout=self.timeout or DEFAULT_TIMEOUT_S)
             return self._own
 
     def close(self) -> None:
@@ -289,7 +286,7 @@ class CrucibleEnvironmentFactory:
 
 
 def make_trl_environment(
-    server: Union[str, Client] = wire.DEFAULT_ENDPOINT,
+    server: Target = wire.DEFAULT_ENDPOINT,
     *,
     task: Optional[str] = None,
     task_field: str = "task",
@@ -306,13 +303,14 @@ def make_trl_environment(
 ) -> CrucibleEnvironmentFactory:
     """The `environment_factory` for `GRPOTrainer`: one crucible episode per rollout.
 
-    `server` is an endpoint (one Client is opened on first use) or a Client. The task id is
-    `task` for every row, else the row's `task_field` column; `seed` (else the row's `seed`),
-    `max_steps` and `reward` (a reward spec) go to every reset. `tag` labels each episode in
-    the server's log: a map, or `f(row) -> map`. `instructions` is appended to the prompt by
-    TRL (`{max_steps}` is filled in; None appends nothing); with `prompt` (options for
-    `render_prompt`, e.g. `{"style": "compact", "max_chars": 8000}`) the task's own prompt is
-    appended first, for datasets that carry only task ids. `feedback_chars` bounds each tool
+    `server` is an endpoint (one Client is opened on first use), several (a list or a
+    comma-separated string: a Pool, each episode kept on its server), or a Client or Pool. The
+    task id is `task` for every row, else the row's `task_field` column; `seed` (else the
+    row's `seed`), `max_steps` and `reward` (a reward spec) go to every reset. `tag` labels
+    each episode in the server's log: a map, or `f(row) -> map`. `instructions` is appended to
+    the prompt by TRL (`{max_steps}` is filled in; None appends nothing); with `prompt`
+    (options for `render_prompt`, e.g. `{"style": "compact", "max_chars": 8000}`) the task's
+    own prompt is appended first, for datasets that carry only task ids. `feedback_chars` bounds each tool
     answer. `reward_from` is "best" (the server's best step) or "last". A rollout that never
     submits scores the preset's invalid_action penalty unless `no_submission_reward` is set.
     """
@@ -323,7 +321,7 @@ def make_trl_environment(
 
 
 def trl_dataset_rows(
-    server: Union[str, Client],
+    server: Target,
     tasks: Sequence[str],
     *,
     conversational: bool = True,
@@ -337,7 +335,7 @@ def trl_dataset_rows(
     list (`conversational`, with an optional `system` message) or a string.
     `datasets.Dataset.from_list(rows)` makes the dataset.
     """
-    client = server if isinstance(server, Client) else Client(server)
+    client = connect(server)
     try:
         hello = wire.body(client.request("hello", client="crucible_client.trl_env"))
         options = dict(prompt_options)

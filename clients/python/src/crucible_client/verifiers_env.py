@@ -27,9 +27,9 @@ from typing import Any, Dict, List, Literal, Optional
 import verifiers.v1 as vf
 
 from . import wire
-from .adapters import NO_SOURCE_PLACEHOLDER
+from .adapters import _INFRA_CODES, NO_SOURCE_PLACEHOLDER
 from .aio import AsyncEnv
-from .client import Client
+from .pool import connect
 from .errors import CrucibleError
 from .prompts import NoSourceFound, extract_source, render_feedback, render_prompt
 
@@ -43,13 +43,10 @@ SYSTEM_PROMPT = (
     "its feedback, which you may use to submit an improved kernel."
 )
 
-# Client and capacity failures: the attempt did not happen (the reward functions' infra set).
-_INFRA_CODES = frozenset({"timeout", "io", "busy", "shutting_down", "internal", "protocol_error"})
-
 
 class CrucibleTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
     endpoint: str = wire.DEFAULT_ENDPOINT
-    """The crucible server."""
+    """The crucible server, or several separated by commas (a Pool)."""
     tasks: List[str] = []
     """Task ids; empty: every task the server lists (of `category`, when set)."""
     category: Optional[str] = None
@@ -76,7 +73,7 @@ class CrucibleTaskset(vf.Taskset[CrucibleTask, CrucibleTasksetConfig]):  # type:
 
     def load(self) -> Iterator[CrucibleTask]:
         config = self.config
-        with Client(config.endpoint) as client:
+        with connect(config.endpoint) as client:
             hello = wire.body(client.request("hello", client="crucible_client.verifiers"))
             ids = list(config.tasks) or [
                 t["id"] for t in client.request("tasks", category=config.category)["tasks"]]
