@@ -264,6 +264,14 @@ int new_key_pair(const std::string& base) {
   return 0;
 }
 
+// The GPUs a pipeline on this machine drives: every one the probe finds, or those `--gpus`
+// lists (an error names the GPUs that exist).
+core::Result<runner::GpuProbe> local_gpus(std::string_view gpu_list) {
+  auto probe = runner::probe_gpus();
+  if (gpu_list.empty()) return probe;
+  return runner::select_gpus(probe, gpu_list);
+}
+
 int serve(const std::string& home_flag, env::ServerOptions options,
           env::PipelineOptions pipeline_options, const std::optional<env::HttpAddress>& http) {
   raise_open_file_limit();
@@ -271,15 +279,12 @@ int serve(const std::string& home_flag, env::ServerOptions options,
   auto registry = load_registry(home);
   if (!registry) return kExitUsage;
   pipeline_options.home = std::filesystem::absolute(home);
-  pipeline_options.gpus = runner::probe_gpus();
-  if (!pipeline_options.gpu_list.empty()) {
-    auto selected = runner::select_gpus(pipeline_options.gpus, pipeline_options.gpu_list);
-    if (!selected) {
-      std::cerr << "crucible serve: --gpus " << selected.error().message << "\n";
-      return kExitUsage;
-    }
-    pipeline_options.gpus = std::move(selected).value();
+  auto selected = local_gpus(pipeline_options.gpu_list);
+  if (!selected) {
+    std::cerr << "crucible serve: --gpus " << selected.error().message << "\n";
+    return kExitUsage;
   }
+  pipeline_options.gpus = std::move(selected).value();
   if (pipeline_options.gpus.gpus.empty()) {
     core::log_warn(pipeline_options.gpus.reason + ": steps will be answered infra_error");
   }
@@ -407,16 +412,11 @@ void on_eval_signal(int) {
   if (g_stop_eval.exchange(true)) std::_Exit(130);
 }
 
-// The pipeline `serve` would build: local GPUs probed, compile pool started.
+// The pipeline `serve` would build on `gpus` (local_gpus), compile pool started.
 env::Pipeline local_pipeline(const std::filesystem::path& home,
-                             env::PipelineOptions pipeline_options) {
+                             env::PipelineOptions pipeline_options, runner::GpuProbe gpus) {
   pipeline_options.home = std::filesystem::absolute(home);
-  pipeline_options.gpus = runner::probe_gpus();
-  if (!pipeline_options.gpu_list.empty()) {
-    // Checked against this machine's GPUs by the command that takes --gpus.
-    pipeline_options.gpus =
-        runner::select_gpus(pipeline_options.gpus, pipeline_options.gpu_list).value();
-  }
+  pipeline_options.gpus = std::move(gpus);
   if (pipeline_options.gpus.gpus.empty()) {
     core::log_warn(pipeline_options.gpus.reason + ": steps will be answered infra_error");
   }
@@ -528,7 +528,7 @@ int run_tasks_check(const std::string& home_flag, const std::vector<std::string>
   if (gpus.gpus.empty()) {
     tools.no_gpu_reason = gpus.reason + " (run on a GPU machine to score them)";
   } else {
-    pipeline.emplace(local_pipeline(home, pipeline_options));
+    pipeline.emplace(local_pipeline(home, pipeline_options, gpus));
     tools.score_on_gpu = [&](const tasks::Task& task, const std::string& source) {
       env::StepJob job{&task, source, nullptr, 1, {}, nullptr};
       return pipeline->run(job);
@@ -591,17 +591,20 @@ int run_eval_command(const std::string& home_flag, const EvalArgs& args,
       return kExitUsage;
     }
   }
-  if (!pipeline_options.gpu_list.empty()) {
-    if (!args.server.empty()) {
-      std::cerr << "crucible eval: --gpus picks this machine's GPUs; with --server, start the "
-                   "server with --gpus\n";
-      return kExitUsage;
-    }
-    if (auto selected = runner::select_gpus(runner::probe_gpus(), pipeline_options.gpu_list);
-        !selected) {
+  if (!pipeline_options.gpu_list.empty() && !args.server.empty()) {
+    std::cerr << "crucible eval: --gpus picks this machine's GPUs; with --server, start the "
+                 "server with --gpus\n";
+    return kExitUsage;
+  }
+  // The GPUs a local run drives (what run_info records); a remote server reports its own.
+  runner::GpuProbe gpus;
+  if (args.server.empty()) {
+    auto selected = local_gpus(pipeline_options.gpu_list);
+    if (!selected) {
       std::cerr << "crucible eval: --gpus " << selected.error().message << "\n";
       return kExitUsage;
     }
+    gpus = std::move(selected).value();
   }
   const auto home = resolve_home(home_flag);
   auto registry = load_registry(home);
@@ -648,7 +651,7 @@ int run_eval_command(const std::string& home_flag, const EvalArgs& args,
   std::optional<env::Pipeline> pipeline;
   std::unique_ptr<env::Scorer> scorer;
   if (args.server.empty()) {
-    pipeline.emplace(local_pipeline(home, pipeline_options));
+    pipeline.emplace(local_pipeline(home, pipeline_options, gpus));
     scorer = env::make_pipeline_scorer(*pipeline, *spec, args.seed);
   } else {
     auto remote = env::make_server_scorer(args.server, args.jobs, *reward_json, args.seed,
@@ -674,14 +677,14 @@ int run_eval_command(const std::string& home_flag, const EvalArgs& args,
   options.seed = args.seed;
   options.stop = &g_stop_eval;
   options.progress_terminal = ::isatty(STDERR_FILENO) != 0;
-  core::Value run_info{{"input", args.input},
-                       {"tasks", args.tasks.empty() ? std::vector<std::string>{"all"} : args.tasks},
-                       {"seed", args.seed},
-                       {"reward_spec", rewards::reward_spec_to_value(*spec)},
-                       {"arch", pipeline_options.compile_options.default_arch},
-                       {"completion_block", args.first_block ? "first" : "last"},
-                       {"gpus", args.server.empty() ? runner::probe_gpus().to_value()
-                                                    : core::Value("see the server")}};
+  core::Value run_info{
+      {"input", args.input},
+      {"tasks", args.tasks.empty() ? std::vector<std::string>{"all"} : args.tasks},
+      {"seed", args.seed},
+      {"reward_spec", rewards::reward_spec_to_value(*spec)},
+      {"arch", pipeline_options.compile_options.default_arch},
+      {"completion_block", args.first_block ? "first" : "last"},
+      {"gpus", args.server.empty() ? gpus.to_value() : core::Value("see the server")}};
   auto outcome = env::run_eval(*selected, *registry, *scorer, options, run_info);
   if (!outcome) {
     std::cerr << "crucible eval: " << outcome.error().message << "\n";
@@ -756,7 +759,7 @@ int run_replay_command(const std::string& home_flag, const ReplayArgs& args,
     const auto home = resolve_home(home_flag);
     auto registry = load_registry(home);
     if (!registry) return kExitUsage;
-    auto pipeline = local_pipeline(home, pipeline_options);
+    auto pipeline = local_pipeline(home, pipeline_options, runner::probe_gpus());
     replay = env::remeasure_log(loaded->records, *registry, pipeline, args.jobs);
   }
   replay["log"] = core::Value{{"path", args.log}, {"read", loaded->read_report}};

@@ -500,6 +500,33 @@ TEST_CASE("eval CLI: a run in which every sample was an infra_error exits 4 and 
                     "the server's fault, not the samples': the compile stage is disabled on "
                     "this server (1)") != std::string::npos);
   CHECK(std::filesystem::exists(dir / "out" / "summary.json"));  // the reasons are still written
+  // The run records the GPUs it drove: none on this machine.
+  const auto summary = Value::parse(testing::read_file(dir / "out" / "summary.json"));
+  CHECK(summary["run"]["gpus"] == Value::array());
+}
+
+TEST_CASE("eval and serve CLI: --gpus naming a GPU this machine lacks exits 2 saying which exist") {
+  const auto dir = testing::fresh_dir("cli-gpus");
+  testing::write_file(dir / "one.jsonl",
+                      Value{{"task", "llm/rms_norm"}, {"source", "// none\n"}}.dump() + "\n");
+  std::string output;
+  // This machine has no GPU: no list of ordinals can be met, and the error says so.
+  int rc = run_crucible("eval --no-compile --gpus 0 -o " + shell_quoted(dir / "out") + " " +
+                            shell_quoted(dir / "one.jsonl"),
+                        &output);
+  CHECK_MESSAGE(rc == 2, output);
+  CHECK(output.find("crucible eval: --gpus \"0\": there is no GPU 0") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "out" / "summary.json"));  // nothing was run
+  rc = run_crucible("serve --no-compile --gpus 0,x --log " + shell_quoted(dir / "t.log"), &output,
+                    10);
+  CHECK_MESSAGE(rc == 2, output);
+  CHECK(output.find("crucible serve: --gpus \"0,x\": ") != std::string::npos);
+  // With --server the GPUs are the server's to choose.
+  rc = run_crucible("eval --server tcp://127.0.0.1:5555 --gpus 0 -o " + shell_quoted(dir / "o2") +
+                        " " + shell_quoted(dir / "one.jsonl"),
+                    &output);
+  CHECK_MESSAGE(rc == 2, output);
+  CHECK(output.find("with --server, start the server with --gpus") != std::string::npos);
 }
 
 TEST_CASE(
