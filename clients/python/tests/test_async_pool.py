@@ -236,3 +236,28 @@ def test_a_lost_pool_is_infra_for_the_reward_functions():
         assert reward.last_outcomes[0]["status"] == "infra_error"
         assert nobody in reward.last_outcomes[0]["error"]
         assert not pool.closed  # the reward function does not own a pool it was given
+
+
+def test_an_async_pool_follows_a_server_to_another_address(servers: Servers):
+    first, other = servers.start(), servers.start()
+
+    async def use() -> None:
+        pool = AsyncPool([first.endpoint, other.endpoint], **POOL_OPTIONS)
+        try:
+            task = (await pool.tasks())[0]["id"]
+            old = ""
+            while not old.startswith("s0/"):
+                old = (await pool.request("reset", task=task))["episode"]
+            moved = servers.start()
+            await pool.move_server(0, moved.endpoint)
+            assert pool.servers()[0]["endpoint"] == moved.endpoint
+            with pytest.raises(ServerLost, match="was lost"):
+                await pool.request("step", episode=old, source=SOURCE)
+            for _ in range(8):
+                await pool.score(task, SOURCE)
+            assert counters(moved.endpoint)["scores"] >= 2
+        finally:
+            await pool.close()
+        assert all(client.closed for client in pool.clients)
+
+    run(use())

@@ -292,3 +292,34 @@ def test_a_step_in_flight_when_its_server_goes_away_raises_server_lost(servers: 
         assert time.monotonic() - started < 5.0
         assert lost.value.endpoint == fake_server.endpoint
         assert counters(real.endpoint)["steps"] == 0  # not sent elsewhere
+
+
+def test_a_server_moved_to_another_address_is_followed_and_its_old_episodes_lost(
+        servers: Servers):
+    first, other = servers.start(), servers.start()
+    with Pool([first.endpoint, other.endpoint], **POOL_OPTIONS) as pool:
+        task = task_id(pool)
+        old = ""
+        while not old.startswith("s0/"):
+            old = pool.request("reset", task=task)["episode"]
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait()
+        moved = servers.start()  # the same server, back at another address
+        pool.move_server(0, moved.endpoint)
+        assert pool.endpoints[0] == moved.endpoint
+        report = pool.servers()[0]
+        assert report["endpoint"] == moved.endpoint and report["up"]
+        assert first.endpoint in report["last_error"]
+        with pytest.raises(ServerLost, match="was lost"):
+            pool.request("step", episode=old, source=SOURCE)
+        for _ in range(8):
+            pool.request("score", task=task, source=SOURCE)
+        assert counters(moved.endpoint)["scores"] >= 2
+        fresh = ""
+        for _ in range(6):
+            fresh = pool.request("reset", task=task)["episode"]
+            if fresh.startswith("s0/"):
+                break
+        assert pool.request("step", episode=fresh, source=SOURCE)["step"] == 1
+        assert counters(moved.endpoint)["steps"] == 1
+    assert all(client.closed for client in pool.clients)  # the moved-in client too

@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -108,6 +110,32 @@ def test_one_server_per_gpu_node_scores_through_the_pool_and_comes_back(cluster)
         before = scores_by_endpoint(pool)[pool.endpoints[0]]
         pool.score_many([{"task": TASK, "source": SOURCE}] * 6)
         assert scores_by_endpoint(pool)[pool.endpoints[0]] > before
+
+        # Killed again, with the port its restart would take held by another process: the
+        # restarted actor starts its server on another port, and the pool follows it there.
+        # (The port an actor reuses is in its state folder; pointing it at a held port stands
+        # for one taken while the actor was down, without racing the restart.)
+        old_endpoint = pool.endpoints[0]
+        host = old_endpoint[len("tcp://"):].rsplit(":", 1)[0]
+        state = Path(ray.get(pool.actors[0].__ray_call__.remote(lambda self: str(self._state))))
+        squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            squatter.bind((host, 0))
+            squatter.listen()
+            held = squatter.getsockname()[1]
+            (state / "port").write_text(str(held))
+            victim = ray.get(pool.actors[0].pid.remote())
+            os.kill(victim, signal.SIGKILL)
+            wait_for(lambda: pool.endpoints[0] != old_endpoint and pool.servers()[0]["up"], 120,
+                     "the pool follows the restarted server to its new port")
+            assert pool.endpoints[0] != f"tcp://{host}:{held}"
+            assert ray.get(pool.actors[0].endpoint.remote()) == pool.endpoints[0]
+            assert pool.servers()[0]["endpoint"] == pool.endpoints[0]
+            before = scores_by_endpoint(pool)[pool.endpoints[0]]
+            pool.score_many([{"task": TASK, "source": SOURCE}] * 6)
+            assert scores_by_endpoint(pool)[pool.endpoints[0]] > before
+        finally:
+            squatter.close()
     # Closing the pool ends the actors.
     for actor in pool.actors:
         with pytest.raises(ray.exceptions.RayActorError):

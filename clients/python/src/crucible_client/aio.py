@@ -358,6 +358,7 @@ class AsyncPool(_AsyncOps):
         self.endpoints = list(endpoints)
         self.health_interval = float(health_interval)
         self.health_timeout = float(health_timeout)
+        self._client_options = dict(client_options)
         self._routes = _Routes([AsyncClient(e, **client_options) for e in self.endpoints])
         self._health: "Optional[asyncio.Task[None]]" = None
         self._closed = False
@@ -447,6 +448,14 @@ class AsyncPool(_AsyncOps):
                 self._routes.mark_lost(server, answer)
             else:
                 self._routes.healthy(server, wire.body(answer))
+
+    async def move_server(self, index: int, endpoint: str) -> None:
+        """Points server `index` at `endpoint`, as Pool.move_server."""
+        if self._closed:
+            raise CrucibleConnectionError(None, "the pool is closed")
+        old = self._routes.replace(index, AsyncClient(endpoint, **self._client_options))
+        self.endpoints[index] = endpoint
+        await old.close()
 
     def servers(self) -> List[Dict[str, Any]]:
         """Per endpoint, as Pool.servers()."""

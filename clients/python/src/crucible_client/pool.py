@@ -176,6 +176,20 @@ class _Routes:
                 if not server.client.connected:
                     server.up = False
 
+    def replace(self, index: int, client: Any) -> Any:
+        """Gives server `index` a new client (a new address); returns the old client, to close.
+
+        The server gets a fresh record: what is still in flight on the old address settles
+        against the old record (its loss marks nothing down here), and the new epoch ends the
+        episodes opened at the old address."""
+        with self.lock:
+            old = self.servers[index]
+            fresh = _Server(index, client)
+            fresh.epoch = old.epoch + 1
+            fresh.last_error = f"moved from {old.endpoint}"
+            self.servers[index] = fresh
+        return old.client
+
     def healthy(self, server: _Server, stats: Mapping[str, Any]) -> None:
         """A health check's answer: the server is up, with the load its `stats` report."""
         self.check_epoch(server)
@@ -245,6 +259,7 @@ class Pool:
         self.endpoints = list(endpoints)
         self.health_interval = float(health_interval)
         self.health_timeout = float(health_timeout)
+        self._client_options = dict(client_options)
         clients: List[Client] = []
         try:
             for endpoint in self.endpoints:
@@ -259,7 +274,8 @@ class Pool:
             target=_health_loop, args=(weakref.ref(self), self._stop, self.health_interval),
             name="crucible-pool-health", daemon=True)
         self._health.start()
-        self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._health, clients)
+        self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._health,
+                                           self._routes)
 
     # -- requests -------------------------------------------------------------------------
     def submit(self, op: str, *, timeout: Optional[float] = None, **fields: Any
@@ -390,6 +406,18 @@ class Pool:
             else:
                 self._routes.healthy(server, future.result())
 
+    def move_server(self, index: int, endpoint: str) -> None:
+        """Points server `index` at `endpoint`: for a server restarted at another address (its
+        node was lost, or its port taken). Its episodes are lost, as after any restart, and
+        requests in flight on the old address fail as lost (scores are sent again elsewhere);
+        the new address takes work at once and is health-checked as the others."""
+        if self.closed:
+            raise CrucibleConnectionError(None, "the pool is closed")
+        fresh = Client(endpoint, **self._client_options)
+        old = self._routes.replace(index, fresh)
+        self.endpoints[index] = endpoint
+        old.close()
+
     def servers(self) -> List[Dict[str, Any]]:
         """Per endpoint, in order: {index, endpoint, up, inflight, server_load, last_error,
         last_check}. `inflight` counts this pool's requests there; `server_load` the server's
@@ -482,10 +510,10 @@ def _health_loop(pool_ref: "Callable[[], Optional[Pool]]", stop: threading.Event
         del pool
 
 
-def _shutdown(stop: threading.Event, thread: threading.Thread, clients: List[Client]) -> None:
+def _shutdown(stop: threading.Event, thread: threading.Thread, routes: _Routes) -> None:
     stop.set()
-    for client in clients:
-        client.close()
+    for server in list(routes.servers):
+        server.client.close()
     if thread.is_alive() and threading.current_thread() is not thread:
         thread.join(timeout=5.0)
 

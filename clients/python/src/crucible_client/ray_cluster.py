@@ -17,10 +17,10 @@ talks to the servers with those keys.
 Restarts: actors are created with max_restarts=-1. An actor whose server exits ends its own
 process, so Ray restarts it; a restarted actor (or one whose process was killed) kills a server
 left from its previous life and starts a fresh one on the same port, which the pool's health
-check sees answering again. Limitation: when that port is taken by then, or Ray restarts the
-actor on another node (its node was lost), the new server has another endpoint, which the pool
-does not learn: that server stays down in `pool.servers()`. `pool.actors[i].endpoint()` says
-where it is now.
+check sees answering again. When that port is taken by then, or Ray restarts the actor on
+another node (its node was lost), the new server has another endpoint: the RayPool's health
+check asks the actor of each server that is down where its server is now and follows it there
+(`Pool.move_server`).
 
 Needs the `ray` extra (`pip install crucible-client[ray]`); importing `crucible_client` does
 not import Ray.
@@ -221,6 +221,26 @@ class RayPool(Pool):
         self.actors = actors
         self.placement_group = placement_group
         self._stopped = False
+
+    def check_health(self) -> None:
+        """Pool's health check, then, for each server that is down, asks its actor where its
+        server is now: one restarted at another address (its port was taken, or Ray restarted
+        the actor on another node) is followed there (`move_server`). An actor still
+        restarting does not answer within `health_timeout` and is asked again next time."""
+        super().check_health()
+        if self.closed:
+            return
+        ray = _import("ray")
+        for entry in self.servers():
+            if entry["up"]:
+                continue
+            try:
+                endpoint = ray.get(self.actors[entry["index"]].endpoint.remote(),
+                                   timeout=self.health_timeout)
+            except Exception:
+                continue
+            if isinstance(endpoint, str) and endpoint != entry["endpoint"]:
+                self.move_server(entry["index"], endpoint)
 
     def close(self) -> None:
         super().close()
