@@ -1,9 +1,11 @@
 // Key files and allow-lists (curve_keys.hpp).
 #include "core/curve_keys.hpp"
 
+#include <sys/random.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
@@ -163,6 +165,81 @@ Result<std::vector<std::string>> read_allowed_keys(const std::filesystem::path& 
                      " (a file of public keys, or a folder of .pub files)"};
   }
   return keys;
+}
+
+Result<std::string> new_http_token() {
+  unsigned char bytes[32];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error{ErrorCode::kIo, "the system's random generator failed"};
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string token;
+  for (const unsigned char byte : bytes) {
+    token += kHex[byte >> 4];
+    token += kHex[byte & 15];
+  }
+  return token;
+}
+
+namespace {
+constexpr std::size_t kMinTokenChars = 32;
+constexpr std::size_t kMaxTokenChars = 512;
+
+// Why `token` cannot be a bearer token, or "" when it can.
+std::string token_problem(std::string_view token) {
+  if (token.size() < kMinTokenChars) {
+    return "the token has " + std::to_string(token.size()) + " characters; at least " +
+           std::to_string(kMinTokenChars) + " (`crucible keys token` writes 64)";
+  }
+  if (token.size() > kMaxTokenChars) {
+    return "the token is longer than " + std::to_string(kMaxTokenChars) + " characters";
+  }
+  const bool printable = std::all_of(token.begin(), token.end(), [](char c) {
+    return static_cast<unsigned char>(c) > 32 && static_cast<unsigned char>(c) < 127;
+  });
+  if (!printable) return "the token holds spaces or characters outside printable ASCII";
+  return token.front() == '#' ? "the token starts with '#', which marks a comment line" : "";
+}
+}  // namespace
+
+Status write_token_file(const std::filesystem::path& path, const std::string& token) {
+  if (const auto problem = token_problem(token); !problem.empty()) {
+    return Error{ErrorCode::kInvalidArgument, problem};
+  }
+  return write_private(
+      path, "# crucible HTTP front bearer token: keep this file secret\n" + token + "\n", 0600);
+}
+
+Result<std::string> read_token_file(const std::filesystem::path& path) {
+  const auto bad = [&](const std::string& why) {
+    return Error{ErrorCode::kInvalidArgument, "token file " + path.string() + ": " + why};
+  };
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    return Error{ErrorCode::kIo, "cannot read token file " + path.string()};
+  }
+  if ((info.st_mode & 077) != 0) {
+    return bad("group or others may read it; `chmod 600 " + path.string() + "`");
+  }
+  std::ifstream in(path);
+  if (!in) return Error{ErrorCode::kIo, "cannot read token file " + path.string()};
+  std::string token;
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string text = trim(line);
+    if (text.empty() || text.front() == '#') continue;
+    if (!token.empty()) return bad("more than one token line");
+    token = text;
+  }
+  if (token.empty()) return bad("no token line");
+  if (const auto problem = token_problem(token); !problem.empty()) return bad(problem);
+  return token;
 }
 
 }  // namespace crucible::core

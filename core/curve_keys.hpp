@@ -1,6 +1,7 @@
 // CurveZMQ keys as text: Z85 (40 characters for 32 bytes), the key files `crucible keys new`
-// writes and the allow-list a server reads. No ZeroMQ here: generating keys and using them on a
-// socket is the caller's (env/ for the server, clients/ for the client).
+// writes and the allow-list a server reads; and the HTTP front's bearer-token file. No ZeroMQ here:
+// generating keys and using them on a socket is the caller's (env/ for the server, clients/ for the
+// client).
 #pragma once
 
 #include <filesystem>
@@ -35,5 +36,18 @@ Result<std::string> read_public_key(std::string_view key_or_path);
 // The client keys a server lets in: a file of keys (one per line as in a `.pub`, or bare; lines
 // starting with `#` are comments) or a folder whose `*.pub` files each hold one. At least one key.
 Result<std::vector<std::string>> read_allowed_keys(const std::filesystem::path& path);
+
+// A new bearer token for the HTTP front: 64 hex digits of 32 bytes from the system's
+// cryptographic generator (getrandom). Errors: kIo when the generator fails.
+Result<std::string> new_http_token();
+
+// The HTTP front's token file: one line (comment lines start with `#`), the token of 32 to 512
+// printable characters without spaces; written with mode 0600 and never overwritten.
+Status write_token_file(const std::filesystem::path& path, const std::string& token);
+
+// The token in `path`. Refused (kInvalidArgument, naming the file and what is wrong): a file that
+// group or others may read (mode must be 0600 or 0400, as for ssh keys), no token line, more
+// than one, or a token that is too short or holds spaces. kIo when it cannot be read.
+Result<std::string> read_token_file(const std::filesystem::path& path);
 
 }  // namespace crucible::core

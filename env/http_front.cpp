@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -88,9 +89,9 @@ core::Result<HttpAddress> parse_http_address(std::string_view text, bool allow_r
   if (!allow_remote && !is_local_endpoint(as_endpoint)) {
     return core::Error{ErrorCode::kInvalidArgument,
                        "refusing to serve HTTP on " + core::excerpt(text, 200) +
-                           ": the HTTP front has no authentication of its own (put it "
-                           "behind an authenticating proxy), so a non-loopback address needs "
-                           "--insecure (or its older name --allow-remote)"};
+                           ": a non-loopback address needs a bearer token and TLS "
+                           "(--http-token-file with --http-cert and --http-key), or --insecure "
+                           "(or its older name --allow-remote) on a closed network"};
   }
   HttpAddress address;
   address.host = host == "localhost" ? "127.0.0.1" : std::string(host);
@@ -105,9 +106,29 @@ constexpr const char* kMetricsType = "text/plain; version=0.0.4; charset=utf-8";
 // Threads of the pool that steps and scores may not take.
 constexpr int kReservedThreads = 4;
 
-std::string url_of(const std::string& host, std::uint16_t port) {
+std::string url_of(const std::string& host, std::uint16_t port, bool tls = false) {
   const bool v6 = host.find(':') != std::string::npos;
-  return "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  return std::string(tls ? "https://" : "http://") + (v6 ? "[" + host + "]" : host) + ":" +
+         std::to_string(port);
+}
+
+// Whether `header` is "Bearer <token>". The comparison takes the same time wherever the first
+// difference is, so response times do not spell the token out.
+bool bearer_matches(std::string_view header, std::string_view token) {
+  constexpr std::string_view kScheme = "Bearer ";
+  if (header.size() < kScheme.size()) return false;
+  for (std::size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) !=
+        std::tolower(static_cast<unsigned char>(kScheme[i]))) {
+      return false;
+    }
+  }
+  const std::string_view given = header.substr(kScheme.size());
+  unsigned char difference = given.size() == token.size() ? 0 : 1;
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    difference |= static_cast<unsigned char>((i < given.size() ? given[i] : 0) ^ token[i]);
+  }
+  return difference == 0;
 }
 
 // What a handler answers before it is written to the connection. `code` is the wire error code
@@ -594,7 +615,7 @@ class HttpFront::Impl {
   HttpFrontOptions options_;
   Server& server_;
   const Value schema_;
-  httplib::Server http_;
+  std::unique_ptr<httplib::Server> http_;  // an httplib::SSLServer with TLS
   std::thread listener_;
   std::uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
@@ -1116,6 +1137,24 @@ void HttpFront::Impl::handle(const httplib::Request& req, httplib::Response& res
 httplib::Server::HandlerResponse HttpFront::Impl::pre_route(const httplib::Request& req,
                                                             httplib::Response& res) {
   const std::string& method = req.method;
+  // With a token, nothing but the liveness probe is answered without it.
+  if (!options_.token.empty() && req.path != "/healthz" &&
+      !bearer_matches(req.get_header_value("Authorization"), options_.token)) {
+    handle(req, res, [&] {
+      Answer answer = json_answer(
+          401, Value{{"error",
+                      {{"code", "unauthorized"},
+                       {"message", req.has_header("Authorization")
+                                       ? "the Authorization header does not carry this "
+                                         "server's bearer token"
+                                       : "this server needs `Authorization: Bearer <token>` "
+                                         "(the token of its --http-token-file)"}}}});
+      return answer;
+    });
+    res.set_header("WWW-Authenticate", "Bearer realm=\"crucible\"");
+    res.set_header("Connection", "close");  // any body was left unread
+    return httplib::Server::HandlerResponse::Handled;
+  }
   if (method == "GET" || method == "HEAD") {
     handle(req, res, [&] {
       if (is_post_path(req.path)) {
@@ -1204,19 +1243,42 @@ void HttpFront::Impl::post(const httplib::Request& req, httplib::Response& res,
 }
 
 core::Status HttpFront::Impl::start() {
+  const bool tls = !options_.tls_cert.empty() || !options_.tls_key.empty();
+  if (tls) {
+    if (options_.tls_cert.empty() || options_.tls_key.empty()) {
+      return core::Error{ErrorCode::kInvalidArgument,
+                         "HTTPS needs both a certificate and its private key"};
+    }
+#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
+    auto secure =
+        std::make_unique<httplib::SSLServer>(options_.tls_cert.c_str(), options_.tls_key.c_str());
+    if (!secure->is_valid()) {
+      return core::Error{ErrorCode::kInvalidArgument,
+                         "cannot load the TLS certificate " + options_.tls_cert.string() +
+                             " and key " + options_.tls_key.string() +
+                             " (PEM files, the key matching the certificate)"};
+    }
+    http_ = std::move(secure);
+#else
+    return core::Error{ErrorCode::kInvalidArgument,
+                       "this build's HTTP library has no TLS (cpp-httplib without OpenSSL)"};
+#endif
+  } else {
+    http_ = std::make_unique<httplib::Server>();
+  }
   const int threads = std::max(1, options_.threads);
-  http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_.set_payload_max_length(options_.limits.max_frame_bytes);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(options_.limits.max_frame_bytes);
   // httplib's default also sets SO_REUSEPORT, which lets a second server take the same port and
   // share its connections without a word; SO_REUSEADDR alone lets a restart bind at once.
-  http_.set_socket_options([](int socket) {
+  http_->set_socket_options([](int socket) {
     int yes = 1;
     ::setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
   const std::size_t max_body = options_.limits.max_frame_bytes;
   // A client that waits for 100-continue is told before it sends a body over the limit.
   // (httplib writes the response as it stands for any status but 100 and 417.)
-  http_.set_expect_100_continue_handler(
+  http_->set_expect_100_continue_handler(
       [max_body](const httplib::Request& req, httplib::Response& res) {
         const auto length = content_length(req);
         if (!length || *length <= max_body) return 100;
@@ -1224,19 +1286,19 @@ core::Status HttpFront::Impl::start() {
         res.set_header("Connection", "close");
         return 413;
       });
-  http_.set_pre_routing_handler(
+  http_->set_pre_routing_handler(
       [this](const httplib::Request& req, httplib::Response& res) { return pre_route(req, res); });
   for (const char* path : {"/reset", "/step", "/score", "/close"}) {
-    http_.Post(path, [this](const httplib::Request& req, httplib::Response& res,
-                            const httplib::ContentReader& reader) { post(req, res, reader); });
+    http_->Post(path, [this](const httplib::Request& req, httplib::Response& res,
+                             const httplib::ContentReader& reader) { post(req, res, reader); });
   }
-  http_.set_error_handler(
+  http_->set_error_handler(
       httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         write_answer(res, transport_error(res.status));
         return httplib::Server::HandlerResponse::Handled;
       }));
-  http_.set_exception_handler(
+  http_->set_exception_handler(
       [](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
         std::string what = "unknown exception";
         try {
@@ -1248,7 +1310,7 @@ core::Status HttpFront::Impl::start() {
         core::log_error("http front: " + req.method + " " + req.path + ": " + what);
         write_answer(res, error_answer(ErrorCode::kInternal, "internal server error: " + what));
       });
-  http_.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+  http_->set_logger([this](const httplib::Request&, const httplib::Response& res) {
     std::lock_guard lock(counters_mutex_);
     ++responses_[res.status];
   });
@@ -1256,17 +1318,17 @@ core::Status HttpFront::Impl::start() {
   const auto& address = options_.address;
   const int bound =
       address.port == 0
-          ? http_.bind_to_any_port(address.host)
-          : (http_.bind_to_port(address.host, address.port) ? static_cast<int>(address.port) : -1);
+          ? http_->bind_to_any_port(address.host)
+          : (http_->bind_to_port(address.host, address.port) ? static_cast<int>(address.port) : -1);
   if (bound < 0) {
-    return core::Error{
-        ErrorCode::kIo,
-        "cannot serve HTTP on " + url_of(address.host, address.port) + ": " + std::strerror(errno)};
+    return core::Error{ErrorCode::kIo, "cannot serve HTTP on " +
+                                           url_of(address.host, address.port, tls) + ": " +
+                                           std::strerror(errno)};
   }
   port_ = static_cast<std::uint16_t>(bound);
-  listener_ = std::thread([this] { http_.listen_after_bind(); });
+  listener_ = std::thread([this] { http_->listen_after_bind(); });
   // stop() only takes effect once the listener runs; wait for it, briefly.
-  for (int i = 0; i < 2000 && !http_.is_running(); ++i) {
+  for (int i = 0; i < 2000 && !http_->is_running(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return {};
@@ -1274,8 +1336,8 @@ core::Status HttpFront::Impl::start() {
 
 void HttpFront::Impl::stop() {
   stopping_.store(true);
-  if (listener_.joinable()) {
-    http_.stop();
+  if (listener_.joinable() && http_) {
+    http_->stop();
     listener_.join();
   }
   std::lock_guard lock(sockets_mutex_);
@@ -1292,7 +1354,18 @@ core::Result<std::unique_ptr<HttpFront>> HttpFront::start(HttpFrontOptions optio
 HttpFront::HttpFront(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpFront::~HttpFront() { impl_->stop(); }
 std::uint16_t HttpFront::port() const { return impl_->port(); }
-std::string HttpFront::url() const { return url_of(impl_->options().address.host, impl_->port()); }
+std::string HttpFront::url() const {
+  const auto& options = impl_->options();
+  return url_of(options.address.host, impl_->port(), !options.tls_cert.empty());
+}
+
+bool http_front_has_tls() {
+#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
+  return true;
+#else
+  return false;
+#endif
+}
 void HttpFront::stop() { impl_->stop(); }
 
 }  // namespace crucible::env

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -22,7 +23,8 @@ struct HttpAddress {
 
 // Parses HOST:PORT (`127.0.0.1:8080`, `localhost:8080`, `[::1]:8080`, `0.0.0.0:8080`); PORT is
 // 0-65535, and `localhost` becomes 127.0.0.1 (the server binds addresses, not names). A host
-// that is not loopback needs allow_remote, as the ZeroMQ bind does. Errors: kInvalidArgument,
+// that is not loopback needs allow_remote (the caller's judgement: a token and TLS, or
+// --insecure). Errors: kInvalidArgument,
 // saying what is wrong.
 core::Result<HttpAddress> parse_http_address(std::string_view text, bool allow_remote);
 
@@ -40,7 +42,18 @@ struct HttpFrontOptions {
   // used go first).
   std::chrono::seconds episode_idle_timeout{1800};
   std::size_t max_episodes = 100000;
+  // Non-empty: every request but GET /healthz must carry `Authorization: Bearer <token>`;
+  // others are answered 401 (core::read_token_file reads the file `serve --http-token-file`
+  // names).
+  std::string token;
+  // Both set: HTTPS with this certificate chain and private key (PEM files). start() fails
+  // with kInvalidArgument when they cannot be loaded or this build has no TLS.
+  std::filesystem::path tls_cert;
+  std::filesystem::path tls_key;
 };
+
+// Whether this build's HTTP front can serve HTTPS (cpp-httplib built with OpenSSL).
+bool http_front_has_tls();
 
 // Serves HTTP on its own threads and turns each request into an ordinary protocol request (a
 // msgpack map) sent to the server's ROUTER through Server::inproc_endpoint(); the wire reply
@@ -58,7 +71,7 @@ class HttpFront {
   HttpFront(const HttpFront&) = delete;
   HttpFront& operator=(const HttpFront&) = delete;
 
-  // The port actually bound (a port of 0 is resolved), and "http://HOST:PORT".
+  // The port actually bound (a port of 0 is resolved), and "http://HOST:PORT" (https with TLS).
   std::uint16_t port() const;
   std::string url() const;
 

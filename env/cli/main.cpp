@@ -264,6 +264,69 @@ int new_key_pair(const std::string& base) {
   return 0;
 }
 
+// The HTTP front serve's flags ask for (nullopt: no --http). A non-loopback address needs a
+// bearer token and TLS, or --insecure (then with a warning for what is missing).
+core::Result<std::optional<env::HttpFrontOptions>> http_front_options(const std::string& address,
+                                                                      const std::string& token_file,
+                                                                      const std::string& cert,
+                                                                      const std::string& key,
+                                                                      bool insecure) {
+  const auto usage = [](const std::string& message) {
+    return core::Error{core::ErrorCode::kInvalidArgument, message};
+  };
+  const bool tls = !cert.empty() || !key.empty();
+  if (address.empty()) {
+    if (!token_file.empty() || tls) {
+      return usage(
+          "--http-token-file, --http-cert and --http-key configure the HTTP front; "
+          "give --http HOST:PORT too");
+    }
+    return std::optional<env::HttpFrontOptions>();
+  }
+  if (cert.empty() != key.empty()) return usage("--http-cert and --http-key go together");
+  if (tls && !env::http_front_has_tls()) {
+    return usage(
+        "--http-cert: this build's HTTP library has no TLS (cpp-httplib without "
+        "OpenSSL)");
+  }
+  env::HttpFrontOptions front;
+  if (!token_file.empty()) {
+    auto token = core::read_token_file(token_file);
+    if (!token) return usage("--http-token-file " + token.error().message);
+    front.token = std::move(token).value();
+  }
+  const bool secured = !front.token.empty() && tls;
+  auto parsed = env::parse_http_address(address, insecure || secured);
+  if (!parsed) return usage("--http " + parsed.error().message);
+  front.address = *parsed;
+  front.tls_cert = cert;
+  front.tls_key = key;
+  if (!secured && !env::is_local_endpoint("tcp://" + address)) {
+    core::log_warn("serving HTTP on " + address + " (--insecure) " +
+                   (front.token.empty() && !tls ? "without a token or TLS: anyone who reaches "
+                                                  "the port can use this server"
+                    : front.token.empty()       ? "without a token: anyone who reaches the "
+                                                  "port can use this server"
+                                                : "without TLS: the token crosses the network "
+                                                  "in clear text"));
+  }
+  return std::optional<env::HttpFrontOptions>(std::move(front));
+}
+
+int new_token_file(const std::string& path) {
+  auto token = core::new_http_token();
+  if (token) {
+    if (auto written = core::write_token_file(path, *token); !written) token = written.error();
+  }
+  if (!token) {
+    std::cerr << "crucible keys token: " << token.error().message << "\n";
+    return kExitUsage;
+  }
+  std::cout << "wrote " << path
+            << " (secret: give it to the server's --http-token-file and to its HTTP clients)\n";
+  return 0;
+}
+
 // The GPUs a pipeline on this machine drives: every one the probe finds, or those `--gpus`
 // lists (an error names the GPUs that exist).
 core::Result<runner::GpuProbe> local_gpus(std::string_view gpu_list) {
@@ -273,7 +336,7 @@ core::Result<runner::GpuProbe> local_gpus(std::string_view gpu_list) {
 }
 
 int serve(const std::string& home_flag, env::ServerOptions options,
-          env::PipelineOptions pipeline_options, const std::optional<env::HttpAddress>& http) {
+          env::PipelineOptions pipeline_options, std::optional<env::HttpFrontOptions> http) {
   raise_open_file_limit();
   const auto home = resolve_home(home_flag);
   auto registry = load_registry(home);
@@ -304,8 +367,7 @@ int serve(const std::string& home_flag, env::ServerOptions options,
   // Declared after the server, so it is gone before the server (its sockets use the server's).
   std::unique_ptr<env::HttpFront> front;
   if (http) {
-    env::HttpFrontOptions front_options;
-    front_options.address = *http;
+    env::HttpFrontOptions& front_options = *http;
     front_options.limits = options.limits;
     front_options.episode_idle_timeout = options.episode_idle_timeout;
     front_options.max_episodes = options.max_episodes;
@@ -315,7 +377,8 @@ int serve(const std::string& home_flag, env::ServerOptions options,
       return kExitUsage;
     }
     front = std::move(started).value();
-    core::log_info("HTTP front on " + front->url());
+    core::log_info("HTTP front on " + front->url() +
+                   (front_options.token.empty() ? "" : " (bearer token required)"));
   }
   g_server = server->get();
   struct sigaction action {};
@@ -855,8 +918,8 @@ int main(int argc, char** argv) {
                         "files");
   serve_cmd->add_flag("--insecure,--allow-remote", options.allow_remote,
                       "allow a non-loopback bind without keys (anyone who reaches the port is "
-                      "served: closed networks only); the HTTP front needs it for a non-loopback "
-                      "host");
+                      "served: closed networks only), and a non-loopback --http without a token "
+                      "and TLS");
   serve_cmd->add_option("--log", log_path,
                         "trajectory log file (default runs/<utc-time>/trajectories.log)");
   serve_cmd->add_flag("--no-log-sync", no_log_sync,
@@ -900,7 +963,17 @@ int main(int argc, char** argv) {
   std::string http_address;
   serve_cmd->add_option("--http", http_address,
                         "also serve HTTP/JSON on HOST:PORT, e.g. 127.0.0.1:8080 (a non-loopback "
-                        "host needs --allow-remote; docs/protocol.md, \"HTTP front\")");
+                        "host needs --http-token-file and --http-cert/--http-key, or --insecure; "
+                        "docs/protocol.md, \"HTTP front\")");
+  std::string http_token_file;
+  std::string http_cert;
+  std::string http_key;
+  serve_cmd->add_option("--http-token-file", http_token_file,
+                        "HTTP front: every request but /healthz needs `Authorization: Bearer "
+                        "<token>`, the token in this file (mode 0600; `crucible keys token`)");
+  serve_cmd->add_option("--http-cert", http_cert,
+                        "HTTP front: serve HTTPS with this PEM certificate (chain)");
+  serve_cmd->add_option("--http-key", http_key, "HTTP front: the PEM private key of --http-cert");
 
   auto* tasks_cmd = app.add_subcommand("tasks", "list, show, create (new) and check tasks");
   tasks_cmd->require_subcommand(0, 1);
@@ -933,13 +1006,18 @@ int main(int argc, char** argv) {
 
   std::string export_in;
   std::string export_out;
-  auto* keys_cmd = app.add_subcommand("keys", "CurveZMQ key pairs for servers and clients");
+  auto* keys_cmd =
+      app.add_subcommand("keys", "CurveZMQ key pairs, and bearer tokens for the HTTP front");
   keys_cmd->require_subcommand(1);
   std::string keys_base;
   auto* keys_new_cmd =
       keys_cmd->add_subcommand("new", "write a key pair: BASE.key (secret, mode 0600), BASE.pub");
   keys_new_cmd->add_option("base", keys_base, "path without extension, e.g. keys/server")
       ->required();
+  std::string token_path;
+  auto* keys_token_cmd = keys_cmd->add_subcommand(
+      "token", "write a new bearer token for serve --http-token-file (mode 0600)");
+  keys_token_cmd->add_option("file", token_path, "the token file to create")->required();
 
   auto* export_cmd = app.add_subcommand(
       "export",
@@ -1080,14 +1158,11 @@ int main(int argc, char** argv) {
                      " without authentication or encryption (--insecure): anyone who reaches "
                      "the port can use this server");
     }
-    std::optional<env::HttpAddress> http;
-    if (!http_address.empty()) {
-      auto parsed = env::parse_http_address(http_address, options.allow_remote);
-      if (!parsed) {
-        std::cerr << "crucible serve: --http " << parsed.error().message << "\n";
-        return kExitUsage;
-      }
-      http = *parsed;
+    auto http = http_front_options(http_address, http_token_file, http_cert, http_key,
+                                   options.allow_remote);
+    if (!http) {
+      std::cerr << "crucible serve: " << http.error().message << "\n";
+      return kExitUsage;
     }
     if (options.limits.max_source_bytes + kRequestOverheadBytes > options.limits.max_frame_bytes) {
       std::cerr << "crucible serve: --max-source-bytes " << options.limits.max_source_bytes
@@ -1102,7 +1177,7 @@ int main(int argc, char** argv) {
     options.episode_idle_timeout = std::chrono::seconds(idle_timeout_s);
     pipeline_options.compile = !no_compile;
     if (!cache_dir.empty()) pipeline_options.compile_options.cache_dir = cache_dir;
-    return serve(home_flag, options, pipeline_options, http);
+    return serve(home_flag, options, pipeline_options, std::move(http).value());
   }
   if (*new_cmd) return run_tasks_new(home_flag, new_id, new_from);
   if (*check_cmd) return run_tasks_check(home_flag, check_ids, check_all, check_pipeline);
@@ -1141,6 +1216,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*keys_new_cmd) return new_key_pair(keys_base);
+  if (*keys_token_cmd) return new_token_file(token_path);
   if (*export_cmd) return export_log(export_in, export_out);
   if (*compare_cmd) {
     std::string notes;

@@ -140,3 +140,44 @@ TEST_CASE("curve server: a remote bind needs keys or an explicit insecure flag")
   insecure.allow_remote = true;
   CHECK_NOTHROW(RunningServer{insecure});
 }
+
+TEST_CASE("http tokens: new ones are 64 hex digits, files are private and checked when read") {
+  const auto dir = scratch("tokens");
+  const auto first = core::new_http_token();
+  const auto second = core::new_http_token();
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  CHECK(first->size() == 64);
+  CHECK(first->find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(*first != *second);
+  REQUIRE(core::write_token_file(dir / "token", *first).ok());
+  CHECK((std::filesystem::status(dir / "token").permissions() &
+         (std::filesystem::perms::group_all | std::filesystem::perms::others_all)) ==
+        std::filesystem::perms::none);
+  CHECK(*core::read_token_file(dir / "token") == *first);
+  CHECK_FALSE(core::write_token_file(dir / "token", *second).ok());  // never overwritten
+  CHECK_FALSE(core::write_token_file(dir / "short", "abc").ok());
+
+  const auto refused = [&](const std::string& name, const std::string& text,
+                           std::filesystem::perms mode, const std::string& needle) {
+    INFO(name);
+    { std::ofstream(dir / name) << text; }
+    std::filesystem::permissions(dir / name, mode);
+    const auto read = core::read_token_file(dir / name);
+    REQUIRE_FALSE(read.ok());
+    CHECK(read.error().code == ErrorCode::kInvalidArgument);
+    CHECK_MESSAGE(read.error().message.find(needle) != std::string::npos, read.error().message);
+  };
+  const auto owner = std::filesystem::perms::owner_read | std::filesystem::perms::owner_write;
+  refused("readable", *first + "\n", owner | std::filesystem::perms::others_read, "chmod 600");
+  refused("group", *first + "\n", owner | std::filesystem::perms::group_read, "chmod 600");
+  refused("empty", "# nothing here\n\n", owner, "no token line");
+  refused("two", *first + "\n" + *second + "\n", owner, "more than one");
+  refused("short", "0123456789abcdef\n", owner, "at least 32");
+  refused("spaced", std::string(20, 'a') + " " + std::string(20, 'b') + "\n", owner,
+          "holds spaces");
+  { std::ofstream(dir / "commented") << "# a comment\n\n  " << *second << "  \n"; }
+  std::filesystem::permissions(dir / "commented", owner);
+  CHECK(*core::read_token_file(dir / "commented") == *second);
+  CHECK(core::read_token_file(dir / "missing").error().code == ErrorCode::kIo);
+}

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,7 +39,8 @@ extern "C" __global__ void copy_kernel(__nv_bfloat16* out, const __nv_bfloat16* 
 class FrontedServer {
  public:
   explicit FrontedServer(env::ServerOptions options = {},
-                         env::Pipeline pipeline = testing::no_gpu_pipeline(), int threads = 8) {
+                         env::Pipeline pipeline = testing::no_gpu_pipeline(), int threads = 8,
+                         const std::function<void(env::HttpFrontOptions&)>& configure = {}) {
     static int counter = 0;
     log_dir_ =
         std::filesystem::temp_directory_path() /
@@ -55,6 +57,7 @@ class FrontedServer {
     front.address = {"127.0.0.1", 0};
     front.limits = options.limits;
     front.threads = threads;
+    if (configure) configure(front);
     auto started = env::HttpFront::start(front, *server_);
     if (!started) throw std::runtime_error("front: " + started.error().message);
     front_ = std::move(started).value();
@@ -853,4 +856,101 @@ TEST_CASE("http front: 1,000 hostile requests from a fixed seed, and the front s
   const auto health = client.Get("/healthz");
   REQUIRE(health);
   CHECK(health->status == 200);
+}
+
+TEST_CASE("http front: with a token, every request but /healthz needs the bearer header") {
+  const std::string token(64, 'a');
+  FrontedServer server({}, testing::no_gpu_pipeline(), 8,
+                       [&](env::HttpFrontOptions& front) { front.token = token; });
+  auto client = server.client();
+  const auto check_refused = [](const httplib::Result& result, const std::string& needle) {
+    REQUIRE(result);
+    INFO(result->body);
+    CHECK(result->status == 401);
+    CHECK(result->get_header_value("WWW-Authenticate") == "Bearer realm=\"crucible\"");
+    const Value body = json_of(result);
+    CHECK(body["error"]["code"] == "unauthorized");
+    CHECK(body["error"]["message"].get<std::string>().find(needle) != std::string::npos);
+  };
+  check_refused(client.Get("/hello"), "needs `Authorization: Bearer <token>`");
+  check_refused(client.Get("/metrics"), "needs `Authorization: Bearer <token>`");
+  check_refused(post_json(client, "/reset", Value{{"task", "llm/rms_norm"}}),
+                "needs `Authorization: Bearer <token>`");
+  // A wrong token, one a character short, one a character long, or another scheme.
+  for (const std::string& header : {"Bearer " + std::string(64, 'b'), "Bearer " + token.substr(1),
+                                    "Bearer " + token + "a", "Basic " + token, token}) {
+    INFO(header);
+    check_refused(client.Get("/hello", {{"Authorization", header}}), "does not carry");
+  }
+  // The liveness probe stays open; everything else works with the token.
+  CHECK(client.Get("/healthz")->status == 200);
+  const httplib::Headers authorized = {{"Authorization", "Bearer " + token}};
+  CHECK(client.Get("/hello", authorized)->status == 200);
+  CHECK(client.Get("/hello", {{"Authorization", "bearer " + token}})->status == 200);
+  const auto opened =
+      client.Post("/reset", authorized, core::to_json_text(Value{{"task", "llm/rms_norm"}}),
+                  "application/json");
+  REQUIRE(opened);
+  CHECK(opened->status == 200);
+  const auto metrics = client.Get("/metrics", authorized);
+  REQUIRE(metrics);
+  const auto samples = parse_exposition(metrics->body);
+  CHECK(samples.at("crucible_http_responses_total{code=\"401\"}") == 8);
+}
+
+TEST_CASE("http front: HTTPS with a certificate, refused in plain HTTP") {
+  const std::filesystem::path tls = std::filesystem::path(CRUCIBLE_SOURCE_DIR) / "tests/env/tls";
+#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
+  CHECK(env::http_front_has_tls());
+  FrontedServer server({}, testing::no_gpu_pipeline(), 8, [&](env::HttpFrontOptions& front) {
+    front.tls_cert = tls / "cert.pem";
+    front.tls_key = tls / "key.pem";
+  });
+  CHECK(server.front().url() == "https://127.0.0.1:" + std::to_string(server.port()));
+  httplib::SSLClient secure("127.0.0.1", server.port());
+  secure.set_ca_cert_path((tls / "cert.pem").c_str());
+  secure.enable_server_certificate_verification(true);
+  secure.set_connection_timeout(10, 0);
+  const auto hello = secure.Get("/hello");
+  REQUIRE(hello);
+  CHECK(hello->status == 200);
+  CHECK(json_of(hello)["protocol"].is_number());
+  // Plain HTTP gets no answer from a TLS port.
+  auto plain = server.client();
+  plain.set_read_timeout(5, 0);
+  CHECK_FALSE(plain.Get("/hello"));
+  // A client that trusts another certificate refuses this server.
+  httplib::SSLClient wary("127.0.0.1", server.port());
+  wary.set_ca_cert_path((tls / "README.md").c_str());
+  wary.enable_server_certificate_verification(true);
+  CHECK_FALSE(wary.Get("/hello"));
+#else
+  CHECK_FALSE(env::http_front_has_tls());
+#endif
+  // A key that is not the certificate's (or no TLS in this build) fails start with the reason.
+  auto registry_server = env::Server::create(
+      [] {
+        env::ServerOptions options;
+        options.bind = "tcp://127.0.0.1:*";
+        options.log_path = std::filesystem::temp_directory_path() /
+                           ("crucible-http-tls-" + std::to_string(::getpid()) + ".log");
+        options.log_sync = false;
+        return options;
+      }(),
+      testing::shared_registry(), testing::no_gpu_pipeline());
+  REQUIRE(registry_server.ok());
+  env::HttpFrontOptions broken;
+  broken.address = {"127.0.0.1", 0};
+  broken.tls_cert = tls / "cert.pem";
+  broken.tls_key = tls / "cert.pem";
+  const auto refused = env::HttpFront::start(broken, **registry_server);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::kInvalidArgument);
+  const std::string message = refused.error().message;
+  CHECK_MESSAGE((message.find("cannot load the TLS certificate") != std::string::npos ||
+                 message.find("has no TLS") != std::string::npos),
+                message);
+  broken.tls_key.clear();
+  CHECK(env::HttpFront::start(broken, **registry_server).error().message.find("both") !=
+        std::string::npos);
 }

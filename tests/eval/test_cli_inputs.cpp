@@ -387,6 +387,40 @@ TEST_CASE("serve CLI: a --bind that is not a ZeroMQ endpoint is refused before t
   }
 }
 
+TEST_CASE("serve CLI: the HTTP front's token and TLS flags are checked before anything starts") {
+  const auto dir = testing::fresh_dir("cli-http-auth");
+  std::string output;
+  CHECK(run_crucible("keys token " + shell_quoted(dir / "token"), &output) == 0);
+  CHECK(output.find("wrote ") != std::string::npos);
+  CHECK((std::filesystem::status(dir / "token").permissions() &
+         (std::filesystem::perms::group_all | std::filesystem::perms::others_all)) ==
+        std::filesystem::perms::none);
+  CHECK(run_crucible("keys token " + shell_quoted(dir / "token"), &output) == 2);
+  CHECK(output.find("exists; not overwritten") != std::string::npos);
+  const std::string log = " --log " + shell_quoted(dir / "t.log");
+  const std::string tls = std::string(" --http-cert ") + CRUCIBLE_SOURCE_DIR +
+                          "/tests/env/tls/cert.pem --http-key " + CRUCIBLE_SOURCE_DIR +
+                          "/tests/env/tls/key.pem";
+  const std::string token = " --http-token-file " + shell_quoted(dir / "token");
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      // A remote front needs a token and TLS (or --insecure): neither, or only one of them.
+      {"--http 0.0.0.0:0", "needs a bearer token and TLS"},
+      {"--http 0.0.0.0:0" + token, "needs a bearer token and TLS"},
+      {"--http 0.0.0.0:0" + tls, "needs a bearer token and TLS"},
+      {"--http 127.0.0.1:0 --http-cert " + shell_quoted(dir / "token"), "go together"},
+      {token, "give --http HOST:PORT too"},
+      {"--http 127.0.0.1:0 --http-token-file " + shell_quoted(dir / "missing"),
+       "--http-token-file cannot read token file"},
+  };
+  for (const auto& [flags, needle] : refused) {
+    CAPTURE(flags);
+    const int rc = run_crucible("serve --no-compile " + flags + log, &output, 10);
+    CHECK_MESSAGE(rc == 2, output);
+    CHECK_MESSAGE(output.find(needle) != std::string::npos, output);
+    CHECK(output.find("listening") == std::string::npos);  // refused before starting
+  }
+}
+
 TEST_CASE("serve CLI: the open-file soft limit is raised to the hard limit and logged") {
   rlimit limit{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &limit) == 0);
