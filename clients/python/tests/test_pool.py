@@ -96,6 +96,15 @@ def task_id(pool: Pool) -> str:
     return task
 
 
+def episode_on_server_0(pool: Pool, task: str, tries: int = 50) -> str:
+    """Resets until the pool opens an episode on its first server (round-robin gets there)."""
+    for _ in range(tries):
+        episode: str = pool.request("reset", task=task)["episode"]
+        if episode.startswith("s0/"):
+            return episode
+    pytest.fail(f"no reset of {tries} opened an episode on server 0")
+
+
 def test_scores_spread_over_every_server(servers: Servers):
     endpoints = [servers.start().endpoint for _ in range(3)]
     with Pool(endpoints, **POOL_OPTIONS) as pool:
@@ -179,9 +188,7 @@ def test_a_restarted_server_rejoins_but_its_old_episodes_stay_lost(servers: Serv
     first, other = servers.start(), servers.start()
     with Pool([first.endpoint, other.endpoint], **POOL_OPTIONS) as pool:
         task = task_id(pool)
-        old = ""
-        while not old.startswith("s0/"):
-            old = pool.request("reset", task=task)["episode"]
+        old = episode_on_server_0(pool, task)
         first.process.send_signal(signal.SIGKILL)
         first.process.wait()
         wait_for(lambda: not pool.servers()[0]["up"], 5.0, "the killed server was not marked down")
@@ -192,12 +199,7 @@ def test_a_restarted_server_rejoins_but_its_old_episodes_stay_lost(servers: Serv
         for _ in range(8):
             pool.request("score", task=task, source=SOURCE)
         assert counters(first.endpoint)["scores"] >= 2  # the new process takes work again
-        fresh = ""
-        for _ in range(6):
-            fresh = pool.request("reset", task=task)["episode"]
-            if fresh.startswith("s0/"):
-                break
-        assert fresh.startswith("s0/")
+        fresh = episode_on_server_0(pool, task)
         assert pool.request("step", episode=fresh, source=SOURCE)["step"] == 1
         assert counters(first.endpoint)["steps"] == 1
 
@@ -299,9 +301,7 @@ def test_a_server_moved_to_another_address_is_followed_and_its_old_episodes_lost
     first, other = servers.start(), servers.start()
     with Pool([first.endpoint, other.endpoint], **POOL_OPTIONS) as pool:
         task = task_id(pool)
-        old = ""
-        while not old.startswith("s0/"):
-            old = pool.request("reset", task=task)["episode"]
+        old = episode_on_server_0(pool, task)
         first.process.send_signal(signal.SIGKILL)
         first.process.wait()
         moved = servers.start()  # the same server, back at another address
@@ -315,11 +315,7 @@ def test_a_server_moved_to_another_address_is_followed_and_its_old_episodes_lost
         for _ in range(8):
             pool.request("score", task=task, source=SOURCE)
         assert counters(moved.endpoint)["scores"] >= 2
-        fresh = ""
-        for _ in range(6):
-            fresh = pool.request("reset", task=task)["episode"]
-            if fresh.startswith("s0/"):
-                break
+        fresh = episode_on_server_0(pool, task)
         assert pool.request("step", episode=fresh, source=SOURCE)["step"] == 1
         assert counters(moved.endpoint)["steps"] == 1
     assert all(client.closed for client in pool.clients)  # the moved-in client too

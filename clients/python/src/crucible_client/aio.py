@@ -30,6 +30,7 @@ from .pool import (
     ServerLost,
     _episode_reply,
     _POOL_ONLY_OPTIONS,
+    _configure,
     _is_loss,
     _Routes,
     split_endpoints,
@@ -341,6 +342,11 @@ class AsyncPool(_AsyncOps):
             bodies = await pool.score_many(items, max_inflight=128)
     """
 
+    endpoints: List[str]
+    health_interval: float
+    health_timeout: float
+    _client_options: Dict[str, Any]
+
     def __init__(
         self,
         endpoints: Sequence[str],
@@ -349,16 +355,7 @@ class AsyncPool(_AsyncOps):
         health_timeout: float = DEFAULT_HEALTH_TIMEOUT_S,
         **client_options: Any,
     ):
-        if isinstance(endpoints, str):
-            raise TypeError("endpoints must be a list of endpoints, not one string")
-        if not endpoints:
-            raise ValueError("an AsyncPool needs at least one endpoint")
-        if health_interval <= 0 or health_timeout <= 0:
-            raise ValueError("health_interval and health_timeout must be positive")
-        self.endpoints = list(endpoints)
-        self.health_interval = float(health_interval)
-        self.health_timeout = float(health_timeout)
-        self._client_options = dict(client_options)
+        _configure(self, endpoints, health_interval, health_timeout, client_options)
         self._routes = _Routes([AsyncClient(e, **client_options) for e in self.endpoints])
         self._health: "Optional[asyncio.Task[None]]" = None
         self._closed = False

@@ -88,6 +88,22 @@ def _stats_load(stats: Mapping[str, Any]) -> int:
     return total
 
 
+def _configure(pool: Any, endpoints: Sequence[str], health_interval: float,
+               health_timeout: float, client_options: Mapping[str, Any]) -> None:
+    """Checks and sets what Pool and AsyncPool keep alike: endpoints, health check timing and
+    the options each server's client is opened with."""
+    if isinstance(endpoints, str):
+        raise TypeError("endpoints must be a list of endpoints, not one string")
+    if not endpoints:
+        raise ValueError(f"a {type(pool).__name__} needs at least one endpoint")
+    if health_interval <= 0 or health_timeout <= 0:
+        raise ValueError("health_interval and health_timeout must be positive")
+    pool.endpoints = list(endpoints)
+    pool.health_interval = float(health_interval)
+    pool.health_timeout = float(health_timeout)
+    pool._client_options = dict(client_options)
+
+
 class _Routes:
     """What Pool and AsyncPool share: the servers, their state, and the routing rules.
 
@@ -242,6 +258,11 @@ class Pool:
     thread-safe.
     """
 
+    endpoints: List[str]
+    health_interval: float
+    health_timeout: float
+    _client_options: Dict[str, Any]
+
     def __init__(
         self,
         endpoints: Sequence[str],
@@ -250,16 +271,7 @@ class Pool:
         health_timeout: float = DEFAULT_HEALTH_TIMEOUT_S,
         **client_options: Any,
     ):
-        if isinstance(endpoints, str):
-            raise TypeError("endpoints must be a list of endpoints, not one string")
-        if not endpoints:
-            raise ValueError("a Pool needs at least one endpoint")
-        if health_interval <= 0 or health_timeout <= 0:
-            raise ValueError("health_interval and health_timeout must be positive")
-        self.endpoints = list(endpoints)
-        self.health_interval = float(health_interval)
-        self.health_timeout = float(health_timeout)
-        self._client_options = dict(client_options)
+        _configure(self, endpoints, health_interval, health_timeout, client_options)
         clients: List[Client] = []
         try:
             for endpoint in self.endpoints:
