@@ -686,8 +686,13 @@ TEST_CASE("http front: a full queue is 503 busy with Retry-After, and a draining
 
   // Stop while the batch is still running: the server drains and refuses new work.
   server.request_stop();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const auto draining = client.Get("/hello");
+  // The loop notices the stop within one poll: ask until it answers so (the batch's queued
+  // item keeps it draining for over a second).
+  auto draining = client.Get("/hello");
+  for (int i = 0; i < 500 && draining && draining->status == 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    draining = client.Get("/hello");
+  }
   check_error(draining, 503, "shutting_down", "shutting down");
   CHECK(draining->get_header_value("Retry-After") == "5");
   const auto health = client.Get("/healthz");
@@ -716,7 +721,8 @@ TEST_CASE("http front: a full queue is 503 busy with Retry-After, and a draining
     auto other = server.client();
     late.emplace(other.Get("/tasks"));
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Time for the request to reach the front (a loaded machine gets a second).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   server.front().stop();
   waiting.join();
   REQUIRE(late.has_value());
