@@ -427,14 +427,20 @@ TEST_CASE("server: 1,000 random frames from a fixed seed, and the server still a
 
 TEST_CASE("server: a client that disconnects mid-request does not disturb the others") {
   RunningServer server({}, slow_pipeline(300));
+  auto stayer = connect(server);
   {
     auto leaver = connect(server);
     leaver.submit(Op::kScore, Value{{"task", "llm/rms_norm"}, {"source", kKernel}});
-    // Give the request time to leave (linger 0 would discard it), then leave while the score
-    // is still running: the socket closes with the reply undelivered.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Wait (by asking) until the server holds the request (linger 0 would discard one not yet
+    // sent), then leave while the score is still running: the reply is left undelivered.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < give_up) {
+      const auto stats = stayer.stats();
+      REQUIRE(stats.ok());
+      if ((*stats)["inflight"].get<std::uint64_t>() >= 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
-  auto stayer = connect(server);
   const auto score = stayer.score("llm/rms_norm", kKernel);
   REQUIRE(score.ok());
   CHECK((*score)["result"]["status"] == "infra_error");
