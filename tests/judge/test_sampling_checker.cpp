@@ -147,6 +147,75 @@ TEST_CASE("sampling checker: a nucleus boundary within 1e-4 of p may fall either
   CHECK_FALSE(b.check().pass);
 }
 
+namespace {
+
+// A flat row with its top-p boundary inside fp32 error of p, laid out in vocabulary order as
+//   e_0 .. e_11 : 12 levels just below b, weights 1.9e-5 (each its own logit)
+//   b           : the boundary token, weight 2e-5 (token 12)
+//   T           : the top token, weight 1 (token 13)
+//   the rest    : 55,540 tied tokens of weight 1.8e-5 below every e level
+// Z_K is about 2 and p is the largest float at or below 1 / Z_K, so the mass above b (T's 1)
+// is p * Z_K within one float ulp of p (7e-8 relative): the exact nucleus of p is {T}, and a
+// kernel whose fp32 sums are 1e-7 off keeps b as well, N' = {T, b}. The levels of e within
+// 1e-4 of p (about 9e-5 of the mass after b, in front of b in vocabulary order) join only in
+// N(p + 1e-4).
+Batch flat_boundary_row() {
+  Batch b;
+  constexpr int kLevels = 12;
+  constexpr int kRest = 55540;
+  for (int i = 0; i < kLevels; ++i) {
+    b.logits.push_back(std::log(1.9e-5f) - 1e-3f * static_cast<float>(i));
+  }
+  b.logits.push_back(std::log(2e-5f));
+  b.logits.push_back(0.0f);
+  b.logits.insert(b.logits.end(), kRest, std::log(1.8e-5f));
+  b.vocab = b.logits.size();
+  double z_k = 0.0;
+  for (const float l : b.logits) z_k += std::exp(static_cast<double>(l));
+  float p = static_cast<float>(1.0 / z_k);
+  if (static_cast<double>(p) > 1.0 / z_k) p = std::nextafter(p, 0.0f);
+  b.top_k = {0};
+  b.top_p = {p};
+  b.samples = {12};
+  // The middle of b's interval in N' = {T, b} (b comes first): u * Z_N' = w_b / 2.
+  const double w_b = std::exp(static_cast<double>(b.logits[12]));
+  b.uniform = {static_cast<float>(0.5 * w_b / (1.0 + w_b))};
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "sampling checker: a nucleus between those of p - 1e-4 and p + 1e-4 is judged with its own "
+    "mass") {
+  Batch b = flat_boundary_row();
+  REQUIRE(b.vocab == 55554u);
+  // Token b is what the inverse CDF of N' = {T, b} gives. N(p) = {T} does not hold b, and
+  // N(p + 1e-4) adds about 1.8e-4 of mass in front of b (the e levels), which moves b's
+  // interval 0.8e-4 of Z_N past the draw: only N' itself, a nucleus between the two, explains
+  // the token, and it must be accepted (this row is what h_flat_large_nucleus-like rows, 10^5
+  // tokens of about 10^-5 of the mass each, give a kernel whose sums are off by 1e-7).
+  CHECK(b.check().pass);
+  // Still strict: a token of the tail below every nucleus within 1e-4 of p fails as outside the
+  // nucleus, and b fails for a draw in the middle of the row.
+  b.samples = {20000};
+  auto report = b.check();
+  CHECK_FALSE(report.pass);
+  CHECK(contains(report.summary, "outside the row's top-p nucleus"));
+  b.samples = {12};
+  b.uniform = {0.5f};
+  report = b.check();
+  CHECK_FALSE(report.pass);
+  CHECK(contains(report.summary, "interval does not hold the row's draw"));
+  // T is the right token for u = 0.5 (its interval in N' is [2e-5, 1 + 2e-5] of 1 + 2e-5).
+  b.samples = {13};
+  CHECK(b.check().pass);
+  // The e levels are in N(p + 1e-4) only: e_0 is the answer only for draws at the very start of
+  // the row, within 1e-4 of Z_N of its interval.
+  b.samples = {0};
+  CHECK_FALSE(b.check().pass);
+}
+
 TEST_CASE("sampling checker: ties at the k-th logit are all kept") {
   // Logits 1, 1, 1, 0 with k = 2: the three tied tokens are all in K; u = 0.9 is token 2.
   Batch b;
