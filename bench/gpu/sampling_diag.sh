@@ -23,9 +23,10 @@ SEEDS=${SEEDS:-1 7}
 cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
 libs="$PWD/.bundle/lib:$cuda_lib:/usr/local/cuda/lib64"
 run() { LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
-# The binaries were built in /work/main: give them that path here, and their build/dev/bin.
+# The binaries were built in /work/main: give them that path here, and their build/dev/bin
+# (only where there is none: a checkout with its own build keeps it).
 if [ "$PWD" != /work/main ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
-mkdir -p build/dev && ln -sfn ../../.bundle/bin build/dev/bin
+[ -e build/dev/bin ] || { mkdir -p build/dev && ln -s ../../.bundle/bin build/dev/bin; }
 B=${B:-.bundle/bin}
 step() { echo; echo "=== $* ($(date -u +%T))"; }
 
@@ -48,6 +49,7 @@ with open(path, "w") as out:
         out.write(json.dumps({"task": task, "source": reference, "meta": {"what": f"reference {i + 1}"}}) + "\n")
     out.write(json.dumps({"task": task, "source": solution, "meta": {"what": "example solution"}}) + "\n")
 EOF
+  rm -rf "$R/eval_$seed"
   run timeout 60 "$B/crucible" --home "$PWD" eval "$R/samples_$seed.jsonl" -t "$TASK" \
     --seed "$seed" -j 1 --compile-workers 2 --time-cap-ms 20 -o "$R/eval_$seed" \
     > "$R/eval_$seed.txt" 2>&1
