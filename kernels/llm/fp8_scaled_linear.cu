@@ -43,8 +43,10 @@
 //   which is then added to the running sum with ordinary fp32 adds. Hopper's fp8 tensor-core
 //   paths add into their accumulator with fewer bits than fp32 (the DeepSeek-V3 report measured
 //   about 14 retained bits); promoting every 128 of K, as cuBLASLt and CUTLASS do without "fast
-//   accumulation", keeps the sum at fp32 accuracy. It costs a second set of accumulators, hence
-//   one block per SM (MIN_BLOCKS 1) for the 128 x 128 tile.
+//   accumulation", confines that truncation to one slice's partial sum, so the error grows with
+//   the square root of the slices rather than with all of K (the task's atol allows for it;
+//   task.toml says how much). It costs a second set of accumulators, hence one block per SM
+//   (MIN_BLOCKS 1) for the 128 x 128 tile.
 // - Decode (1 to 256 tokens) is memory bound on b: N * K bytes (117 MB for 8B's gate_up) read
 //   once. Narrow N tiles and deep pipelines keep bytes in flight on every SM; rows of the M
 //   tile past num_tokens are zero-filled by cp.async without touching global memory.

@@ -1,4 +1,4 @@
-// On a GPU: the cuBLASLt reference of llm/linear agrees with the
+// On a GPU: the cuBLASLt references of llm/linear and llm/fp8_scaled_linear agree with the
 // float64 oracle on every case (every row where the CPU oracle is quick, the first and last rows
 // of the largest), launches
 // the kernels it says it launches, writes nothing around its output and leaves its inputs as
@@ -153,9 +153,11 @@ void check_library_reference(const std::string& id, const std::string& library_n
       }
     }
     CHECK(bad == 0);
-    std::printf("%s %s %-24s %5zu rows  max |error| %.3g  atol needed at rtol %.3g: %.3g  %s\n",
-                id.c_str(), library_name.c_str(), c.name.c_str(), rows.size(), worst, tol.rtol,
-                needed_atol, library->describe(index).c_str());
+    std::printf(
+        "%s %s %-24s %5zu rows  max |error| %.3g  atol needed at rtol %.3g: %.3g (task atol "
+        "%.3g)  %zu of %zu elements outside  %s\n",
+        id.c_str(), library_name.c_str(), c.name.c_str(), rows.size(), worst, tol.rtol, needed_atol,
+        tol.atol, bad, rows.size() * static_cast<std::size_t>(n), library->describe(index).c_str());
     // Inputs unchanged.
     for (std::size_t t = 1; t < task->tensors.size(); ++t) {
       std::vector<std::byte> after(buffers[t].bytes());
@@ -172,4 +174,8 @@ void check_library_reference(const std::string& id, const std::string& library_n
 
 TEST_CASE("library reference: cuBLASLt linear agrees with the float64 oracle on every case") {
   check_library_reference("llm/linear", "cublaslt", {"input"});
+}
+
+TEST_CASE("library reference: cuBLASLt fp8 row-wise scaled GEMM agrees with the float64 oracle") {
+  check_library_reference("llm/fp8_scaled_linear", "cublaslt_fp8_rowwise", {"a", "a_scales"});
 }
