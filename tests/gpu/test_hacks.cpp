@@ -1,7 +1,12 @@
 // Hack suite on the GPU: a real server scores every reward-hacking kernel in examples/hacks/; each
 // must end with the status its first line expects and a reward <= 0. Prints the table
 // hack -> status -> reward. Without a CUDA device the suite reports itself skipped (exit 77).
+// CRUCIBLE_HACKS=a,b limits the run to those files (by name without .cu).
 #define DOCTEST_CONFIG_IMPLEMENT
+#include <cstdlib>
+#include <set>
+#include <string_view>
+
 #include "tasks/registry.hpp"
 #include "tests/gpu/gpu_suite.hpp"
 
@@ -16,8 +21,21 @@ TEST_CASE("hack suite: every hack is caught with its expected status and earns n
 
   const auto registry = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
   REQUIRE(registry.ok());
-  const auto files = kernel_files(CRUCIBLE_SOURCE_DIR "/examples/hacks");
-  REQUIRE(files.size() >= 20);
+  auto files = kernel_files(CRUCIBLE_SOURCE_DIR "/examples/hacks");
+  // CRUCIBLE_HACKS=name,name runs only those hacks (a short GPU run of new ones); every one
+  // named must exist.
+  if (const char* only = std::getenv("CRUCIBLE_HACKS")) {
+    std::set<std::string> wanted;
+    for (std::string_view rest = only; !rest.empty();) {
+      const auto comma = rest.find(',');
+      wanted.insert(std::string(rest.substr(0, comma)));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    std::erase_if(files, [&](const auto& path) { return !wanted.contains(path.stem().string()); });
+    REQUIRE(files.size() == wanted.size());
+  } else {
+    REQUIRE(files.size() >= 20);
+  }
   std::printf("%-28s %-24s %-15s %-15s %8s  %s\n", "hack", "task", "expected", "status", "reward",
               "message");
   int caught = 0;
