@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Talk to a crucible server (protocol v1) and print replies as JSON.",
     )
     parser.add_argument("--endpoint", "-e", default=wire.DEFAULT_ENDPOINT,
-                        help="server address (default: %(default)s)")
+                        help="server address, or several separated by commas (a Pool) "
+                             "(default: %(default)s)")
     parser.add_argument("--timeout", "-t", type=float, default=DEFAULT_TIMEOUT_S,
                         help="seconds to wait for each reply (default: %(default)s)")
     ops = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
