@@ -14,6 +14,7 @@ set(CRUCIBLE_SEES_rewards core rewards)
 set(CRUCIBLE_SEES_env core tasks judge kernels action sandbox runner rewards env)
 set(CRUCIBLE_SEES_cli core tasks judge kernels action sandbox runner rewards env clients)
 set(CRUCIBLE_SEES_clients core clients)
+set(CRUCIBLE_SEES_model core tasks model)
 
 # crucible_module(<target> <module>): <target> belongs to <module> and sees what it may use.
 function(crucible_module target module)

@@ -1,0 +1,87 @@
+// A model step made of task calls: a decoder described in TOML (models/*.toml, docs/models.md)
+// as named buffers and an ordered program of task calls bound to them. Loading checks the
+// wiring against the tasks (every tensor bound to a buffer of its dtype, every symbol and
+// scalar given); expanding a step at given variables (batch, context) evaluates every call
+// site's symbols, checks each bound buffer holds exactly the elements its task tensor needs,
+// and returns the call sites with their shapes as task cases: what a candidate's launch plan
+// is evaluated on, and what the step's executors (the GPU runner's graph, the float64 oracles)
+// run in order.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/expr.hpp"
+#include "core/result.hpp"
+#include "tasks/registry.hpp"
+#include "tasks/task.hpp"
+
+namespace crucible::model {
+
+// A tensor of the step: weights, activations, the KV cache, step metadata.
+struct Buffer {
+  std::string name;
+  core::DType dtype;
+  std::vector<core::Expr> shape;  // over constants, variables and derived values
+  std::string kind;               // "weight", "activation", "cache" or "metadata"
+  bool per_layer = false;         // one copy per layer (weights, the KV cache)
+  std::string description;
+};
+
+// One task call of the program, run once per step or once per layer.
+struct Call {
+  std::string site;  // unique name of the call site, e.g. "attn_norm"
+  const tasks::Task* task = nullptr;
+  bool per_layer = false;
+  std::map<std::string, std::string> tensors;  // task tensor -> buffer
+  std::map<std::string, core::Expr> symbols;   // task symbol -> expression
+  std::map<std::string, double> scalars;       // every task scalar (defaults filled in)
+};
+
+struct Variable {
+  std::string name;
+  std::string description;
+};
+
+struct Model {
+  std::string name, title, description;
+  std::filesystem::path file;     // the model's TOML
+  std::filesystem::path program;  // the program's TOML (the model's own file when inline)
+  std::string weights;            // "synthetic", or a llama2c file path relative to home
+  std::map<std::string, std::int64_t> constants;            // "layers" among them
+  std::map<std::string, double> scalars;                    // values calls' scalars may name
+  std::vector<Variable> variables;                          // given per step
+  std::vector<std::pair<std::string, core::Expr>> derived;  // in order; may use earlier ones
+  std::vector<Buffer> buffers;
+  std::vector<Call> calls;  // program order within a layer; step calls before or after
+
+  const Buffer* find_buffer(std::string_view buffer_name) const;
+};
+
+// Reads `file` (and the program it names) and checks it against `registry`. Errors
+// (kInvalidArgument) name the file, the call site or buffer, and what is wrong.
+core::Result<Model> load_model(const std::filesystem::path& file, const tasks::Registry& registry);
+
+// One call site of an expanded step: its call, its shapes as a task case (symbols and scalars;
+// named "<model>/<site>"), and how many times one step runs it.
+struct CallSite {
+  const Call* call = nullptr;
+  tasks::Case shapes;
+  std::int64_t count = 1;
+};
+
+// Every value a step's expressions see: constants, the given variables, the derived values.
+using Values = std::map<std::string, std::int64_t, std::less<>>;
+
+// The step at `variables` (every declared variable, each > 0): the values, and the call sites
+// in program order. Errors (kInvalidArgument): a missing or unknown variable, an expression
+// that fails, a symbol that is not positive, a bound buffer whose element count is not the
+// task tensor's.
+core::Result<std::pair<Values, std::vector<CallSite>>> expand_step(
+    const Model& model, const std::map<std::string, std::int64_t>& variables);
+
+}  // namespace crucible::model

@@ -1,0 +1,164 @@
+// Model descriptions: the shipped Llama decoders load and expand into their call sites with the
+// shapes their tasks need; a wrongly wired description is refused, naming what is wrong.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <regex>
+#include <tuple>
+
+#include "model/model.hpp"
+#include "tasks/registry.hpp"
+
+using namespace crucible;
+
+namespace {
+
+const tasks::Registry& registry() {
+  static const auto loaded = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
+  REQUIRE(loaded.ok());
+  return *loaded;
+}
+
+const std::filesystem::path kModels = std::filesystem::path(CRUCIBLE_SOURCE_DIR) / "models";
+
+const model::CallSite& site(const std::vector<model::CallSite>& sites, const std::string& name) {
+  for (const auto& s : sites) {
+    if (s.call->site == name) return s;
+  }
+  FAIL("no call site " << name);
+  return sites.front();
+}
+
+}  // namespace
+
+TEST_CASE("models: Llama-3-8B's decode step is 12 calls a layer and 2 after, at real shapes") {
+  const auto loaded = model::load_model(kModels / "llama3_8b.toml", registry());
+  REQUIRE_MESSAGE(loaded.ok(), loaded.error().message);
+  const auto& llama = *loaded;
+  CHECK(llama.name == "llama3_8b");
+  CHECK(llama.program == kModels / "llama_decoder.toml");
+  const auto step = model::expand_step(llama, {{"num_seqs", 64}, {"context", 2048}});
+  REQUIRE_MESSAGE(step.ok(), step.error().message);
+  const auto& [values, sites] = *step;
+  REQUIRE(sites.size() == 14);
+  const auto calls = std::accumulate(sites.begin(), sites.end(), std::int64_t{0},
+                                     [](std::int64_t n, const auto& s) { return n + s.count; });
+  CHECK(calls == 12 * 32 + 2);
+  CHECK(values.at("num_blocks") == 64 * 128);
+  const auto& q = site(sites, "q_proj");
+  CHECK(q.count == 32);
+  CHECK(q.call->task->id == "llm/linear");
+  CHECK(q.shapes.name == "llama3_8b/q_proj");
+  CHECK(q.shapes.symbols == std::map<std::string, std::int64_t>{
+                                {"num_tokens", 64}, {"in_features", 4096}, {"out_features", 4096}});
+  CHECK(site(sites, "k_proj").shapes.symbols.at("out_features") == 1024);
+  CHECK(site(sites, "gate_up_proj").shapes.symbols.at("out_features") == 28672);
+  CHECK(site(sites, "down_proj").shapes.symbols.at("in_features") == 14336);
+  const auto& attention = site(sites, "attention");
+  CHECK(attention.shapes.symbols.at("max_blocks_per_seq") == 128);
+  CHECK(attention.shapes.symbols.at("context_tokens") == 64 * 2048);
+  CHECK(attention.shapes.scalars.at("scale") == doctest::Approx(1.0 / std::sqrt(128.0)));
+  CHECK(site(sites, "rotary").shapes.scalars.at("is_neox") == 1);
+  const auto& lm_head = site(sites, "lm_head");
+  CHECK(lm_head.count == 1);
+  CHECK(lm_head.shapes.symbols.at("out_features") == 128256);
+  CHECK(site(sites, "final_norm").shapes.scalars.at("epsilon") == doctest::Approx(1e-5));
+}
+
+TEST_CASE("models: stories260K shares the program with its own constants and tied weights") {
+  const auto loaded = model::load_model(kModels / "stories260K.toml", registry());
+  REQUIRE_MESSAGE(loaded.ok(), loaded.error().message);
+  CHECK(std::filesystem::exists(std::filesystem::path(CRUCIBLE_SOURCE_DIR) / loaded->weights));
+  const auto step = model::expand_step(*loaded, {{"num_seqs", 1}, {"context", 1}});
+  REQUIRE_MESSAGE(step.ok(), step.error().message);
+  const auto& sites = step->second;
+  CHECK(site(sites, "attn_norm").count == 5);
+  CHECK(site(sites, "rotary").shapes.scalars.at("is_neox") == 0);
+  CHECK(site(sites, "attention").shapes.symbols.at("num_blocks") == 1);
+  CHECK(site(sites, "lm_head").shapes.symbols.at("out_features") == 512);
+  // Every variable must be given, positive, and declared.
+  CHECK_FALSE(model::expand_step(*loaded, {{"num_seqs", 1}}).ok());
+  CHECK_FALSE(model::expand_step(*loaded, {{"num_seqs", 0}, {"context", 4}}).ok());
+  const auto unknown = model::expand_step(*loaded, {{"num_seqs", 1}, {"context", 4}, {"x", 1}});
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().message.find("no variable 'x'") != std::string::npos);
+}
+
+TEST_CASE("models: a wrongly wired description is refused with the site and the reason") {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("crucible-model-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string program = [] {
+    std::ifstream in(kModels / "llama_decoder.toml");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  const std::string header = [] {
+    std::ifstream in(kModels / "stories260K.toml");
+    std::string text(std::istreambuf_iterator<char>(in), {});
+    return std::regex_replace(text, std::regex("program = \"llama_decoder.toml\""),
+                              "program = \"program.toml\"");
+  }();
+  // Each variant changes one thing of the program and names what the loader (or the expansion)
+  // must say.
+  const std::vector<std::tuple<std::string, std::string, std::string>> variants = {
+      {R"t(tensors = { out = "q", input = "hidden", weight = "wq" })t",
+       R"t(tensors = { out = "q", input = "hidden" })t",
+       "call 'q_proj': tensor 'weight' is not bound"},
+      {R"t(tensors = { out = "act", input = "gate_up" })t",
+       R"t(tensors = { out = "act", input = "positions" })t",
+       "call 'activation': tensor 'input' is bf16 but buffer 'positions' is i64"},
+      {R"t(site = "activation"
+task = "llm/silu_and_mul")t",
+       R"t(site = "activation"
+task = "llm/silu_and_nothing")t",
+       "call 'activation': no task 'llm/silu_and_nothing'"},
+      {R"t(value = "cdiv(context, block_size)")t", R"t(value = "cdiv(context, blocks)")t",
+       "uses 'blocks', which is not a constant, variable or derived value"},
+      {R"t(scalars = { scale = "attention_scale" })t", R"t(scalars = { scale = "softmax_scale" })t",
+       "scalar 'scale' names 'softmax_scale', which is not in the model's [scalars]"},
+      {R"t(symbols = { num_tokens = "num_tokens", d = "intermediate" })t",
+       R"t(symbols = { num_tokens = "num_tokens" })t",
+       "call 'activation': symbol 'd' is not given"},
+      {R"t(site = "lm_head"
+task = "llm/linear")t",
+       R"t(site = "lm_head"
+task = "llm/linear"
+tensors = { out = "logits", input = "hidden", weight = "wq" }
+[[calls]]
+site = "lm_head_twice"
+task = "llm/linear")t",
+       "buffer 'wq' has a copy per layer, but the call runs once a step"},
+  };
+  for (const auto& [from, to, needle] : variants) {
+    CAPTURE(needle);
+    const auto at = program.find(from);
+    REQUIRE(at != std::string::npos);
+    std::string changed = program;
+    changed.replace(at, from.size(), to);
+    std::ofstream(dir / "program.toml") << changed;
+    std::ofstream(dir / "model.toml") << header;
+    const auto loaded = model::load_model(dir / "model.toml", registry());
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(loaded.error().code == core::ErrorCode::kInvalidArgument);
+    CHECK_MESSAGE(loaded.error().message.find(needle) != std::string::npos, loaded.error().message);
+  }
+  // A buffer of the wrong size loads (its expressions are fine) but does not expand.
+  std::string wrong = program;
+  const std::string wo = "name = \"wo\"\ndtype = \"bf16\"\nshape = [\"hidden\", \"q_width\"]";
+  REQUIRE(wrong.find(wo) != std::string::npos);
+  wrong.replace(wrong.find(wo), wo.size(),
+                "name = \"wo\"\ndtype = \"bf16\"\nshape = [\"hidden\", \"kv_width\"]");
+  std::ofstream(dir / "program.toml") << wrong;
+  const auto loaded = model::load_model(dir / "model.toml", registry());
+  REQUIRE_MESSAGE(loaded.ok(), loaded.error().message);
+  const auto step = model::expand_step(*loaded, {{"num_seqs", 2}, {"context", 8}});
+  REQUIRE_FALSE(step.ok());
+  CHECK_MESSAGE(step.error().message.find("call 'o_proj': tensor 'weight' needs 4096 elements, "
+                                          "buffer 'wo' holds 2048") != std::string::npos,
+                step.error().message);
+  std::filesystem::remove_all(dir);
+}
