@@ -1,0 +1,66 @@
+// The model step's float64 oracle: runs a model's decode steps on the CPU, every call site
+// computed by its task's float64 oracle (tasks/oracle.hpp) on the step's buffers, in program
+// order. Weights are held as the GPU holds them (rounded to their buffer's dtype); activations
+// and the KV cache stay in float64, so the result is the step's exact value for those weights:
+// what a GPU step's tokens and hidden states are compared with. A program that links this must
+// also link crucible::oracles (the oracles register themselves).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/result.hpp"
+#include "model/model.hpp"
+
+namespace crucible::model {
+
+// The weights of a llama2.c checkpoint (tasks/capture/models/stories260K/README.md has the
+// format) as the buffers of models/llama_decoder.toml: norms, the q/k/v/o projections, gate and
+// up stacked in w_gate_up, down, the final norm and the LM head (the token embedding, which
+// llama2.c ties to it), plus the token embedding itself, rounded to bf16; cos_sin_cache is
+// computed (theta 10000) for max_position rows. Per-layer buffers hold `layers` copies one after
+// another. Errors: kIo (unreadable), kInvalidArgument (a header that disagrees with the model's
+// constants, or a file of the wrong size).
+struct Weights {
+  std::map<std::string, std::vector<double>> buffers;
+  std::vector<double> embedding;  // [vocab, hidden]
+};
+core::Result<Weights> read_llama2c(const std::filesystem::path& file, const Model& model);
+
+// Runs a decode program with the buffers of models/llama_decoder.toml (hidden, residual,
+// positions, slot_mapping, block_tables, seq_lens, logits are filled or read by name).
+class OracleDecoder {
+ public:
+  // A decoder for `num_seqs` sequences of up to `max_context` tokens each (the program is
+  // expanded once at that capacity; each step's metadata carries the real lengths).
+  static core::Result<OracleDecoder> create(const Model& model, Weights weights,
+                                            std::int64_t num_seqs, std::int64_t max_context);
+
+  // Appends `tokens[s]` to sequence s (every sequence advances one token) and returns the
+  // logits of the new positions, [num_seqs][vocab]. Errors: a sequence that is full, a token
+  // outside the vocabulary, a task without a registered oracle, an oracle that fails.
+  core::Result<std::vector<std::vector<double>>> step(const std::vector<std::int64_t>& tokens);
+
+  // Greedy decoding: feeds `first[s]`, then each step's argmax (the lowest id among equal
+  // logits), `count` times; returns the `count` generated tokens per sequence.
+  core::Result<std::vector<std::vector<std::int64_t>>> greedy(
+      const std::vector<std::int64_t>& first, int count);
+
+  std::int64_t length(std::size_t seq) const { return lengths_.at(seq); }
+
+ private:
+  OracleDecoder() = default;
+
+  const Model* model_ = nullptr;
+  Values values_;
+  std::vector<CallSite> sites_;
+  Weights weights_;
+  std::map<std::string, std::vector<double>> buffers_;  // per-layer ones: layers copies in a row
+  std::map<std::string, std::int64_t> layer_elements_;  // elements of one copy, per buffer
+  std::vector<std::int64_t> lengths_;
+};
+
+}  // namespace crucible::model
