@@ -12,7 +12,7 @@ set(CRUCIBLE_SEES_sandbox core sandbox)
 set(CRUCIBLE_SEES_runner core tasks judge kernels action sandbox runner)
 set(CRUCIBLE_SEES_rewards core rewards)
 set(CRUCIBLE_SEES_env core tasks judge kernels action sandbox runner rewards env)
-set(CRUCIBLE_SEES_cli core tasks judge kernels action sandbox runner rewards env clients)
+set(CRUCIBLE_SEES_cli core tasks judge kernels action sandbox runner rewards env clients model)
 set(CRUCIBLE_SEES_clients core clients)
 set(CRUCIBLE_SEES_model core tasks model)
 

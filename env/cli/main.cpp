@@ -24,6 +24,7 @@
 #include "core/text_file.hpp"
 #include "env/cli/compare.hpp"
 #include "env/cli/eval.hpp"
+#include "env/cli/model_tools.hpp"
 #include "env/cli/replay.hpp"
 #include "env/cli/report.hpp"
 #include "env/cli/task_tools.hpp"
@@ -1019,6 +1020,45 @@ int main(int argc, char** argv) {
       "token", "write a new bearer token for serve --http-token-file (mode 0600)");
   keys_token_cmd->add_option("file", token_path, "the token file to create")->required();
 
+  auto* model_cmd = app.add_subcommand(
+      "model",
+      "model steps made of task calls: their call sites, a candidate's plan at each, "
+      "greedy tokens from the step's float64 oracle (docs/models.md)");
+  model_cmd->require_subcommand(1);
+  std::string model_file;
+  std::vector<std::string> model_sets;
+  std::string model_candidate;
+  std::string model_task;
+  int model_tokens = 32;
+  std::vector<std::int64_t> model_first{1};
+  const auto model_argument = [&](CLI::App* command) {
+    command->add_option("model", model_file, "a model description, e.g. models/llama3_8b.toml")
+        ->required();
+  };
+  auto* model_show_cmd = model_cmd->add_subcommand(
+      "show", "the step's call sites: task, calls, symbols, roofline share (an estimate)");
+  model_argument(model_show_cmd);
+  model_show_cmd->add_option("--set", model_sets,
+                             "a step variable, NAME=VALUE (e.g. --set num_seqs=64 --set "
+                             "context=2048)");
+  auto* model_plan_cmd = model_cmd->add_subcommand(
+      "plan", "a candidate's launch plan evaluated at every call site of its task");
+  model_argument(model_plan_cmd);
+  model_plan_cmd->add_option("candidate", model_candidate, "the candidate's .cu file")
+      ->required()
+      ->check(CLI::ExistingFile);
+  model_plan_cmd->add_option("--task", model_task, "the task the candidate is for")->required();
+  model_plan_cmd->add_option("--set", model_sets, "a step variable, NAME=VALUE");
+  auto* model_generate_cmd = model_cmd->add_subcommand(
+      "generate", "greedy tokens through the step's float64 oracle (trained weights only)");
+  model_argument(model_generate_cmd);
+  model_generate_cmd->add_option("--tokens", model_tokens, "tokens to generate per sequence")
+      ->capture_default_str()
+      ->check(whole_number(1, 4096));
+  model_generate_cmd
+      ->add_option("--first", model_first, "the first token of each sequence (one sequence each)")
+      ->capture_default_str();
+
   auto* export_cmd = app.add_subcommand(
       "export",
       "write a trajectory log as JSON lines; damaged bytes are skipped and listed on stderr, and "
@@ -1216,6 +1256,30 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*keys_new_cmd) return new_key_pair(keys_base);
+  if (*model_cmd) {
+    const auto home = resolve_home(home_flag);
+    auto registry = load_registry(home);
+    if (!registry) return kExitUsage;
+    // A name alone is a model of the home's models/ folder.
+    std::filesystem::path file = model_file;
+    if (!std::filesystem::exists(file) &&
+        std::filesystem::exists(home / "models" / (model_file + ".toml"))) {
+      file = home / "models" / (model_file + ".toml");
+    }
+    auto sets = cli::parse_settings(model_sets);
+    if (!sets) {
+      std::cerr << "crucible model: " << sets.error().message << "\n";
+      return kExitUsage;
+    }
+    if (*model_show_cmd) return cli::model_show(file, *registry, *sets, std::cout, std::cerr);
+    if (*model_plan_cmd) {
+      std::ifstream in(model_candidate);
+      const std::string source((std::istreambuf_iterator<char>(in)), {});
+      return cli::model_plan(file, *registry, model_task, source, *sets, std::cout, std::cerr);
+    }
+    return cli::model_generate(home, file, *registry, model_first, model_tokens, std::cout,
+                               std::cerr);
+  }
   if (*keys_token_cmd) return new_token_file(token_path);
   if (*export_cmd) return export_log(export_in, export_out);
   if (*compare_cmd) {

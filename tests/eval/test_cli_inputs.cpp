@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include <functional>
+#include <regex>
+#include <sstream>
 
 #include "core/msgpack_codec.hpp"
 #include "env/cli/eval.hpp"
@@ -419,6 +421,60 @@ TEST_CASE("serve CLI: the HTTP front's token and TLS flags are checked before an
     CHECK_MESSAGE(output.find(needle) != std::string::npos, output);
     CHECK(output.find("listening") == std::string::npos);  // refused before starting
   }
+}
+
+TEST_CASE(
+    "model CLI: show lists the call sites, plan evaluates a candidate at each, generate "
+    "decodes") {
+  std::string output;
+  CHECK(run_crucible("model show llama3_8b --set num_seqs=64 --set context=2048", &output) == 0);
+  CHECK(output.find("one step at context 2048, num_seqs 64: 386 calls at 14 call sites") !=
+        std::string::npos);
+  CHECK(output.find("gate_up_proj   llm/linear") != std::string::npos);
+  CHECK(output.find("an estimate") != std::string::npos);
+  const std::string linear = std::string(CRUCIBLE_SOURCE_DIR) + "/kernels/llm/linear.cu";
+  CHECK(run_crucible("model plan llama3_8b " + linear +
+                         " --task llm/linear --set num_seqs=8 --set context=512",
+                     &output) == 0);
+  CHECK(output.find("lm_head (1 calls a step; in_features=4096 num_tokens=8 "
+                    "out_features=128256)") != std::string::npos);
+  CHECK(output.find("the plan holds at every call site of llm/linear") != std::string::npos);
+  // A plan that cannot launch at some sites (a block of out_features threads) says where.
+  const auto dir = testing::fresh_dir("cli-model-plan");
+  testing::write_file(dir / "wide.cu",
+                      "// @launch wide<<<num_tokens, out_features>>>(out, input, weight, "
+                      "num_tokens, in_features, out_features)\n"
+                      "extern \"C\" __global__ void wide() {}\n");
+  CHECK(run_crucible("model plan llama3_8b " + shell_quoted(dir / "wide.cu") +
+                         " --task llm/linear --set num_seqs=8 --set context=512",
+                     &output) == 1);
+  CHECK(output.find("k_proj (32 calls a step; in_features=4096 num_tokens=8 "
+                    "out_features=1024)\n  wide grid (8, 1, 1) block (1024, 1, 1)") !=
+        std::string::npos);
+  CHECK(output.find("q_proj (32 calls a step; in_features=4096 num_tokens=8 "
+                    "out_features=4096)\n  cannot run here: ") != std::string::npos);
+  CHECK(output.find("the plan fails at 5 of 7 call sites of llm/linear") != std::string::npos);
+  // A task the model never calls, a variable left out, a bad setting: usage errors.
+  CHECK(run_crucible("model plan llama3_8b " + linear +
+                         " --task llm/moe_sum --set num_seqs=8 "
+                         "--set context=512",
+                     &output) == 2);
+  CHECK(output.find("never calls llm/moe_sum") != std::string::npos);
+  CHECK(run_crucible("model show llama3_8b --set num_seqs=8", &output) == 2);
+  CHECK(output.find("variable 'context'") != std::string::npos);
+  CHECK(run_crucible("model show llama3_8b --set num_seqs=x", &output) == 2);
+  CHECK(output.find("not NAME=VALUE") != std::string::npos);
+  // Greedy tokens from the step's float64 oracle: one line per sequence, its first token first.
+  CHECK(run_crucible("model generate stories260K --tokens 8 --first 1 --first 400", &output) == 0);
+  const std::regex line(R"((\d+):( \d+){8})");
+  std::istringstream lines(output);
+  int sequences = 0;
+  for (std::string text; std::getline(lines, text);) {
+    if (std::regex_match(text, line)) ++sequences;
+  }
+  CHECK_MESSAGE(sequences == 2, output);
+  CHECK(run_crucible("model generate llama3_8b", &output) == 2);
+  CHECK(output.find("synthetic weights") != std::string::npos);
 }
 
 TEST_CASE("serve CLI: the open-file soft limit is raised to the hard limit and logged") {
