@@ -16,6 +16,7 @@ set(crucible_not_data PATTERN "*.cpp" EXCLUDE PATTERN "*.hpp" EXCLUDE PATTERN "C
 install(DIRECTORY tasks/ DESTINATION ${CMAKE_INSTALL_DATADIR}/crucible/tasks ${crucible_not_data})
 install(DIRECTORY kernels/ DESTINATION ${CMAKE_INSTALL_DATADIR}/crucible/kernels
         ${crucible_not_data})
+install(DIRECTORY models/ DESTINATION ${CMAKE_INSTALL_DATADIR}/crucible/models)
 install(FILES LICENSE README.md DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/crucible)
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/crucible/docs)
 
