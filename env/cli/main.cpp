@@ -24,6 +24,7 @@
 #include "core/text_file.hpp"
 #include "env/cli/compare.hpp"
 #include "env/cli/eval.hpp"
+#include "env/cli/export_op.hpp"
 #include "env/cli/model_tools.hpp"
 #include "env/cli/replay.hpp"
 #include "env/cli/report.hpp"
@@ -1059,6 +1060,22 @@ int main(int argc, char** argv) {
       ->add_option("--first", model_first, "the first token of each sequence (one sequence each)")
       ->capture_default_str();
 
+  std::string export_op_task;
+  std::string export_op_source;
+  std::string export_op_out;
+  std::string export_op_name;
+  auto* export_op_cmd = app.add_subcommand(
+      "export-op",
+      "write a kernel for a task as a PyTorch custom op (torch.ops.crucible.NAME, the task's "
+      "argument order; NVRTC and the CUDA driver at first call): a winning kernel in place of "
+      "the production op");
+  export_op_cmd->add_option("task", export_op_task, "the task id")->required();
+  export_op_cmd->add_option("source", export_op_source, "the kernel's .cu file")
+      ->required()
+      ->check(CLI::ExistingFile);
+  export_op_cmd->add_option("-o,--output", export_op_out, "the Python file (default NAME.py)");
+  export_op_cmd->add_option("--name", export_op_name, "the op's name (default: the task's)");
+
   auto* export_cmd = app.add_subcommand(
       "export",
       "write a trajectory log as JSON lines; damaged bytes are skipped and listed on stderr, and "
@@ -1256,6 +1273,34 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*keys_new_cmd) return new_key_pair(keys_base);
+  if (*export_op_cmd) {
+    auto registry = load_registry(resolve_home(home_flag));
+    if (!registry) return kExitUsage;
+    const tasks::Task* task = registry->find(export_op_task);
+    if (task == nullptr) {
+      std::cerr << "crucible export-op: no task '" << export_op_task << "'\n";
+      return kExitUsage;
+    }
+    std::ifstream in(export_op_source);
+    const std::string source((std::istreambuf_iterator<char>(in)), {});
+    const std::string name = export_op_name.empty() ? cli::default_op_name(*task) : export_op_name;
+    auto text = cli::export_op_module(*task, source, name,
+                                      std::filesystem::path(export_op_source).filename().string());
+    if (!text) {
+      std::cerr << "crucible export-op: " << text.error().message << "\n";
+      return kExitUsage;
+    }
+    const std::string out = export_op_out.empty() ? name + ".py" : export_op_out;
+    std::ofstream file(out);
+    file << *text;
+    file.close();
+    if (!file) {
+      std::cerr << "crucible export-op: cannot write " << out << "\n";
+      return kExitUsage;
+    }
+    std::cout << "wrote " << out << ": torch.ops.crucible." << name << " for " << task->id << "\n";
+    return 0;
+  }
   if (*model_cmd) {
     const auto home = resolve_home(home_flag);
     auto registry = load_registry(home);

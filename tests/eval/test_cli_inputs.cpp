@@ -8,6 +8,8 @@
 #include <regex>
 #include <sstream>
 
+#include "action/launch_plan.hpp"
+#include "action/plan_context.hpp"
 #include "core/msgpack_codec.hpp"
 #include "env/cli/eval.hpp"
 #include "env/cli/replay.hpp"
@@ -475,6 +477,74 @@ TEST_CASE(
   CHECK_MESSAGE(sequences == 2, output);
   CHECK(run_crucible("model generate llama3_8b", &output) == 2);
   CHECK(output.find("synthetic weights") != std::string::npos);
+}
+
+TEST_CASE("export-op CLI: the exported op's launch plan is the server's on every case") {
+  // The module evaluates the plan's expressions itself (Python, at every call); on every case of
+  // these tasks (conditions, templates, cdiv and min, workspaces) it must launch exactly what the
+  // server's evaluation launches. PyTorch, when installed, also registers the op at import.
+  const auto dir = testing::fresh_dir("cli-export-op");
+  for (const char* id : {"llm/rms_norm", "llm/linear", "llm/paged_decode_attention",
+                         "llm/moe_align_block_size", "ssm/chunk_gated_delta_rule"}) {
+    CAPTURE(id);
+    const tasks::Task* task = testing::shared_registry().find(id);
+    REQUIRE(task != nullptr);
+    const auto module = dir / (std::string(task->id.substr(task->id.find('/') + 1)) + ".py");
+    std::string output;
+    REQUIRE(run_crucible("export-op " + std::string(id) + " " +
+                             shell_quoted(std::filesystem::path(CRUCIBLE_SOURCE_DIR) /
+                                          task->reference_path) +
+                             " -o " + shell_quoted(module),
+                         &output) == 0);
+    CHECK(output.find("torch.ops.crucible.") != std::string::npos);
+    Value cases = Value::array();
+    for (const auto& c : task->cases) cases.push_back(Value(c.symbols));
+    testing::write_file(dir / "cases.json", cases.dump());
+    testing::write_file(dir / "evaluate.py",
+                        "import importlib.util, json, sys\n"
+                        "spec = importlib.util.spec_from_file_location('op', sys.argv[1])\n"
+                        "op = importlib.util.module_from_spec(spec)\n"
+                        "spec.loader.exec_module(op)\n"
+                        "out = []\n"
+                        "for symbols in json.load(open(sys.argv[2])):\n"
+                        "    launches = [[l['kernel'], l['grid'], l['block'], l['smem']]\n"
+                        "                for l in op.plan(symbols)]\n"
+                        "    spaces = [op.evaluate(w['count'], symbols) * w['element_bytes']\n"
+                        "              for w in op.PLAN['workspaces']]\n"
+                        "    out.append([launches, spaces])\n"
+                        "print(json.dumps(out))\n");
+    REQUIRE(testing::run_command("python3 " + shell_quoted(dir / "evaluate.py") + " " +
+                                     shell_quoted(module) + " " + shell_quoted(dir / "cases.json"),
+                                 &output) == 0);
+    const Value python = Value::parse(output.substr(output.find('[')));
+    REQUIRE(python.size() == task->cases.size());
+    const auto context = action::make_plan_context(*task);
+    const auto plan = action::parse_launch_plan(task->reference_source, context);
+    REQUIRE(plan.ok());
+    for (std::size_t i = 0; i < task->cases.size(); ++i) {
+      CAPTURE(task->cases[i].name);
+      const auto concrete = action::evaluate_plan(*plan, task->cases[i].symbols, context);
+      REQUIRE(concrete.ok());
+      Value launches = Value::array();
+      for (const auto& launch : concrete->launches) {
+        launches.push_back(
+            Value::array({plan->launches[launch.launch].name_expression, Value(launch.grid),
+                          Value(launch.block), launch.smem_bytes}));
+      }
+      CHECK(python[i][0] == launches);
+      CHECK(python[i][1] == Value(concrete->workspace_bytes));
+    }
+  }
+  // A plan that does not fit the task, and a name that is not an identifier, are refused.
+  std::string output;
+  CHECK(run_crucible("export-op llm/moe_sum " + std::string(CRUCIBLE_SOURCE_DIR) +
+                         "/kernels/llm/rms_norm.cu -o " + shell_quoted(dir / "x.py"),
+                     &output) == 2);
+  CHECK(output.find("crucible export-op: the launch plan: ") != std::string::npos);
+  CHECK(run_crucible("export-op llm/rms_norm " + std::string(CRUCIBLE_SOURCE_DIR) +
+                         "/kernels/llm/rms_norm.cu --name 9lives -o " + shell_quoted(dir / "x.py"),
+                     &output) == 2);
+  CHECK(output.find("'9lives' is not a Python identifier") != std::string::npos);
 }
 
 TEST_CASE("serve CLI: the open-file soft limit is raised to the hard limit and logged") {

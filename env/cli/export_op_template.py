@@ -1,0 +1,296 @@
+"""@DOC@"""
+# Written by `crucible export-op` from the template env/cli/export_op_template.py: the kernel
+# source, the task's signature and the launch plan below are data; the code around them reads
+# the plan's integer expressions, compiles the source with NVRTC for the current GPU on first
+# use and launches it with the CUDA driver on PyTorch's current stream.
+
+import ctypes
+import json
+import os
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+TASK: Dict[str, Any] = json.loads("@TASK@")
+PLAN: Dict[str, Any] = json.loads("@PLAN@")
+SOURCE: str = "@SOURCE@"
+OP_NAME = "@NAME@"
+
+# --- the launch plan's integer expressions: C arithmetic on int64 (core/expr.hpp's grammar) ---
+
+
+def _tokens(text: str) -> List[str]:
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c.isspace():
+            i += 1
+        elif c.isalnum() or c == "_":
+            j = i
+            while j < len(text) and (text[j].isalnum() or text[j] == "_"):
+                j += 1
+            out.append(text[i:j])
+            i = j
+        elif text[i:i + 2] in ("||", "&&", "==", "!=", "<=", ">="):
+            out.append(text[i:i + 2])
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return out
+
+
+def _div(a: int, b: int) -> int:
+    if b == 0:
+        raise ZeroDivisionError("division by zero in a launch expression")
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+class _Parser:
+    def __init__(self, text: str, env: Mapping[str, int]):
+        self.t, self.i, self.env = _tokens(text), 0, env
+
+    def peek(self) -> Optional[str]:
+        return self.t[self.i] if self.i < len(self.t) else None
+
+    def take(self) -> str:
+        self.i += 1
+        return self.t[self.i - 1]
+
+    def binary(self, ops: Sequence[str], lower: Any) -> int:
+        value = lower()
+        while self.peek() in ops:
+            op, right = self.take(), lower()
+            value = {"||": lambda a, b: int(bool(a) or bool(b)),
+                     "&&": lambda a, b: int(bool(a) and bool(b)),
+                     "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
+                     "<": lambda a, b: int(a < b), "<=": lambda a, b: int(a <= b),
+                     ">": lambda a, b: int(a > b), ">=": lambda a, b: int(a >= b),
+                     "+": lambda a, b: a + b, "-": lambda a, b: a - b,
+                     "*": lambda a, b: a * b, "/": _div,
+                     "%": lambda a, b: a - _div(a, b) * b}[op](value, right)
+        return value
+
+    def expr(self) -> int:
+        return self.binary(("||",), lambda: self.binary(("&&",), lambda: self.binary(
+            ("==", "!="), lambda: self.binary(("<", "<=", ">", ">="), lambda: self.binary(
+                ("+", "-"), lambda: self.binary(("*", "/", "%"), self.unary))))))
+
+    def unary(self) -> int:
+        if self.peek() == "-":
+            self.take()
+            return -self.unary()
+        if self.peek() == "!":
+            self.take()
+            return int(not self.unary())
+        return self.primary()
+
+    def primary(self) -> int:
+        token = self.take()
+        if token == "(":
+            value = self.expr()
+            self.take()
+            return value
+        if token[0].isdigit():
+            return int(token, 16) if token.lower().startswith("0x") else int(token)
+        if self.peek() == "(":
+            self.take()
+            args = [self.expr()]
+            while self.peek() == ",":
+                self.take()
+                args.append(self.expr())
+            self.take()
+            if token == "cdiv":
+                return _div(args[0] + args[1] - 1, args[1])
+            return min(args) if token == "min" else max(args)
+        return int(self.env[token])
+
+
+def evaluate(text: str, env: Mapping[str, int]) -> int:
+    """The value of one of the plan's integer expressions with `env`'s symbols."""
+    return _Parser(text, env).expr()
+
+
+def plan(symbols: Mapping[str, int]) -> List[Dict[str, Any]]:
+    """The launches that run for these symbol values, in order: kernel (its name expression),
+    grid, block, smem (dynamic shared memory bytes) and args (as the plan lists them)."""
+    launches = []
+    for launch in PLAN["launches"]:
+        if launch["condition"] is not None and not evaluate(launch["condition"], symbols):
+            continue
+        launches.append({
+            "kernel": launch["name_expression"],
+            "grid": [evaluate(e, symbols) for e in launch["grid"]],
+            "block": [evaluate(e, symbols) for e in launch["block"]],
+            "smem": evaluate(launch["smem"], symbols),
+            "args": launch["args"],
+        })
+    return launches
+
+
+def symbols_of(shapes: Mapping[str, Sequence[int]], given: Mapping[str, int]) -> Dict[str, int]:
+    """Every task symbol: read from the tensors' shapes where one names it, else `given`."""
+    symbols: Dict[str, int] = dict(given)
+    for tensor in TASK["tensors"]:
+        shape = shapes[tensor["name"]]
+        if len(shape) != len(tensor["shape"]):
+            raise ValueError(f"{tensor['name']} has {len(shape)} dimensions, the task "
+                             f"{len(tensor['shape'])}")
+        for dim, size in zip(tensor["shape"], shape):
+            if isinstance(dim, int) or dim.isdigit():
+                if int(dim) != size:
+                    raise ValueError(f"{tensor['name']}: a dimension of {dim} is {size}")
+            elif symbols.setdefault(dim, int(size)) != size:
+                raise ValueError(f"{tensor['name']}: {dim} is {size} here, {symbols[dim]} "
+                                 "elsewhere")
+    missing = [name for name in PLAN["symbols"] if name not in symbols]
+    if missing:
+        raise ValueError(f"symbols {missing} are in no tensor's shape: pass them by keyword")
+    return symbols
+
+
+# --- CUDA through ctypes: NVRTC to compile, the driver to load and launch ---
+
+_PRELUDE = ("#pragma once\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+            "#include <cuda_fp8.h>\n#include <cuda/std/cstdint>\n")
+
+
+def _library(names: Sequence[str]) -> ctypes.CDLL:
+    errors = []
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError as exc:
+            errors.append(str(exc))
+    raise OSError("cannot load any of " + ", ".join(names) + ": " + "; ".join(errors))
+
+
+class _Kernels:
+    """The source compiled for one device: its functions by name expression."""
+
+    def __init__(self, device_index: int, capability: Tuple[int, int]):
+        cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        self.cuda = _library(["libcuda.so.1"])
+        nvrtc = _library([os.environ.get("CRUCIBLE_NVRTC", "libnvrtc.so.13"),
+                          os.path.join(cuda_home, "lib64", "libnvrtc.so.13"), "libnvrtc.so"])
+        program = ctypes.c_void_p()
+        headers = (ctypes.c_char_p * 1)(_PRELUDE.encode())
+        names = (ctypes.c_char_p * 1)(b"crucible_prelude.cuh")
+        self._check_nvrtc(nvrtc, nvrtc.nvrtcCreateProgram(
+            ctypes.byref(program), SOURCE.encode(), b"kernel.cu", 1, headers, names))
+        expressions = list(dict.fromkeys(l["name_expression"] for l in PLAN["launches"]))
+        for expression in expressions:
+            self._check_nvrtc(nvrtc, nvrtc.nvrtcAddNameExpression(program, expression.encode()))
+        major, minor = capability
+        arch = f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+        options = [f"-arch={arch}", "-std=c++17", "--pre-include=crucible_prelude.cuh"]
+        for folder in ("include", "include/cccl", "include/crt"):
+            if os.path.isdir(os.path.join(cuda_home, folder)):
+                options.append("-I" + os.path.join(cuda_home, folder))
+        encoded = (ctypes.c_char_p * len(options))(*(o.encode() for o in options))
+        result = nvrtc.nvrtcCompileProgram(program, len(options), encoded)
+        if result != 0:
+            size = ctypes.c_size_t()
+            nvrtc.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            nvrtc.nvrtcGetProgramLog(program, log)
+            raise RuntimeError(f"NVRTC could not compile {OP_NAME}: {log.value.decode()}")
+        size = ctypes.c_size_t()
+        self._check_nvrtc(nvrtc, nvrtc.nvrtcGetCUBINSize(program, ctypes.byref(size)))
+        cubin = ctypes.create_string_buffer(size.value)
+        self._check_nvrtc(nvrtc, nvrtc.nvrtcGetCUBIN(program, cubin))
+        lowered = {}
+        for expression in expressions:
+            name = ctypes.c_char_p()
+            self._check_nvrtc(nvrtc, nvrtc.nvrtcGetLoweredName(
+                program, expression.encode(), ctypes.byref(name)))
+            lowered[expression] = name.value
+        self.module = ctypes.c_void_p()
+        self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "load")
+        self.functions = {}
+        for expression, name in lowered.items():
+            function = ctypes.c_void_p()
+            self._check(self.cuda.cuModuleGetFunction(ctypes.byref(function), self.module,
+                                                      name), "find " + expression)
+            self.functions[expression] = function
+        nvrtc.nvrtcDestroyProgram(ctypes.byref(program))
+
+    @staticmethod
+    def _check_nvrtc(nvrtc: ctypes.CDLL, result: int) -> None:
+        if result != 0:
+            nvrtc.nvrtcGetErrorString.restype = ctypes.c_char_p
+            raise RuntimeError(f"NVRTC: {nvrtc.nvrtcGetErrorString(result).decode()}")
+
+    def _check(self, result: int, what: str) -> None:
+        if result != 0:
+            message = ctypes.c_char_p()
+            self.cuda.cuGetErrorString(result, ctypes.byref(message))
+            raise RuntimeError(f"CUDA driver: cannot {what}: "
+                               f"{(message.value or b'error %d' % result).decode()}")
+
+    def launch(self, expression: str, grid: Sequence[int], block: Sequence[int], smem: int,
+               args: Sequence[Any], stream: int) -> None:
+        function = self.functions[expression]
+        if smem > 48 * 1024:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            self._check(self.cuda.cuFuncSetAttribute(function, 8, smem), "allow shared memory")
+        pointers = (ctypes.c_void_p * len(args))(
+            *(ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args))
+        self._check(self.cuda.cuLaunchKernel(
+            function, *grid, *block, smem, ctypes.c_void_p(stream), pointers, None),
+            "launch " + expression)
+
+
+_compiled: Dict[int, _Kernels] = {}
+_lock = threading.Lock()
+_SCALAR_TYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i32": ctypes.c_int32,
+                 "i64": ctypes.c_int64}
+
+
+def run(tensors: Mapping[str, Any], scalars: Mapping[str, float],
+        given: Mapping[str, int]) -> None:
+    """Runs the op on PyTorch CUDA tensors (by task tensor name), on the current stream."""
+    import torch
+
+    first = next(iter(tensors.values()))
+    device = first.device
+    for name, tensor in tensors.items():
+        if tensor.device != device or not tensor.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous tensor on {device}")
+    symbols = symbols_of({n: tuple(t.shape) for n, t in tensors.items()}, given)
+    with _lock:
+        kernels = _compiled.get(device.index)
+        if kernels is None:
+            torch.cuda.init()
+            with torch.cuda.device(device):
+                torch.cuda.synchronize()  # the primary context is current from here
+                kernels = _compiled[device.index] = _Kernels(
+                    device.index, torch.cuda.get_device_capability(device))
+    workspaces = [torch.empty(max(1, evaluate(w["count"], symbols) * w["element_bytes"]),
+                              dtype=torch.uint8, device=device) for w in PLAN["workspaces"]]
+    stream = torch.cuda.current_stream(device).cuda_stream
+    for launch in plan(symbols):
+        args: List[Any] = []
+        for kind, name in launch["args"]:
+            if kind == "tensor":
+                args.append(ctypes.c_uint64(tensors[name].data_ptr()))
+            elif kind == "workspace":
+                index = [w["name"] for w in PLAN["workspaces"]].index(name)
+                args.append(ctypes.c_uint64(workspaces[index].data_ptr()))
+            elif kind == "scalar":
+                dtype = next(s["dtype"] for s in TASK["scalars"] if s["name"] == name)
+                args.append(_SCALAR_TYPES[dtype](scalars[name]))
+            else:
+                dtype = next(s["dtype"] for s in TASK["symbols"] if s["name"] == name)
+                args.append(_SCALAR_TYPES[dtype](symbols[name]))
+        kernels.launch(launch["kernel"], launch["grid"], launch["block"], launch["smem"], args,
+                       stream)
+
+
+# --- the PyTorch custom op ---
+try:
+    import torch
+except ImportError:  # the plan and its expressions stay usable without PyTorch
+    torch = None  # type: ignore[assignment]
+
+if torch is not None:
+    pass  # @OP@
