@@ -2,12 +2,12 @@
 # Runs the GPU suites, benchmarks and the logged-run replay on the GPU machine, from the
 # repository root, with the binaries carried in .bundle/ (see bench/README.md).
 #   device_run.sh [tests] [bench] [ncu] [trajectory] [parity] [variants] [throughput] [faults]
-#   (default: all eight)
+#                 [exportop]   (default: all nine)
 # Figures and logs go to $OUT; everything is also packed into $OUT/results.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/crucible-out}
 mkdir -p "$OUT/r"
-parts=${*:-tests bench ncu trajectory parity variants throughput faults}
+parts=${*:-tests bench ncu trajectory parity variants throughput faults exportop}
 want() { [[ " $parts " == *" $1 "* ]]; }
 cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
 # Only crucible's own programs get the carried libraries (python3 and ncu keep the system's).
@@ -112,4 +112,10 @@ if want faults; then
   python3 bench/gpu/fault_latency.py --samples > "$R/faults.jsonl"
   run timeout 200 $B/crucible eval "$R/faults.jsonl" -o "$R/faults_eval" -j 1 2>&1 | tail -2
   python3 bench/gpu/fault_latency.py --results "$R/faults_eval/results.jsonl" --json "$R/fault_latency.json"
+fi
+if want exportop; then
+  # `crucible export-op`: references exported as PyTorch ops, held to the PyTorch composites.
+  step "export-op: exported references against the composites"
+  CRUCIBLE_LIBRARY_PATH="$libs" timeout ${EXPORTOP_TIMEOUT:-300} python3 bench/gpu/export_op_check.py \
+    --json "$R/export_op.json" 2>&1 | tee "$R/export_op.txt" | tail -20
 fi
