@@ -17,7 +17,7 @@ using core::Value;
 constexpr const char* kDefaultKeys =
     "preset, correct, speed_weight, speed_floor, speed_cap, penalty, resolved_speedup_only, "
     "improvement, improvement_weight";
-constexpr const char* kPresetNames = "default, fast_p, kevin, drkernel, kernrl, sol";
+constexpr const char* kPresetNames = "default, fast_p, kevin, drkernel, kernrl, sol, amdahl";
 
 core::Error invalid(std::string message) {
   return core::Error{core::ErrorCode::kInvalidArgument, "reward spec: " + std::move(message)};
@@ -83,6 +83,10 @@ const std::vector<Preset>& presets() {
          return penalty;
        }},
       {"sol", {}, [](const std::string&) { return uniform_penalty(0.0); }},
+      // op_share has no default worth having: 0 is refused, so a spec must give it.
+      {"amdahl",
+       {{"op_share", 0.0}, {"correct", 0.3}, {"speed_weight", 10.0}},
+       [](const std::string&) { return uniform_penalty(-0.3); }},
   };
   return table;
 }
@@ -114,6 +118,14 @@ std::optional<core::Error> check_constants(const RewardSpec& spec) {
   if (spec.preset == "kernrl" && c.at("speed_cap") < 0.0) {
     return invalid("'speed_cap' must be at least 0");
   }
+  if (spec.preset == "amdahl" && !(c.at("op_share") > 0.0 && c.at("op_share") <= 1.0)) {
+    return invalid(
+        "'op_share' must be in (0, 1]: the op's share of the model step's time "
+        "(`crucible model show` estimates it from the roofline)");
+  }
+  if (spec.preset == "amdahl" && c.at("speed_weight") < 0.0) {
+    return invalid("'speed_weight' must be at least 0");
+  }
   return std::nullopt;
 }
 
@@ -138,6 +150,27 @@ double score_default(const RewardSpec& spec, const Measurement& m, RewardBreakdo
   out.terms["speed"] = speed;
   out.terms["speedup"] = *m.speedup;
   return spec.correct + speed;
+}
+
+// The share of the whole model step's time the candidate saves: with the op taking a share f of
+// the step and running s times faster, the step takes (1 - f) + f / s of its time (Amdahl), so
+// f * (1 - 1 / s) of it is saved; a slower op loses at most f (the term is floored at -f).
+double score_amdahl(const RewardSpec& spec, const Measurement& m, RewardBreakdown& out) {
+  const double share = spec.constants.at("op_share");
+  const double correct = spec.constants.at("correct");
+  out.terms["correct"] = correct;
+  out.terms["op_share"] = share;
+  if (!usable_speedup(m.speedup)) {
+    out.terms["speed"] = nullptr;
+    return correct;
+  }
+  const double saved = share * std::max(-1.0, 1.0 - 1.0 / *m.speedup);
+  const double speed = spec.constants.at("speed_weight") * saved;
+  out.terms["speedup"] = *m.speedup;
+  out.terms["step_speedup"] = 1.0 / ((1.0 - share) + share / *m.speedup);
+  out.terms["step_saved"] = saved;
+  out.terms["speed"] = speed;
+  return correct + speed;
 }
 
 double score_fast_p(const RewardSpec& spec, const Measurement& m, RewardBreakdown& out) {
@@ -433,6 +466,8 @@ RewardBreakdown compute_reward(const RewardSpec& spec, const Measurement& measur
     total = score_kernrl(spec, m, out);
   } else if (spec.preset == "sol") {
     total = score_sol(spec, m, out);
+  } else if (spec.preset == "amdahl") {
+    total = score_amdahl(spec, m, out);
   } else {
     total = score_default(spec, m, out);
   }

@@ -200,6 +200,25 @@ TEST_CASE("presets: SOL score is the share of the reference-to-floor gap the ker
   CHECK(full.terms["floor_ns"] == 20.0);
 }
 
+TEST_CASE("presets: amdahl credits the share of the model step the candidate saves") {
+  const Value amdahl{{"preset", "amdahl"}, {"op_share", 0.25}};
+  // 0.3 for correctness plus 10 x f x (1 - 1/s), floored at -f.
+  check_cases({
+      {"parity", amdahl, ok(1.0), 0.3},
+      {"twice as fast saves an eighth of the step", amdahl, ok(2.0), 0.3 + 10 * 0.25 * 0.5},
+      {"four times as fast", amdahl, ok(4.0), 0.3 + 10 * 0.25 * 0.75},
+      {"half speed loses a quarter of the step", amdahl, ok(0.5), 0.3 - 10 * 0.25 * 1.0},
+      {"a tenth of the speed is floored at the op's share", amdahl, ok(0.1), 0.3 - 2.5},
+      {"missing speedup", amdahl, ok(std::nullopt), 0.3},
+      {"speedup inf is no speed term", amdahl, ok(kInf), 0.3},
+      {"incorrect", amdahl, {StepStatus::kIncorrect}, -0.3},
+      {"the whole step", Value{{"preset", "amdahl"}, {"op_share", 1.0}}, ok(2.0), 0.3 + 5.0},
+  });
+  const auto reward = rewards::compute_reward(spec_of(amdahl), ok(2.0));
+  CHECK(reward.terms["step_speedup"].get<double>() == doctest::Approx(1.0 / (0.75 + 0.125)));
+  CHECK(reward.terms["step_saved"].get<double>() == doctest::Approx(0.125));
+}
+
 TEST_CASE("presets: infra_error is never penalised and always marked, in every preset") {
   for (const char* preset : {"default", "fast_p", "kevin", "drkernel", "kernrl", "sol"}) {
     CAPTURE(std::string(preset));
@@ -275,6 +294,12 @@ TEST_CASE("presets: bad specs are refused with the key named") {
       {{{"preset", "sol"}, {"p", 1.0}},
        "reward spec: unknown key 'p'; known keys: preset, penalty, resolved_speedup_only, "
        "improvement, improvement_weight"},
+      {{{"preset", "amdahl"}},
+       "reward spec: 'op_share' must be in (0, 1]: the op's share of the model step's time "
+       "(`crucible model show` estimates it from the roofline)"},
+      {{{"preset", "amdahl"}, {"op_share", 1.5}},
+       "reward spec: 'op_share' must be in (0, 1]: the op's share of the model step's time "
+       "(`crucible model show` estimates it from the roofline)"},
       {{{"mode", "tiered"}},
        "reward spec: unknown key 'mode'; known keys: preset, correct, speed_weight, speed_floor, "
        "speed_cap, penalty, resolved_speedup_only, improvement, improvement_weight"},

@@ -78,7 +78,7 @@ TEST_CASE("reward spec: overrides apply and bad specs are refused with the key n
       {"default", "reward spec: must be a map"},
       {{{"preset", "kevins"}},
        "reward spec: unknown preset 'kevins'; known presets: default, fast_p, kevin, drkernel, "
-       "kernrl, sol"},
+       "kernrl, sol, amdahl"},
       {{{"corect", 1.0}},
        "reward spec: unknown key 'corect'; known keys: preset, correct, speed_weight, "
        "speed_floor, speed_cap, penalty, resolved_speedup_only, improvement, improvement_weight"},
