@@ -229,6 +229,42 @@ TEST_CASE("sampling checker: ties at the k-th logit are all kept") {
   CHECK_FALSE(b.check().pass);
 }
 
+TEST_CASE(
+    "sampling checker: the all-tied rows of h_uniform_logits accept the inverse-CDF token of each "
+    "draw and reject tokens two away") {
+  // llm/top_k_top_p_sampling_from_logits' hidden case h_uniform_logits, first run: every logit
+  // 0 over 5000 tokens, k = 10^6, 10, 4999, 1 and p = 1, 1, 0.95, 0.9 (all 5000 tied tokens
+  // are in K and in every nucleus), and the draws its fixed seed 9806 gives for draw 0
+  // (tensor_seed(9806, "uniform_samples", 0)). The reference kernel's fp32 arithmetic, emulated
+  // on the host, draws floor(u * 5000) on every row: 1423, 299, 1258, 2974.
+  Batch b;
+  b.vocab = 5000;
+  b.logits.assign(4 * b.vocab, 0.0f);
+  b.top_k = {1000000, 10, 4999, 1};
+  b.top_p = {1.0f, 1.0f, 0.95f, 0.9f};
+  b.uniform = {0x1.23981ep-2f, 0x1.e9e9a0p-5f, 0x1.01cde6p-2f, 0x1.309b9ep-1f};
+  b.samples = {1423, 299, 1258, 2974};
+  CHECK(b.check().pass);
+  // A neighbour is accepted when the draw is within 1e-4 of the mass (half a token here) of its
+  // interval (u * 5000 = 1423.80, 299.02, 1258.81, 2974.69); two away never is.
+  b.samples = {1424, 298, 1259, 2975};
+  CHECK(b.check().pass);
+  b.samples = {1423, 299, 1258, 2973};
+  CHECK_FALSE(b.check().pass);
+  for (std::size_t row = 0; row < 4; ++row) {
+    CAPTURE(row);
+    for (const std::int32_t shift : {-2, 2}) {
+      Batch moved = b;
+      moved.samples = {1423, 299, 1258, 2974};
+      moved.samples[row] += shift;
+      const auto report = moved.check();
+      CHECK_FALSE(report.pass);
+      CHECK(report.mismatches == 1);
+      CHECK(report.first_mismatch == row);
+    }
+  }
+}
+
 TEST_CASE("sampling checker: counts failing rows, and flags unwritten and out-of-range tokens") {
   Batch b;
   b.logits = {std::log(1.0f), std::log(2.0f), std::log(3.0f), std::log(4.0f),
