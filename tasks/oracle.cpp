@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "core/numeric.hpp"
 #include "tasks/generators.hpp"
@@ -59,6 +61,31 @@ std::vector<double> decode_values(core::DType dtype, const void* data, std::size
   std::vector<double> values(count);
   for (std::size_t i = 0; i < count; ++i) values[i] = core::element_as_double(dtype, data, i);
   return values;
+}
+
+void matmul_nt(const double* x, const double* w, double* out, std::int64_t rows, std::int64_t k,
+               std::int64_t cols) {
+  const auto some_rows = [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t t = first; t < last; ++t) {
+      for (std::int64_t n = 0; n < cols; ++n) {
+        double sum = 0.0;
+        for (std::int64_t i = 0; i < k; ++i) sum += x[t * k + i] * w[n * k + i];
+        out[t * cols + n] = sum;
+      }
+    }
+  };
+  const std::int64_t threads = std::clamp<std::int64_t>(
+      std::min<std::int64_t>(std::thread::hardware_concurrency(), rows), 1, 64);
+  if (threads == 1 || rows * cols * k < (std::int64_t{1} << 24)) {
+    some_rows(0, rows);
+    return;
+  }
+  std::vector<std::thread> workers;
+  const std::int64_t share = (rows + threads - 1) / threads;
+  for (std::int64_t first = 0; first < rows; first += share) {
+    workers.emplace_back(some_rows, first, std::min(rows, first + share));
+  }
+  for (auto& worker : workers) worker.join();
 }
 
 double round_to_dtype(core::DType dtype, double value) {

@@ -65,6 +65,12 @@ std::vector<std::byte> encode_values(core::DType dtype, const std::vector<double
 // float for 16-bit and fp8 types; integers: round half away from zero, saturating).
 double round_to_dtype(core::DType dtype, double value);
 
+// out[t, n] = sum_k x[t, k] * w[n, k] in double (x: [rows, k], w: [cols, k], out: [rows, cols],
+// row-major): the GEMM of the linear layers' oracles. Rows are shared out among threads when
+// the product is large (the GPU suite checks prefill-sized cases with billions of multiply-adds).
+void matmul_nt(const double* x, const double* w, double* out, std::int64_t rows, std::int64_t k,
+               std::int64_t cols);
+
 // The input bytes of every in and inout tensor of one case and draw, as the runner builds them
 // (generated or captured values), by tensor name.
 using InputBytes = std::map<std::string, std::vector<std::byte>>;

@@ -53,11 +53,7 @@ int model_show(const std::filesystem::path& model_file, const tasks::Registry& r
                const std::map<std::string, std::int64_t>& variables, std::ostream& out,
                std::ostream& err) {
   auto loaded = model::load_model(model_file, registry);
-  if (!loaded) {
-    err << "crucible model show: " << loaded.error().message << "\n";
-    return 2;
-  }
-  auto step = model::expand_step(*loaded, variables);
+  auto step = loaded ? model::expand_step(*loaded, variables) : loaded.error();
   if (!step) {
     err << "crucible model show: " << step.error().message << "\n";
     return 2;
@@ -104,18 +100,14 @@ int model_plan(const std::filesystem::path& model_file, const tasks::Registry& r
                const std::map<std::string, std::int64_t>& variables, std::ostream& out,
                std::ostream& err) {
   auto loaded = model::load_model(model_file, registry);
-  if (!loaded) {
-    err << "crucible model plan: " << loaded.error().message << "\n";
+  auto step = loaded ? model::expand_step(*loaded, variables) : loaded.error();
+  if (!step) {
+    err << "crucible model plan: " << step.error().message << "\n";
     return 2;
   }
   const tasks::Task* task = registry.find(task_id);
   if (task == nullptr) {
     err << "crucible model plan: no task '" << task_id << "'\n";
-    return 2;
-  }
-  auto step = model::expand_step(*loaded, variables);
-  if (!step) {
-    err << "crucible model plan: " << step.error().message << "\n";
     return 2;
   }
   const bool called =

@@ -76,6 +76,17 @@ class SlowStage final : public env::Stage {
   int ms_;
 };
 
+// Asks the server (10 s at most) until it holds a step or score, queued or running.
+void wait_for_inflight(clients::Client& client) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < give_up) {
+    const auto stats = client.stats();
+    REQUIRE(stats.ok());
+    if ((*stats)["inflight"].get<std::uint64_t>() >= 1) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 env::Pipeline slow_pipeline(int ms) {
   env::Pipeline pipeline;
   pipeline.add(std::make_unique<SlowStage>(ms));
@@ -433,13 +444,7 @@ TEST_CASE("server: a client that disconnects mid-request does not disturb the ot
     leaver.submit(Op::kScore, Value{{"task", "llm/rms_norm"}, {"source", kKernel}});
     // Wait (by asking) until the server holds the request (linger 0 would discard one not yet
     // sent), then leave while the score is still running: the reply is left undelivered.
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < give_up) {
-      const auto stats = stayer.stats();
-      REQUIRE(stats.ok());
-      if ((*stats)["inflight"].get<std::uint64_t>() >= 1) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    wait_for_inflight(stayer);
   }
   const auto score = stayer.score("llm/rms_norm", kKernel);
   REQUIRE(score.ok());
@@ -485,13 +490,8 @@ TEST_CASE("server: a full queue answers busy, and shutdown refuses new work but 
 
   auto in_flight = client.submit(Op::kScore, Value{{"task", "llm/rms_norm"}, {"source", kKernel}});
   // Wait (by asking, not by sleeping) until the server holds the request, then stop it.
+  wait_for_inflight(client);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < give_up) {
-    const auto stats = client.stats();
-    REQUIRE(stats.ok());
-    if ((*stats)["inflight"].get<std::uint64_t>() >= 1) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
   std::thread stopper([&] { server.stop(); });
   // The loop notices the stop within one poll; from then on new requests are refused while the
   // held one finishes.

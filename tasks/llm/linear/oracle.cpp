@@ -1,11 +1,6 @@
-// Oracle of llm/linear: out[t, n] = sum_k input[t, k] * weight[n, k], in double. Output rows are
-// shared out among threads (each writes its own rows): the GPU suite checks prefill-sized cases
-// with billions of multiply-adds.
+// Oracle of llm/linear: out[t, n] = sum_k input[t, k] * weight[n, k], in double (matmul_nt, which
+// shares the rows out among threads for prefill-sized cases).
 #include "tasks/oracle.hpp"
-
-#include <algorithm>
-#include <thread>
-#include <vector>
 
 namespace crucible::tasks {
 namespace {
@@ -17,29 +12,7 @@ core::Status linear(const OracleCall& call) {
   const std::int64_t tokens = call.symbol("num_tokens");
   const std::int64_t k_size = call.symbol("in_features");
   const std::int64_t n_size = call.symbol("out_features");
-  auto rows = [&](std::int64_t first, std::int64_t last) {
-    for (std::int64_t t = first; t < last; ++t) {
-      const double* x = input.values.data() + t * k_size;
-      for (std::int64_t n = 0; n < n_size; ++n) {
-        const double* w = weight.values.data() + n * k_size;
-        double sum = 0.0;
-        for (std::int64_t k = 0; k < k_size; ++k) sum += x[k] * w[k];
-        out.values[static_cast<std::size_t>(t * n_size + n)] = sum;
-      }
-    }
-  };
-  const std::int64_t threads = std::clamp<std::int64_t>(
-      std::min<std::int64_t>(std::thread::hardware_concurrency(), tokens), 1, 64);
-  if (threads == 1 || tokens * n_size * k_size < (std::int64_t{1} << 24)) {
-    rows(0, tokens);
-    return {};
-  }
-  std::vector<std::thread> workers;
-  const std::int64_t share = (tokens + threads - 1) / threads;
-  for (std::int64_t first = 0; first < tokens; first += share) {
-    workers.emplace_back(rows, first, std::min(tokens, first + share));
-  }
-  for (auto& worker : workers) worker.join();
+  matmul_nt(input.values.data(), weight.values.data(), out.values.data(), tokens, k_size, n_size);
   return {};
 }
 

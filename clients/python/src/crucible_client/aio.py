@@ -29,11 +29,10 @@ from .pool import (
     DEFAULT_HEALTH_TIMEOUT_S,
     ServerLost,
     _episode_reply,
-    _POOL_ONLY_OPTIONS,
     _configure,
     _is_loss,
+    _one_or_many,
     _Routes,
-    split_endpoints,
 )
 from .errors import (
     Busy,
@@ -614,8 +613,7 @@ def connect_async(target: AsyncTarget, **client_options: Any) -> Union[AsyncClie
     (a list, or a string with commas); a given AsyncClient or AsyncPool as it is."""
     if isinstance(target, (AsyncClient, AsyncPool)):
         return target
-    endpoints = split_endpoints(target)
-    if isinstance(target, str) and len(endpoints) == 1:
-        options = {k: v for k, v in client_options.items() if k not in _POOL_ONLY_OPTIONS}
-        return AsyncClient(endpoints[0], **options)
+    single, endpoints = _one_or_many(target, client_options)
+    if single:
+        return AsyncClient(single, **client_options)
     return AsyncPool(endpoints, **client_options)

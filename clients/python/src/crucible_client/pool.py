@@ -551,8 +551,17 @@ def connect(target: Target, **client_options: Any) -> Union[Client, Pool]:
     options are then not used). The caller owns what this opens and closes it."""
     if isinstance(target, (Client, Pool)):
         return target
+    single, endpoints = _one_or_many(target, client_options)
+    return Client(single, **client_options) if single else Pool(endpoints, **client_options)
+
+
+def _one_or_many(target: Union[str, Sequence[str]], client_options: Dict[str, Any]
+                 ) -> Tuple[Optional[str], List[str]]:
+    """(the endpoint, []) when `target` is one string naming one endpoint (the pool's own
+    options are then dropped from `client_options`), else (None, every endpoint)."""
     endpoints = split_endpoints(target)
     if isinstance(target, str) and len(endpoints) == 1:
-        options = {k: v for k, v in client_options.items() if k not in _POOL_ONLY_OPTIONS}
-        return Client(endpoints[0], **options)
-    return Pool(endpoints, **client_options)
+        for option in _POOL_ONLY_OPTIONS:
+            client_options.pop(option, None)
+        return endpoints[0], []
+    return None, endpoints
