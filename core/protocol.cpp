@@ -114,6 +114,16 @@ Result<Value> optional_tag(const Value& frame) {
   return *field;
 }
 
+// `model`: null, a model name or a map (the server resolves it against its models).
+Result<Value> optional_model(const Value& frame) {
+  const Value* field = find(frame, "model");
+  if (field == nullptr || field->is_null()) return Value(nullptr);
+  if (!field->is_string() && !field->is_object()) {
+    return wrong_type("model", "a model name or a map {name, variables...}", *field);
+  }
+  return *field;
+}
+
 Result<Value> optional_plan(const Value& frame) {
   const Value* field = find(frame, "plan");
   if (field == nullptr || field->is_null()) return Value(nullptr);
@@ -265,6 +275,9 @@ Result<ResetRequest> parse_reset(const Value& frame, const ProtocolLimits& limit
   auto tag = optional_tag(frame);
   if (!tag) return tag.error();
   out.tag = std::move(tag).value();
+  auto model = optional_model(frame);
+  if (!model) return model.error();
+  out.model = std::move(model).value();
   return out;
 }
 
@@ -305,6 +318,9 @@ Result<ScoreRequest> parse_score(const Value& frame, const ProtocolLimits& limit
   auto tag = optional_tag(frame);
   if (!tag) return tag.error();
   out.tag = std::move(tag).value();
+  auto model = optional_model(frame);
+  if (!model) return model.error();
+  out.model = std::move(model).value();
   return out;
 }
 

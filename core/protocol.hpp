@@ -65,6 +65,7 @@ struct ResetRequest {
   Value reward;                            // reward spec map, or null for the default
   Value options;                           // free-form map kept with the episode, or null
   Value tag;                               // request tag (check_tag), or null
+  Value model;  // model check: a model name or a map {name, variables...}, or null
 };
 struct StepRequest {
   std::string episode;
@@ -78,7 +79,8 @@ struct ScoreRequest {
   Value plan;
   std::optional<std::uint64_t> seed;
   Value reward;
-  Value tag;  // request tag, or null
+  Value tag;    // request tag, or null
+  Value model;  // model check, as on reset, or null
 };
 struct CloseRequest {
   std::string episode;

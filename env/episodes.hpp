@@ -14,6 +14,7 @@
 
 #include "core/result.hpp"
 #include "core/value.hpp"
+#include "env/model_option.hpp"
 #include "env/step_result.hpp"
 #include "rewards/reward.hpp"
 #include "tasks/task.hpp"
@@ -33,9 +34,10 @@ struct Episode {
   core::Value options;
   core::Value tag;  // the reset's request tag (null if none): its steps carry it
   bool stop_on_ok = false;
-  std::uint32_t steps_numbered = 0;  // step numbers handed out (every accepted step)
-  std::uint32_t steps_charged = 0;   // budget in use: steps running plus steps counted
-  std::uint32_t steps_counted = 0;   // steps finished, logged and not infra_error
+  std::optional<ModelRequest> model;  // the reset's model check: every ok step gets one
+  std::uint32_t steps_numbered = 0;   // step numbers handed out (every accepted step)
+  std::uint32_t steps_charged = 0;    // budget in use: steps running plus steps counted
+  std::uint32_t steps_counted = 0;    // steps finished, logged and not infra_error
   std::uint32_t steps_running = 0;
   bool finished = false;            // terminated by stop_on_ok
   core::Value best = nullptr;       // {step, reward, status, speedup?}

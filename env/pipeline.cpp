@@ -19,6 +19,7 @@ core::Value StepResult::to_value() const {
                   {"correctness", correctness},
                   {"timing", timing}};
   if (speedup) out["speedup"] = *speedup;
+  if (!model.is_null()) out["model"] = model;
   return out;
 }
 
@@ -55,6 +56,12 @@ StepResult Pipeline::run(const StepJob& job) const {
   measurement.floor_ns = result.floor_ns;
   measurement.speedup_low = result.speedup_low;
   measurement.speedup_high = result.speedup_high;
+  if (result.model.is_object() && result.model.contains("step_speedup") &&
+      result.model.contains("op_share") && result.model["step_speedup"].is_number() &&
+      result.model["op_share"].is_number()) {
+    measurement.step_speedup = result.model["step_speedup"].get<double>();
+    measurement.op_share = result.model["op_share"].get<double>();
+  }
   result.reward = rewards::compute_reward(job.reward_spec, measurement);
   return result;
 }
@@ -95,6 +102,7 @@ bool ValidateStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult
     result.message = plan.error().message;
     return false;
   }
+  if (job.model) artifacts.parsed_plan = *plan;
   std::size_t failed_case = 0;
   auto evaluated =
       action::evaluate_on_cases(std::move(plan).value(), *job.task, context, &failed_case);

@@ -10,6 +10,7 @@
 
 #include "action/evaluated_plan.hpp"
 #include "core/value.hpp"
+#include "env/model_option.hpp"
 #include "env/step_result.hpp"
 #include "rewards/reward.hpp"
 #include "sandbox/compile_job.hpp"
@@ -25,12 +26,16 @@ struct StepJob {
   std::uint64_t seed = 0;
   rewards::RewardSpec reward_spec;
   core::Value tag;  // request tag (null if none): kept in the record and echoed in the reply
+  std::optional<ModelRequest> model;  // the model check, when asked for
 };
 
 // What one stage hands to the next: the launch plan evaluated on every case of the task, and
 // the compiled candidate.
 struct StepArtifacts {
   std::optional<action::EvaluatedPlan> plan;
+  // The plan as parsed, its expressions kept, when the model check will evaluate it at the
+  // model's call sites.
+  std::optional<action::LaunchPlan> parsed_plan;
   std::optional<sandbox::CompileOutput> compiled;
 };
 

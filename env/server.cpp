@@ -350,6 +350,7 @@ class Server::Impl {
 
   ServerOptions options_;
   const tasks::Registry& registry_;
+  ModelCatalog models_{registry_};
   Pipeline pipeline_;
   zmq::context_t context_;
   zmq::socket_t router_;
@@ -583,6 +584,11 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
         episode->stop_on_ok = it->get<bool>();
       }
       episode->tag = std::move(request->tag);
+      if (!request->model.is_null()) {
+        auto model = models_.resolve(request->model, *task);
+        if (!model) return send_error(route, id, model.error().code, model.error().message);
+        episode->model = std::move(model).value();
+      }
       episode->last_active = Clock::now();
       if (auto opened = episodes_.open(episode, rng_); !opened) {
         return send_error(route, id, opened.error().code, opened.error().message);
@@ -591,6 +597,7 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
       reply["episode"] = episode->id;
       reply["task"] = tasks::agent_view(*task);
       reply["max_steps"] = episode->max_steps;
+      if (episode->model) reply["model"] = episode->model->to_value();
       reply["step"] = 0;
       reply["reward_spec"] = episode->reward_spec_value;
       if (!episode->tag.is_null()) reply["tag"] = episode->tag;
@@ -607,7 +614,8 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
                   std::move(request->plan),
                   episode->seed,
                   episode->reward_spec,
-                  request->tag.is_null() ? episode->tag : std::move(request->tag)};
+                  request->tag.is_null() ? episode->tag : std::move(request->tag),
+                  episode->model};
       return start_job(route, id, op, std::move(job), std::move(episode), step);
     }
     case core::Op::kScore: {
@@ -617,12 +625,21 @@ void Server::Impl::dispatch(const Route& route, const Value& id, core::Op op, co
       if (task == nullptr) return;
       auto spec = rewards::parse_reward_spec(request->reward);
       if (!spec) return send_error(route, id, ErrorCode::kInvalidArgument, spec.error().message);
+      std::optional<ModelRequest> model;
+      if (!request->model.is_null()) {
+        auto resolved = models_.resolve(request->model, *task);
+        if (!resolved) {
+          return send_error(route, id, resolved.error().code, resolved.error().message);
+        }
+        model = std::move(resolved).value();
+      }
       StepJob job{task,
                   std::move(request->source),
                   std::move(request->plan),
                   request->seed ? *request->seed : rng_(),
                   std::move(spec).value(),
-                  std::move(request->tag)};
+                  std::move(request->tag),
+                  std::move(model)};
       return start_job(route, id, op, std::move(job), nullptr, 0);
     }
     case core::Op::kClose: {

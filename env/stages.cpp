@@ -2,6 +2,7 @@
 #include "env/stages.hpp"
 
 #include <cmath>
+#include <map>
 #include <optional>
 #include <random>
 #include <string_view>
@@ -78,6 +79,7 @@ std::shared_ptr<const GpuStage::Reference> GpuStage::reference(const tasks::Task
             if (!plan) {
               out->plan = plan.error();
             } else {
+              out->parsed = *plan;
               std::size_t failed_case = 0;
               out->plan =
                   action::evaluate_on_cases(std::move(plan).value(), task, context, &failed_case);
@@ -98,6 +100,80 @@ std::shared_ptr<const GpuStage::Reference> GpuStage::reference(const tasks::Task
     }
   }
   return output;
+}
+
+// The model check the runner does after an ok step. The runner never evaluates plan
+// expressions, so every plan is evaluated here at each call site of each step the check runs:
+// the timed step, then, for a model with prompts, one decoding step per token (all sequences
+// advance together, so step t has context t).
+core::Result<runner::ModelCheck> GpuStage::model_check(const StepJob& job,
+                                                       const StepArtifacts& artifacts) {
+  const model::Model& m = *job.model->model;
+  runner::ModelCheck check;
+  check.model = job.model->file;
+  check.steps.push_back(job.model->variables);
+  if (!m.prompts.empty()) {
+    const auto prompt = static_cast<std::int64_t>(m.prompts.front().size());
+    for (std::int64_t t = 1; t <= prompt + m.generate - 1; ++t) {
+      check.steps.push_back(
+          {{"num_seqs", static_cast<std::int64_t>(m.prompts.size())}, {"context", t}});
+    }
+  }
+  if (!artifacts.parsed_plan || !artifacts.plan) {
+    return core::Error{core::ErrorCode::kInternal, "the candidate's plan was not kept"};
+  }
+  check.candidate.plan = artifacts.plan->plan;
+  struct Code {
+    std::shared_ptr<const Reference> reference;
+    action::PlanContext context;
+    std::size_t index = 0;  // into check.references
+  };
+  std::map<const tasks::Task*, Code> codes;
+  for (const auto& call : m.calls) {
+    const tasks::Task& task = *call.task;
+    if (codes.contains(&task)) continue;
+    auto output = reference(task);
+    if (output->compiled.status != StepStatus::kOk || !output->plan || !output->parsed) {
+      return core::Error{core::ErrorCode::kInternal,
+                         "the reference of " + task.id + " is not usable on this server"};
+    }
+    runner::ModelReference entry;
+    entry.task = task.id;
+    entry.task_hash = task.content_hash;
+    entry.compiled = {output->compiled.cubin, output->compiled.lowered_names};
+    entry.plan.plan = output->plan->plan;
+    codes[&task] = Code{output, action::make_plan_context(task), check.references.size()};
+    check.references.push_back(std::move(entry));
+  }
+  for (const auto& variables : check.steps) {
+    auto expanded = model::expand_step(m, variables);
+    if (!expanded) return core::Error{core::ErrorCode::kInvalidArgument, expanded.error().message};
+    for (const auto& site : expanded->second) {
+      const tasks::Task& task = *site.call->task;
+      Code& code = codes.at(&task);
+      auto concrete =
+          action::evaluate_plan(*code.reference->parsed, site.shapes.symbols, code.context);
+      if (!concrete && task.reference_library.empty()) {
+        return core::Error{core::ErrorCode::kInternal,
+                           "the reference plan of " + task.id + " does not hold at call site " +
+                               site.call->site + ": " + concrete.error().message};
+      }
+      // A library reference ignores its source's plan: an entry keeps the sites in step.
+      check.references[code.index].plan.cases.push_back(concrete ? std::move(concrete).value()
+                                                                 : action::ConcretePlan{});
+      if (&task != job.task) continue;
+      auto candidate =
+          action::evaluate_plan(*artifacts.parsed_plan, site.shapes.symbols, code.context);
+      if (!candidate) {
+        return core::Error{core::ErrorCode::kInvalidArgument,
+                           "the launch plan does not hold at call site " + site.call->site +
+                               " of model " + m.name + " (" + site.shapes.name +
+                               "): " + candidate.error().message};
+      }
+      check.candidate.cases.push_back(std::move(candidate).value());
+    }
+  }
+  return check;
 }
 
 bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& result) {
@@ -134,6 +210,13 @@ bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& res
   run.candidate_plan = *artifacts.plan;
   run.timing = options_.timing;
   run.kernel_timeout_ms = options_.kernel_timeout_ms;
+  if (job.model) {
+    if (auto check = model_check(job, artifacts); check) {
+      run.model = std::move(check).value();
+    } else {
+      result.model = core::Value{{"error", check.error().message}};
+    }
+  }
   std::size_t visible = 0;
   for (const auto& c : job.task->cases) visible += c.hidden ? 0 : 1;
   // A backstop: the runner's own watchdog reports a hang within kernel_timeout_ms.
@@ -141,7 +224,8 @@ bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& res
                         std::chrono::milliseconds(static_cast<long>(
                             job.task->cases.size() * 2 * options_.kernel_timeout_ms +
                             static_cast<double>(visible) *
-                                (options_.timing.time_cap_ms + 2 * options_.kernel_timeout_ms)));
+                                (options_.timing.time_cap_ms + 2 * options_.kernel_timeout_ms))) +
+                        (run.model ? kModelCheckAllowance : std::chrono::milliseconds(0));
   auto report = runners_->run(run, deadline);
   result.status = report.status;
   result.message = report.message;
@@ -149,6 +233,7 @@ bool GpuStage::run(const StepJob& job, StepArtifacts& artifacts, StepResult& res
   result.timing = report.timing;
   if (!result.timing.is_null()) result.timing["device"] = report.device;
   result.speedup = report.speedup;
+  if (!report.model.is_null()) result.model = report.model;
   if (report.status == StepStatus::kOk && report.timing.is_object()) {
     result.candidate_ns = judge::weighted_case_time_ns(report.timing, "candidate");
     result.reference_ns = judge::weighted_case_time_ns(report.timing, "reference");

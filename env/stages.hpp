@@ -53,8 +53,16 @@ class GpuStage final : public Stage {
   struct Reference {
     sandbox::CompileOutput compiled;
     core::Result<action::EvaluatedPlan> plan{core::ErrorCode::kInternal, "not evaluated"};
+    std::optional<action::LaunchPlan> parsed;  // with its expressions, for the model check
   };
   std::shared_ptr<const Reference> reference(const tasks::Task& task);
+  // The runner's part of the model check: every reference the model calls and every plan
+  // evaluated at each call site of each step. kInvalidArgument when the candidate's plan does
+  // not hold at a call site (the message names it), kInternal when a reference is unusable.
+  core::Result<runner::ModelCheck> model_check(const StepJob& job, const StepArtifacts& artifacts);
+  // What the model check may add to a job's deadline: loading a model of 16 GB of weights,
+  // its timing (ModelCheck::time_cap_ms) and, with trained weights, greedy decoding.
+  static constexpr std::chrono::milliseconds kModelCheckAllowance{60000};
 
   std::shared_ptr<sandbox::CompilePool> compiler_;
   std::shared_ptr<runner::RunnerPool> runners_;

@@ -26,9 +26,12 @@ struct StepResult {
   std::optional<double> speedup_low;
   std::optional<double> speedup_high;
   core::Value stages = core::Value::object();  // stage name -> wall milliseconds
+  // The model check's report (runner/runner_job.hpp, RunReport::model), when one was asked for
+  // and the step was ok.
+  core::Value model = nullptr;
   rewards::RewardBreakdown reward;
 
-  // {status, message, reward, stages, compile, correctness, timing, speedup?}
+  // {status, message, reward, stages, compile, correctness, timing, speedup?, model?}
   core::Value to_value() const;
 };
 

@@ -215,6 +215,103 @@ core::Status read_program(const toml::table& program, const std::filesystem::pat
   return {};
 }
 
+// [values], [defaults] and [tokens] of a model file (after its program is read).
+core::Status read_step_settings(const toml::table& table, const std::filesystem::path& file,
+                                Model& model) {
+  static const std::set<tasks::GeneratorKind> kFillers = {
+      tasks::GeneratorKind::kRandn,    tasks::GeneratorKind::kUniform,
+      tasks::GeneratorKind::kConstant, tasks::GeneratorKind::kOnes,
+      tasks::GeneratorKind::kZeros,    tasks::GeneratorKind::kRopeCache};
+  if (const auto* values = table.get_as<toml::table>("values")) {
+    for (const auto& [key, node] : *values) {
+      const std::string name(key.str());
+      const std::string where = "values." + name;
+      const Buffer* buffer = model.find_buffer(name);
+      if (buffer == nullptr) return bad(file, where, "no buffer of that name");
+      const auto* spec_table = node.as_table();
+      if (spec_table == nullptr) return bad(file, where, "must be a table with a `generator`");
+      tasks::GeneratorSpec spec;
+      const auto kind = tasks::generator_from_name(string_or(*spec_table, "generator"));
+      if (!kind || !kFillers.contains(*kind)) {
+        return bad(file, where,
+                   "`generator` must be randn, uniform, constant, ones, zeros or rope_cache");
+      }
+      spec.kind = *kind;
+      const auto number = [&](std::string_view field, double fallback) {
+        const auto* v = spec_table->get(field);
+        return v != nullptr && v->value<double>() ? *v->value<double>() : fallback;
+      };
+      spec.mean = number("mean", 0.0);
+      spec.std = number("std", 1.0);
+      spec.lo = number("lo", 0.0);
+      spec.hi = number("hi", 1.0);
+      spec.value = number("value", 0.0);
+      spec.theta = number("theta", 10000.0);
+      if (spec.kind == tasks::GeneratorKind::kRopeCache) {
+        // Rows of the table are its last dimension: cosines then sines of head_size / 2 angles.
+        const auto dim = model.constants.find("head_size");
+        if (dim == model.constants.end() || dim->second % 2 != 0) {
+          return bad(file, where, "rope_cache needs an even constant head_size");
+        }
+        spec.dim = dim->second;
+      }
+      if (spec.kind == tasks::GeneratorKind::kRandn && !(spec.std > 0.0)) {
+        return bad(file, where, "`std` must be positive");
+      }
+      model.values[name] = spec;
+    }
+  }
+  for (const auto& buffer : model.buffers) {
+    const bool needed =
+        buffer.kind == "cache" || (buffer.kind == "weight" && model.weights == "synthetic");
+    if (needed && !model.values.contains(buffer.name)) {
+      return bad(file, "values",
+                 "buffer '" + buffer.name + "' (" + buffer.kind + ") needs a generator here");
+    }
+  }
+  if (const auto* defaults = table.get_as<toml::table>("defaults")) {
+    for (const auto& [key, node] : *defaults) {
+      const std::string name(key.str());
+      const bool declared = std::any_of(model.variables.begin(), model.variables.end(),
+                                        [&](const Variable& v) { return v.name == name; });
+      const auto value = node.value<std::int64_t>();
+      if (!declared) return bad(file, "defaults", "no variable '" + name + "'");
+      if (!value || *value <= 0) return bad(file, "defaults", "'" + name + "' must be positive");
+      model.defaults[name] = *value;
+    }
+  }
+  if (const auto* tokens = table.get_as<toml::table>("tokens")) {
+    if (model.weights == "synthetic") {
+      return bad(file, "tokens", "greedy tokens need trained weights");
+    }
+    const auto* prompts = tokens->get_as<toml::array>("prompts");
+    const auto vocab = model.constants.contains("vocab") ? model.constants.at("vocab") : 0;
+    if (prompts == nullptr || prompts->empty()) return bad(file, "tokens", "no `prompts`");
+    for (const auto& node : *prompts) {
+      const auto* ids = node.as_array();
+      if (ids == nullptr || ids->empty()) return bad(file, "tokens", "each prompt lists token ids");
+      std::vector<std::int64_t> prompt;
+      for (const auto& id : *ids) {
+        const auto value = id.value<std::int64_t>();
+        if (!value || *value < 0 || *value >= vocab) {
+          return bad(file, "tokens", "a token id outside the vocabulary");
+        }
+        prompt.push_back(*value);
+      }
+      if (!model.prompts.empty() && prompt.size() != model.prompts.front().size()) {
+        // Every sequence advances one token a step, so prompts are fed in lockstep.
+        return bad(file, "tokens", "every prompt must have the same length");
+      }
+      model.prompts.push_back(std::move(prompt));
+    }
+    const auto* generate = tokens->get("generate");
+    const auto count = generate != nullptr ? generate->value<std::int64_t>() : std::nullopt;
+    if (!count || *count <= 0) return bad(file, "tokens", "`generate` must be positive");
+    model.generate = *count;
+  }
+  return {};
+}
+
 }  // namespace
 
 const Buffer* Model::find_buffer(std::string_view buffer_name) const {
@@ -262,6 +359,7 @@ core::Result<Model> load_model(const std::filesystem::path& file, const tasks::R
   if (auto read = read_program(program, model.program, registry, model); !read) {
     return read.error();
   }
+  if (auto read = read_step_settings(*table, file, model); !read) return read.error();
   return model;
 }
 

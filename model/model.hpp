@@ -58,6 +58,15 @@ struct Model {
   std::vector<std::pair<std::string, core::Expr>> derived;  // in order; may use earlier ones
   std::vector<Buffer> buffers;
   std::vector<Call> calls;  // program order within a layer; step calls before or after
+  // How the GPU fills buffers it has no file for ([values] in the model's TOML): every weight
+  // of a synthetic model and every cache (the earlier tokens' keys and values of a timed step).
+  std::map<std::string, tasks::GeneratorSpec> values;
+  // The step the model check times unless told otherwise ([defaults]: one value per variable).
+  std::map<std::string, std::int64_t> defaults;
+  // Prompts whose greedy continuation the model check compares ([tokens]; models with trained
+  // weights only): each sequence is fed its prompt one token a step, then its own argmax.
+  std::vector<std::vector<std::int64_t>> prompts;
+  std::int64_t generate = 0;  // tokens generated after each prompt
 
   const Buffer* find_buffer(std::string_view buffer_name) const;
 };

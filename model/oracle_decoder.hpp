@@ -13,22 +13,10 @@
 #include <vector>
 
 #include "core/result.hpp"
+#include "model/llama2c.hpp"
 #include "model/model.hpp"
 
 namespace crucible::model {
-
-// The weights of a llama2.c checkpoint (tasks/capture/models/stories260K/README.md has the
-// format) as the buffers of models/llama_decoder.toml: norms, the q/k/v/o projections, gate and
-// up stacked in w_gate_up, down, the final norm and the LM head (the token embedding, which
-// llama2.c ties to it), plus the token embedding itself, rounded to bf16; cos_sin_cache is
-// computed (theta 10000) for max_position rows. Per-layer buffers hold `layers` copies one after
-// another. Errors: kIo (unreadable), kInvalidArgument (a header that disagrees with the model's
-// constants, or a file of the wrong size).
-struct Weights {
-  std::map<std::string, std::vector<double>> buffers;
-  std::vector<double> embedding;  // [vocab, hidden]
-};
-core::Result<Weights> read_llama2c(const std::filesystem::path& file, const Model& model);
 
 // Runs a decode program with the buffers of models/llama_decoder.toml (hidden, residual,
 // positions, slot_mapping, block_tables, seq_lens, logits are filled or read by name).

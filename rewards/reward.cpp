@@ -155,10 +155,26 @@ double score_default(const RewardSpec& spec, const Measurement& m, RewardBreakdo
 // The share of the whole model step's time the candidate saves: with the op taking a share f of
 // the step and running s times faster, the step takes (1 - f) + f / s of its time (Amdahl), so
 // f * (1 - 1 / s) of it is saved; a slower op loses at most f (the term is floored at -f).
+// With a model check, the measured step speedup and share replace the estimate (`measured` in
+// the terms says which applied).
 double score_amdahl(const RewardSpec& spec, const Measurement& m, RewardBreakdown& out) {
-  const double share = spec.constants.at("op_share");
   const double correct = spec.constants.at("correct");
   out.terms["correct"] = correct;
+  if (m.step_speedup && m.op_share && std::isfinite(*m.step_speedup) && *m.step_speedup > 0 &&
+      *m.op_share >= 0 && *m.op_share <= 1) {
+    const double share = *m.op_share;
+    const double saved = std::max(-share, 1.0 - 1.0 / *m.step_speedup);
+    const double speed = spec.constants.at("speed_weight") * saved;
+    out.terms["measured"] = true;
+    out.terms["op_share"] = share;
+    out.terms["speedup"] = number_or_null(m.speedup);
+    out.terms["step_speedup"] = *m.step_speedup;
+    out.terms["step_saved"] = saved;
+    out.terms["speed"] = speed;
+    return correct + speed;
+  }
+  const double share = spec.constants.at("op_share");
+  out.terms["measured"] = false;
   out.terms["op_share"] = share;
   if (!usable_speedup(m.speedup)) {
     out.terms["speed"] = nullptr;

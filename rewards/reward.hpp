@@ -78,6 +78,10 @@ struct Measurement {
   std::optional<double> candidate_ns;
   std::optional<double> reference_ns;
   std::optional<double> floor_ns;
+  // The model check's figures (docs/models.md), when the step ran one: the whole model step's
+  // speedup with the candidate in place, and the op's share of the reference step.
+  std::optional<double> step_speedup;
+  std::optional<double> op_share;
 };
 
 struct RewardBreakdown {

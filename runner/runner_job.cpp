@@ -40,25 +40,82 @@ T get_or(const Value& value, const char* key, T fallback) {
 
 }  // namespace
 
+Value ModelCheck::to_value() const {
+  Value out{{"model", model},
+            {"steps", steps},
+            {"references", Value::array()},
+            {"candidate", action::to_value(candidate)},
+            {"min_samples", min_samples},
+            {"max_samples", max_samples},
+            {"target_rel_ci", target_rel_ci},
+            {"time_cap_ms", time_cap_ms}};
+  for (const auto& reference : references) {
+    out["references"].push_back(Value{{"task", reference.task},
+                                      {"task_hash", reference.task_hash},
+                                      {"compiled", module_to_value(reference.compiled)},
+                                      {"plan", action::to_value(reference.plan)}});
+  }
+  return out;
+}
+
+core::Result<ModelCheck> ModelCheck::from_value(const Value& value) {
+  try {
+    ModelCheck check;
+    check.model = value.at("model").get<std::string>();
+    for (const auto& step : value.at("steps")) {
+      std::map<std::string, std::int64_t> variables;
+      for (const auto& [name, v] : step.items()) variables[name] = v.get<std::int64_t>();
+      check.steps.push_back(std::move(variables));
+    }
+    if (check.steps.empty())
+      return core::Error{core::ErrorCode::kBadRequest, "model check: no steps"};
+    for (const auto& entry : value.at("references")) {
+      ModelReference reference;
+      reference.task = entry.at("task").get<std::string>();
+      reference.task_hash = entry.at("task_hash").get<std::string>();
+      auto compiled = module_from_value(entry.at("compiled"), "model reference");
+      if (!compiled) return compiled.error();
+      reference.compiled = std::move(compiled).value();
+      auto plan = action::evaluated_plan_from_value(entry.at("plan"));
+      if (!plan) return plan.error();
+      reference.plan = std::move(plan).value();
+      check.references.push_back(std::move(reference));
+    }
+    auto candidate = action::evaluated_plan_from_value(value.at("candidate"));
+    if (!candidate) return candidate.error();
+    check.candidate = std::move(candidate).value();
+    check.min_samples = get_or(value, "min_samples", check.min_samples);
+    check.max_samples = get_or(value, "max_samples", check.max_samples);
+    check.target_rel_ci = get_or(value, "target_rel_ci", check.target_rel_ci);
+    check.time_cap_ms = get_or(value, "time_cap_ms", check.time_cap_ms);
+    return check;
+  } catch (const std::exception& e) {
+    return core::Error{core::ErrorCode::kBadRequest,
+                       std::string("malformed model check: ") + e.what()};
+  }
+}
+
 Value RunJob::to_value() const {
-  return Value{{"id", id},
-               {"task", task},
-               {"task_hash", task_hash},
-               {"seed", seed},
-               {"secret", secret},
-               {"reference", module_to_value(reference)},
-               {"candidate", module_to_value(candidate)},
-               {"reference_plan", action::to_value(reference_plan)},
-               {"candidate_plan", action::to_value(candidate_plan)},
-               {"time", time},
-               {"kernel_timeout_ms", kernel_timeout_ms},
-               {"timing",
-                {{"target_rel_ci", timing.target_rel_ci},
-                 {"min_samples", timing.min_samples},
-                 {"max_samples", timing.max_samples},
-                 {"warmup_calls", timing.warmup_calls},
-                 {"time_cap_ms", timing.time_cap_ms},
-                 {"check_fraction", timing.check_fraction}}}};
+  Value out{{"id", id},
+            {"task", task},
+            {"task_hash", task_hash},
+            {"seed", seed},
+            {"secret", secret},
+            {"reference", module_to_value(reference)},
+            {"candidate", module_to_value(candidate)},
+            {"reference_plan", action::to_value(reference_plan)},
+            {"candidate_plan", action::to_value(candidate_plan)},
+            {"time", time},
+            {"kernel_timeout_ms", kernel_timeout_ms},
+            {"timing",
+             {{"target_rel_ci", timing.target_rel_ci},
+              {"min_samples", timing.min_samples},
+              {"max_samples", timing.max_samples},
+              {"warmup_calls", timing.warmup_calls},
+              {"time_cap_ms", timing.time_cap_ms},
+              {"check_fraction", timing.check_fraction}}}};
+  if (model) out["model"] = model->to_value();
+  return out;
 }
 
 core::Result<RunJob> RunJob::from_value(const Value& value) {
@@ -90,6 +147,11 @@ core::Result<RunJob> RunJob::from_value(const Value& value) {
     job.timing.warmup_calls = get_or(timing, "warmup_calls", job.timing.warmup_calls);
     job.timing.time_cap_ms = get_or(timing, "time_cap_ms", job.timing.time_cap_ms);
     job.timing.check_fraction = get_or(timing, "check_fraction", job.timing.check_fraction);
+    if (const auto it = value.find("model"); it != value.end() && !it->is_null()) {
+      auto model = ModelCheck::from_value(*it);
+      if (!model) return model.error();
+      job.model = std::move(model).value();
+    }
     return job;
   } catch (const std::exception& e) {
     return core::Error{core::ErrorCode::kBadRequest, std::string("malformed run job: ") + e.what()};
@@ -105,6 +167,7 @@ Value RunReport::to_value() const {
             {"device", device},
             {"context_lost", context_lost}};
   if (speedup) out["speedup"] = *speedup;
+  if (!model.is_null()) out["model"] = model;
   return out;
 }
 
@@ -120,6 +183,7 @@ core::Result<RunReport> RunReport::from_value(const Value& value) {
     report.timing = value.at("timing");
     report.device = value.at("device");
     report.context_lost = value.at("context_lost").get<bool>();
+    if (const auto it = value.find("model"); it != value.end()) report.model = *it;
     if (const auto it = value.find("speedup"); it != value.end() && it->is_number()) {
       report.speedup = it->get<double>();
     }

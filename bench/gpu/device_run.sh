@@ -2,12 +2,12 @@
 # Runs the GPU suites, benchmarks and the logged-run replay on the GPU machine, from the
 # repository root, with the binaries carried in .bundle/ (see bench/README.md).
 #   device_run.sh [tests] [bench] [ncu] [trajectory] [parity] [variants] [throughput] [faults]
-#                 [exportop]   (default: all nine)
+#                 [exportop] [model]   (default: all ten)
 # Figures and logs go to $OUT; everything is also packed into $OUT/results.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/crucible-out}
 mkdir -p "$OUT/r"
-parts=${*:-tests bench ncu trajectory parity variants throughput faults exportop}
+parts=${*:-tests bench ncu trajectory parity variants throughput faults exportop model}
 want() { [[ " $parts " == *" $1 "* ]]; }
 cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
 # Only crucible's own programs get the carried libraries (python3 and ncu keep the system's).
@@ -118,4 +118,22 @@ if want exportop; then
   step "export-op: exported references against the composites"
   CRUCIBLE_LIBRARY_PATH="$libs" timeout ${EXPORTOP_TIMEOUT:-300} python3 bench/gpu/export_op_check.py \
     --json "$R/export_op.json" 2>&1 | tee "$R/export_op.txt" | tail -20
+fi
+if want model; then
+  # The model check (docs/models.md): every task the Llama decode step calls, its example
+  # solution and its own reference as candidates, judged inside the step of each model.
+  samples="$R/model_samples"
+  mkdir -p "$samples/llm"
+  for task in ${MODEL_TASKS:-fused_add_rms_norm linear rotary_embedding reshape_and_cache_flash paged_decode_attention silu_and_mul}; do
+    cp "tasks/llm/$task/solution.cu" "$samples/llm/$task.cu"
+    mkdir -p "$samples/llm/$task"
+    reference=$(sed -n 's/^source *= *"\(.*\)"/\1/p' "tasks/llm/$task/task.toml" | head -1)
+    [ -n "$reference" ] && cp "$reference" "$samples/llm/$task/reference.cu"
+  done
+  for model in ${MODEL_NAMES:-stories260K llama3_8b}; do
+    step "eval --model $model"
+    run timeout ${MODEL_TIMEOUT:-400} $B/crucible eval "$samples" --model "$model" -j 1 \
+      --time-cap-ms ${MODEL_TIME_CAP_MS:-200} -o "$R/model_$model" 2>&1 | tail -25
+    python3 bench/gpu/model_check_summary.py "$R/model_$model/results.jsonl" | tee "$R/model_$model.txt"
+  done
 fi

@@ -184,12 +184,13 @@ Value infra_result(const std::string& message) {
 
 class PipelineScorer final : public Scorer {
  public:
-  PipelineScorer(const Pipeline& pipeline, rewards::RewardSpec spec, std::uint64_t seed)
-      : pipeline_(pipeline), spec_(std::move(spec)), seed_(seed) {}
+  PipelineScorer(const Pipeline& pipeline, rewards::RewardSpec spec, std::uint64_t seed,
+                 EvalModel model)
+      : pipeline_(pipeline), spec_(std::move(spec)), seed_(seed), model_(std::move(model)) {}
 
   Value score(const Sample& sample, const tasks::Task& task, std::size_t) override {
     const auto start = Clock::now();
-    StepJob job{&task, sample.source, nullptr, seed_, spec_, nullptr};
+    StepJob job{&task, sample.source, nullptr, seed_, spec_, nullptr, model_.for_task(task)};
     StepResult result = pipeline_.run(job);
     const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     return make_result_record(sample, task, result.to_value(), result.reward.total, seed_, where(),
@@ -201,16 +202,18 @@ class PipelineScorer final : public Scorer {
   const Pipeline& pipeline_;
   rewards::RewardSpec spec_;
   std::uint64_t seed_;
+  EvalModel model_;
 };
 
 class ServerScorer final : public Scorer {
  public:
   ServerScorer(std::string endpoint, std::size_t workers, Value reward_spec, std::uint64_t seed,
-               std::chrono::milliseconds timeout)
+               std::chrono::milliseconds timeout, EvalModel model)
       : endpoint_(std::move(endpoint)),
         reward_spec_(std::move(reward_spec)),
         seed_(seed),
         timeout_(timeout),
+        model_(std::move(model)),
         clients_(workers) {}
 
   core::Status connect() {
@@ -229,6 +232,7 @@ class ServerScorer final : public Scorer {
     const auto start = Clock::now();
     Value fields{{"task", sample.task}, {"source", sample.source}, {"seed", seed_}};
     if (!reward_spec_.is_null()) fields["reward"] = reward_spec_;
+    if (model_.for_task(task)) fields["model"] = model_.field;
     // Each worker owns one client (a client is single-threaded); any failure becomes an
     // infra_error result: the sample was not judged.
     auto reply = clients_.at(worker)->call(core::Op::kScore, std::move(fields));
@@ -251,6 +255,7 @@ class ServerScorer final : public Scorer {
   Value reward_spec_;
   std::uint64_t seed_;
   std::chrono::milliseconds timeout_;
+  EvalModel model_;
   std::vector<std::unique_ptr<clients::Client>> clients_;
 };
 
@@ -370,18 +375,25 @@ core::Result<std::vector<Sample>> select_samples(std::vector<Sample> samples,
   return kept;
 }
 
-std::unique_ptr<Scorer> make_pipeline_scorer(const Pipeline& pipeline,
-                                             rewards::RewardSpec reward_spec, std::uint64_t seed) {
-  return std::make_unique<PipelineScorer>(pipeline, std::move(reward_spec), seed);
+std::optional<ModelRequest> EvalModel::for_task(const tasks::Task& task) const {
+  if (!catalog) return std::nullopt;
+  auto resolved = catalog->resolve(field, task);
+  if (!resolved) return std::nullopt;
+  return std::move(resolved).value();
 }
 
-core::Result<std::unique_ptr<Scorer>> make_server_scorer(const std::string& endpoint,
-                                                         std::size_t workers,
-                                                         core::Value reward_spec,
-                                                         std::uint64_t seed,
-                                                         std::chrono::milliseconds timeout) {
-  auto scorer = std::make_unique<ServerScorer>(endpoint, std::max<std::size_t>(workers, 1),
-                                               std::move(reward_spec), seed, timeout);
+std::unique_ptr<Scorer> make_pipeline_scorer(const Pipeline& pipeline,
+                                             rewards::RewardSpec reward_spec, std::uint64_t seed,
+                                             EvalModel model) {
+  return std::make_unique<PipelineScorer>(pipeline, std::move(reward_spec), seed, std::move(model));
+}
+
+core::Result<std::unique_ptr<Scorer>> make_server_scorer(
+    const std::string& endpoint, std::size_t workers, core::Value reward_spec, std::uint64_t seed,
+    std::chrono::milliseconds timeout, EvalModel model) {
+  auto scorer =
+      std::make_unique<ServerScorer>(endpoint, std::max<std::size_t>(workers, 1),
+                                     std::move(reward_spec), seed, timeout, std::move(model));
   if (auto connected = scorer->connect(); !connected) return connected.error();
   return std::unique_ptr<Scorer>(std::move(scorer));
 }
@@ -409,6 +421,10 @@ core::Value make_result_record(const Sample& sample, const tasks::Task& task,
   if (step_result.contains("timing") && step_result["timing"].is_object() &&
       step_result["timing"].contains("speedup_ci95")) {
     record["speedup_ci95"] = step_result["timing"]["speedup_ci95"];
+  }
+  // The model check's report, whole (docs/models.md): the report's end-to-end column.
+  if (step_result.contains("model") && step_result["model"].is_object()) {
+    record["model"] = step_result["model"];
   }
   if (step_result.contains("correctness") && step_result["correctness"].is_object() &&
       step_result["correctness"].value("caught_in_timed_call", false)) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,18 +70,26 @@ class Scorer {
   virtual std::string where() const = 0;
 };
 
+// `eval --model`: the model check asked for every sample whose task the model calls (samples
+// of other tasks are scored without one).
+struct EvalModel {
+  std::shared_ptr<ModelCatalog> catalog;  // null: no model check
+  core::Value field;                      // as the `model` field of score: a name or a map
+  // The resolved check for `task`, or nullopt when there is none or the model never calls it.
+  std::optional<ModelRequest> for_task(const tasks::Task& task) const;
+};
+
 // Scores through a Pipeline in this process (Pipeline::run is thread-safe).
 std::unique_ptr<Scorer> make_pipeline_scorer(const Pipeline& pipeline,
-                                             rewards::RewardSpec reward_spec, std::uint64_t seed);
+                                             rewards::RewardSpec reward_spec, std::uint64_t seed,
+                                             EvalModel model = {});
 
 // Scores through a running server's `score` op, one DEALER socket per worker, each request
 // pipelined with the other workers'. Errors at connect time: kIo. A request that fails (timeout,
 // server error) becomes a record with status infra_error and the reason as its message.
-core::Result<std::unique_ptr<Scorer>> make_server_scorer(const std::string& endpoint,
-                                                         std::size_t workers,
-                                                         core::Value reward_spec,
-                                                         std::uint64_t seed,
-                                                         std::chrono::milliseconds timeout);
+core::Result<std::unique_ptr<Scorer>> make_server_scorer(
+    const std::string& endpoint, std::size_t workers, core::Value reward_spec, std::uint64_t seed,
+    std::chrono::milliseconds timeout, EvalModel model = {});
 
 // The result record of one sample (one line of results.jsonl):
 // {sample_id, task, category, status, message, speedup?, speedup_ci95?, reward, reward_terms,

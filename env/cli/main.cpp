@@ -595,7 +595,7 @@ int run_tasks_check(const std::string& home_flag, const std::vector<std::string>
   } else {
     pipeline.emplace(local_pipeline(home, pipeline_options, gpus));
     tools.score_on_gpu = [&](const tasks::Task& task, const std::string& source) {
-      env::StepJob job{&task, source, nullptr, 1, {}, nullptr};
+      env::StepJob job{&task, source, nullptr, 1, {}, nullptr, std::nullopt};
       return pipeline->run(job);
     };
   }
@@ -645,7 +645,40 @@ struct EvalArgs {
   bool resume = false;
   long timeout_s = 600;
   bool first_block = false;  // a completion's first source block instead of its last
+  std::string model;         // --model: NAME or NAME:variable=value,...
 };
+
+// `--model llama3_8b` or `--model llama3_8b:num_seqs=8,context=1024` as the score op's `model`
+// field (a name, or a map of the name and the variables given).
+core::Result<core::Value> model_field(const std::string& text) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) return core::Value(text);
+  core::Value field{{"name", text.substr(0, colon)}};
+  std::string rest = text.substr(colon + 1);
+  std::size_t start = 0;
+  while (start <= rest.size()) {
+    const auto comma = rest.find(',', start);
+    const std::string item =
+        rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const auto equals = item.find('=');
+    long long value = 0;
+    std::size_t used = 0;
+    try {
+      if (equals != std::string::npos) value = std::stoll(item.substr(equals + 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (equals == std::string::npos || equals == 0 || used == 0 ||
+        used != item.size() - equals - 1 || value <= 0) {
+      return core::Error{core::ErrorCode::kInvalidArgument,
+                         "--model: '" + item + "' is not VARIABLE=POSITIVE_INTEGER"};
+    }
+    field[item.substr(0, equals)] = value;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return field;
+}
 
 int run_eval_command(const std::string& home_flag, const EvalArgs& args,
                      const env::PipelineOptions& pipeline_options) {
@@ -713,14 +746,43 @@ int run_eval_command(const std::string& home_flag, const EvalArgs& args,
     std::cerr << "crucible eval: --reward: " << spec.error().message << "\n";
     return kExitUsage;
   }
+  env::EvalModel model;
+  if (!args.model.empty()) {
+    auto field = model_field(args.model);
+    if (!field) {
+      std::cerr << "crucible eval: " << field.error().message << "\n";
+      return kExitUsage;
+    }
+    model.catalog = std::make_shared<env::ModelCatalog>(*registry);
+    model.field = std::move(field).value();
+    // Checked once against a task the model calls, so a bad name or variable stops the run.
+    std::size_t checked = 0;
+    for (const auto& sample : *selected) {
+      const tasks::Task* task = registry->find(sample.task);
+      if (task == nullptr) continue;
+      auto resolved = model.catalog->resolve(model.field, *task);
+      if (resolved) {
+        ++checked;
+        break;
+      }
+      if (resolved.error().message.find("never calls") == std::string::npos) {
+        std::cerr << "crucible eval: --model: " << resolved.error().message << "\n";
+        return kExitUsage;
+      }
+    }
+    if (checked == 0) {
+      std::cerr << "crucible eval: --model: the model calls none of the samples' tasks\n";
+      return kExitUsage;
+    }
+  }
   std::optional<env::Pipeline> pipeline;
   std::unique_ptr<env::Scorer> scorer;
   if (args.server.empty()) {
     pipeline.emplace(local_pipeline(home, pipeline_options, gpus));
-    scorer = env::make_pipeline_scorer(*pipeline, *spec, args.seed);
+    scorer = env::make_pipeline_scorer(*pipeline, *spec, args.seed, model);
   } else {
     auto remote = env::make_server_scorer(args.server, args.jobs, *reward_json, args.seed,
-                                          std::chrono::seconds(args.timeout_s));
+                                          std::chrono::seconds(args.timeout_s), model);
     if (!remote) {
       std::cerr << "crucible eval: " << remote.error().message << "\n";
       return kExitUsage;
@@ -1113,6 +1175,9 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--server", eval_args.server,
                        "score through a running server at this endpoint instead of in-process");
   eval_cmd->add_option("--reward", eval_args.reward, "reward spec: JSON text or a JSON file");
+  eval_cmd->add_option("--model", eval_args.model,
+                       "the model check for samples whose task the model calls: NAME or "
+                       "NAME:variable=value,... (e.g. llama3_8b:num_seqs=64,context=2048)");
   eval_cmd->add_option("--seed", eval_args.seed, "case seed for every sample (0 to 2^64 - 1)")
       ->capture_default_str()
       ->check(whole_number(0, std::numeric_limits<std::uint64_t>::max()));

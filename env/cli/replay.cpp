@@ -335,8 +335,8 @@ core::Value remeasure_log(const std::vector<core::Value>& records, const tasks::
         steps[i] = step;
         continue;
       }
-      StepJob job{task,         *logged->source,         logged->plan,
-                  logged->seed, std::move(spec).value(), nullptr};
+      StepJob job{task,    *logged->source, logged->plan, logged->seed, std::move(spec).value(),
+                  nullptr, std::nullopt};
       const StepResult result = pipeline.run(job);
       const std::string new_status(core::step_status_name(result.status));
       step["new_status"] = new_status;

@@ -18,6 +18,7 @@
 #include "runner/child/cuda_check.hpp"
 #include "runner/child/job_runner.hpp"
 #include "runner/child/launch_config.hpp"
+#include "runner/child/model_check.hpp"
 #include "runner/child/step_failure.hpp"
 
 namespace crucible::runner::child {
@@ -324,7 +325,17 @@ RunReport run_job(const RunJob& job, const tasks::Registry& registry, Device& de
     return report;
   }
   JobRunner runner(job, *task, device, timer);
-  return runner.run();
+  RunReport report = runner.run();
+  if (job.model && report.status == StepStatus::kOk && !report.context_lost) {
+    try {
+      report.model = run_model_check(job, registry, device, timer);
+    } catch (const CudaFailure& failure) {
+      report.model = core::Value{
+          {"error", std::string("the device failed during the model check: ") + failure.what()}};
+      report.context_lost = failure.sticky();
+    }
+  }
+  return report;
 }
 
 }  // namespace crucible::runner::child

@@ -3,6 +3,7 @@
 
 #include <cupti.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -67,6 +68,8 @@ constexpr CUpti_CallbackId kDriverLaunches[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
     CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async,
@@ -149,7 +152,8 @@ void KernelTimer::on_launch(std::uint32_t correlation_id) {
   if (tag_ != 0) correlation_to_tag_[correlation_id] = tag_;
 }
 
-std::unordered_map<std::uint64_t, CallSpan> KernelTimer::collect() {
+std::unordered_map<std::uint64_t, CallSpan> KernelTimer::collect(
+    std::unordered_map<std::uint64_t, std::vector<OperationSpan>>* operations) {
   cuptiActivityFlushAll(1);  // CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
   std::vector<KernelRecord> records;
   {
@@ -157,6 +161,8 @@ std::unordered_map<std::uint64_t, CallSpan> KernelTimer::collect() {
     records.swap(g_records);
   }
   std::unordered_map<std::uint64_t, CallSpan> spans;
+  // A graph launch is one API call: every kernel and memset of the graph carries its
+  // correlation id, so ids stay in the map until the end.
   for (const auto& record : records) {
     const auto it = correlation_to_tag_.find(record.correlation_id);
     if (it == correlation_to_tag_.end()) continue;
@@ -165,7 +171,14 @@ std::unordered_map<std::uint64_t, CallSpan> KernelTimer::collect() {
     if (first || record.start < span.start_ns) span.start_ns = record.start;
     if (first || record.end > span.end_ns) span.end_ns = record.end;
     ++(record.memset ? span.memsets : span.kernels);
-    correlation_to_tag_.erase(it);
+    if (operations != nullptr) (*operations)[it->second].push_back({record.start, record.end});
+  }
+  if (operations != nullptr) {
+    for (auto& [tag, list] : *operations) {
+      std::sort(list.begin(), list.end(), [](const OperationSpan& a, const OperationSpan& b) {
+        return a.start_ns < b.start_ns;
+      });
+    }
   }
   // Callers synchronise first, so every tagged launch has its record by now: what is left are
   // the second halves of runtime launches tagged twice (and launches that failed).

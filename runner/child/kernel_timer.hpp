@@ -22,6 +22,12 @@ struct CallSpan {
   double duration_ns() const { return static_cast<double>(end_ns - start_ns); }
 };
 
+// One kernel or memset of a call.
+struct OperationSpan {
+  std::uint64_t start_ns = 0;
+  std::uint64_t end_ns = 0;
+};
+
 // One per process. Enables CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL and MEMSET records and
 // callbacks on the kernel-launch and asynchronous-memset entry points of the driver and runtime
 // APIs (the runner launches with
@@ -39,8 +45,11 @@ class KernelTimer {
   // Launches that follow belong to call `tag` (> 0); 0 stops tagging.
   void set_tag(std::uint64_t tag) { tag_ = tag; }
   // Flushes CUPTI's buffers (call after a stream synchronize) and returns the spans of every
-  // tagged call whose kernels have all been recorded since the last collect().
-  std::unordered_map<std::uint64_t, CallSpan> collect();
+  // tagged call whose kernels have all been recorded since the last collect(). With
+  // `operations`, also each call's kernels and memsets, in order of their start (a CUDA graph
+  // launched as one call runs its nodes in that order when they form a chain).
+  std::unordered_map<std::uint64_t, CallSpan> collect(
+      std::unordered_map<std::uint64_t, std::vector<OperationSpan>>* operations = nullptr);
   // Runs `enqueue` (which issues work on `stream`) as call `tag`, waits for the stream and
   // returns how many kernels and memsets it issued. Throws CudaFailure.
   std::uint32_t count_operations(CUstream stream, std::uint64_t tag,

@@ -109,6 +109,27 @@ TEST_CASE("protocol: reset validates seed, max_steps and reward spec") {
   CHECK(ok->seed == 18446744073709551615ull);
   CHECK(ok->max_steps == 8u);
   CHECK(ok->reward["preset"] == "default");
+  CHECK(ok->model.is_null());
+}
+
+TEST_CASE("protocol: the model field of reset and score is a name or a map") {
+  const ProtocolLimits limits;
+  Value frame = request("score");
+  frame["task"] = "llm/silu_and_mul";
+  frame["source"] = "__global__ void k() {}";
+  frame["model"] = 3;
+  CHECK(parse_score(frame, limits).error().message ==
+        "field 'model' must be a model name or a map {name, variables...}, got integer");
+  frame["model"] = "llama3_8b";
+  CHECK(parse_score(frame, limits)->model == "llama3_8b");
+  frame["model"] = Value{{"name", "llama3_8b"}, {"num_seqs", 8}};
+  CHECK(parse_score(frame, limits)->model["num_seqs"] == 8);
+  Value reset = request("reset");
+  reset["task"] = "llm/silu_and_mul";
+  reset["model"] = Value::array();
+  CHECK(parse_reset(reset, limits).error().code == ErrorCode::kBadRequest);
+  reset["model"] = "stories260K";
+  CHECK(parse_reset(reset, limits)->model == "stories260K");
 }
 
 TEST_CASE("protocol: replies carry version, id and a coded error") {

@@ -162,3 +162,96 @@ task = "llm/linear")t",
                 step.error().message);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("models: the model check's settings: synthetic values, default step, prompts") {
+  const auto llama = model::load_model(kModels / "llama3_8b.toml", registry());
+  REQUIRE_MESSAGE(llama.ok(), llama.error().message);
+  CHECK(llama->defaults.at("num_seqs") == 64);
+  CHECK(llama->defaults.at("context") == 2048);
+  CHECK(llama->prompts.empty());
+  // Every weight and cache of a synthetic model has a generator; the rotary table is vLLM's.
+  for (const auto& buffer : llama->buffers) {
+    if (buffer.kind == "weight" || buffer.kind == "cache") {
+      CHECK_MESSAGE(llama->values.contains(buffer.name), buffer.name);
+    }
+  }
+  CHECK(llama->values.at("wq").kind == tasks::GeneratorKind::kRandn);
+  CHECK(llama->values.at("wq").std == doctest::Approx(0.02));
+  CHECK(llama->values.at("cos_sin_cache").kind == tasks::GeneratorKind::kRopeCache);
+  CHECK(llama->values.at("cos_sin_cache").theta == doctest::Approx(500000.0));
+  CHECK(llama->values.at("cos_sin_cache").dim == 128);
+
+  const auto stories = model::load_model(kModels / "stories260K.toml", registry());
+  REQUIRE_MESSAGE(stories.ok(), stories.error().message);
+  REQUIRE(stories->prompts.size() == 8);
+  CHECK(stories->prompts.front() == std::vector<std::int64_t>{1, 37});
+  CHECK(stories->generate == 48);
+  // Trained weights come from the checkpoint: only the caches need generators.
+  CHECK_FALSE(stories->values.contains("wq"));
+  CHECK(stories->values.contains("key_cache"));
+
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("crucible-model-settings-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kModels / "llama_decoder.toml", dir / "llama_decoder.toml");
+  const std::string base = [] {
+    std::ifstream in(kModels / "llama3_8b.toml");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  const std::vector<std::pair<std::string, std::string>> variants = {
+      {"wq = { generator = \"randn\", std = 0.02 }\n",
+       "values: buffer 'wq' (weight) needs a generator"},
+      {"key_cache = { generator = \"randn\", std = 1.0 }\n",
+       "values: buffer 'key_cache' (cache) needs a generator"},
+      {"num_seqs = 64\n", ""},  // a default left out is fine: the step must then name it
+  };
+  for (const auto& [removed, needle] : variants) {
+    CAPTURE(removed);
+    std::string text = base;
+    REQUIRE(text.find(removed) != std::string::npos);
+    text.erase(text.find(removed), removed.size());
+    std::ofstream(dir / "model.toml") << text;
+    const auto loaded = model::load_model(dir / "model.toml", registry());
+    if (needle.empty()) {
+      CHECK(loaded.ok());
+    } else {
+      REQUIRE_FALSE(loaded.ok());
+      CHECK_MESSAGE(loaded.error().message.find(needle) != std::string::npos,
+                    loaded.error().message);
+    }
+  }
+  // Lines added to the model's [values] table, and a [tokens] table added to a synthetic model.
+  const std::vector<std::pair<std::string, std::string>> added = {
+      {"nothing = { generator = \"randn\" }\n", "values.nothing: no buffer of that name"},
+      {"hidden = { generator = \"permutation\" }\n", "`generator` must be randn"},
+      {"hidden = { generator = \"randn\", std = 0.0 }\n", "`std` must be positive"},
+  };
+  for (const auto& [line, needle] : added) {
+    CAPTURE(line);
+    std::string text = base;
+    text.insert(text.find("[values]\n") + 9, line);
+    std::ofstream(dir / "model.toml") << text;
+    const auto loaded = model::load_model(dir / "model.toml", registry());
+    REQUIRE_FALSE(loaded.ok());
+    CHECK_MESSAGE(loaded.error().message.find(needle) != std::string::npos, loaded.error().message);
+  }
+  std::ofstream(dir / "model.toml") << base + "\n[tokens]\nprompts = [[1, 2]]\ngenerate = 4\n";
+  const auto untrained = model::load_model(dir / "model.toml", registry());
+  REQUIRE_FALSE(untrained.ok());
+  CHECK(untrained.error().message.find("greedy tokens need trained weights") != std::string::npos);
+  // Prompts are fed in lockstep: every prompt must have the same length.
+  std::string stories_text = [] {
+    std::ifstream in(kModels / "stories260K.toml");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  stories_text = std::regex_replace(stories_text, std::regex("\\[1, 37\\]"), "[1, 37, 5]");
+  stories_text = std::regex_replace(stories_text, std::regex("weights = \"tasks/"),
+                                    "weights = \"" + std::string(CRUCIBLE_SOURCE_DIR) + "/tasks/");
+  std::ofstream(dir / "model.toml") << stories_text;
+  const auto ragged = model::load_model(dir / "model.toml", registry());
+  REQUIRE_FALSE(ragged.ok());
+  CHECK_MESSAGE(
+      ragged.error().message.find("every prompt must have the same length") != std::string::npos,
+      ragged.error().message);
+  std::filesystem::remove_all(dir);
+}

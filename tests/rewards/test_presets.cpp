@@ -217,6 +217,19 @@ TEST_CASE("presets: amdahl credits the share of the model step the candidate sav
   const auto reward = rewards::compute_reward(spec_of(amdahl), ok(2.0));
   CHECK(reward.terms["step_speedup"].get<double>() == doctest::Approx(1.0 / (0.75 + 0.125)));
   CHECK(reward.terms["step_saved"].get<double>() == doctest::Approx(0.125));
+  CHECK(reward.terms["measured"] == false);
+  // With the model check's figures, the measured step speedup and share replace the estimate:
+  // a 2x op that the step shows only 1.05x faster earns for 1 - 1/1.05 of the step.
+  rewards::Measurement measured = ok(2.0);
+  measured.step_speedup = 1.05;
+  measured.op_share = 0.1;
+  const auto in_place = rewards::compute_reward(spec_of(amdahl), measured);
+  CHECK(in_place.terms["measured"] == true);
+  CHECK(in_place.terms["op_share"].get<double>() == doctest::Approx(0.1));
+  CHECK(in_place.total == doctest::Approx(0.3 + 10 * (1 - 1 / 1.05)));
+  // A step slower in place loses at most the op's measured share.
+  measured.step_speedup = 0.5;
+  CHECK(rewards::compute_reward(spec_of(amdahl), measured).total == doctest::Approx(0.3 - 1.0));
 }
 
 TEST_CASE("presets: infra_error is never penalised and always marked, in every preset") {

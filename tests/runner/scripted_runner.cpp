@@ -2,7 +2,8 @@
 // server-side supervisor (sandbox/runner_pool) is tested without a GPU. The job's task name says
 // what to do: "hang" never answers, "crash" aborts, "lost" reports a lost context and exits,
 // "garbage" writes a malformed frame, "slow" answers ok after 200 ms; anything else is answered ok
-// at once. Every report names the runner's pid and the --device it was started with.
+// at once. Every report names the runner's pid and the --device it was started with; a job with
+// a model check is answered with what the check carried (steps, references, plans per site).
 #include <unistd.h>
 
 #include <cstdlib>
@@ -52,6 +53,16 @@ int main(int argc, char** argv) {
     report.status = core::StepStatus::kOk;
     report.message = "scripted ok";
     report.speedup = 1.0;
+    if (job->model) {
+      core::Value cases = core::Value::object();
+      for (const auto& reference : job->model->references) {
+        cases[reference.task] = reference.plan.cases.size();
+      }
+      report.model = core::Value{{"model", job->model->model},
+                                 {"steps", job->model->steps},
+                                 {"reference_cases", cases},
+                                 {"candidate_cases", job->model->candidate.cases.size()}};
+    }
     if (!sandbox::write_frame(STDOUT_FILENO, report.to_value())) return 2;
   }
 }

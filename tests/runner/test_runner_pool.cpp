@@ -178,6 +178,57 @@ TEST_CASE("run job: the task hash and both evaluated plans cross the pipe unchan
   CHECK_FALSE(runner::RunJob::from_value(value).ok());
 }
 
+TEST_CASE("run job: the model check crosses the pipe with its steps and per-site plans") {
+  runner::RunJob sent = job("ok", 8);
+  CHECK_FALSE(runner::RunJob::from_value(sent.to_value())->model.has_value());
+  runner::ModelCheck check;
+  check.model = "stories260K.toml";
+  check.steps = {{{"num_seqs", 8}, {"context", 256}}, {{"num_seqs", 8}, {"context", 1}}};
+  runner::ModelReference reference;
+  reference.task = "llm/silu_and_mul";
+  reference.task_hash = std::string(64, 'b');
+  reference.compiled.cubin = std::string(
+      "\x7f"
+      "ELF\0\1",
+      6);
+  reference.compiled.lowered_names["k"] = "_Z1kv";
+  action::ConcretePlan concrete;
+  concrete.launches.push_back({0, {8, 1, 1}, {128, 1, 1}, {1, 1, 1}, false, 0});
+  action::Launch launch;
+  launch.kernel = "k";
+  launch.name_expression = "k";
+  launch.where = "line 1";
+  reference.plan.plan.launches.push_back(launch);
+  reference.plan.cases = {concrete, concrete};
+  check.references.push_back(reference);
+  check.candidate.plan.launches.push_back(launch);
+  check.candidate.cases = {concrete};
+  check.time_cap_ms = 1500;
+  sent.model = check;
+  const auto got = runner::RunJob::from_value(sent.to_value());
+  REQUIRE_MESSAGE(got.ok(), got.error().message);
+  REQUIRE(got->model.has_value());
+  CHECK(got->model->model == "stories260K.toml");
+  REQUIRE(got->model->steps.size() == 2);
+  CHECK(got->model->steps[1].at("context") == 1);
+  REQUIRE(got->model->references.size() == 1);
+  CHECK(got->model->references[0].compiled.cubin == reference.compiled.cubin);
+  CHECK(got->model->references[0].plan.cases.size() == 2);
+  CHECK(got->model->candidate.cases[0].launches[0].grid[0] == 8);
+  CHECK(got->model->time_cap_ms == 1500);
+  // A check without steps is refused, and so the job.
+  auto value = sent.to_value();
+  value["model"]["steps"] = core::Value::array();
+  CHECK_FALSE(runner::RunJob::from_value(value).ok());
+  // The report carries the check's answer back.
+  runner::RunReport report;
+  report.status = core::StepStatus::kOk;
+  report.model = core::Value{{"step_speedup", 1.01}};
+  const auto back = runner::RunReport::from_value(report.to_value());
+  REQUIRE(back.ok());
+  CHECK(back->model["step_speedup"] == 1.01);
+}
+
 TEST_CASE("runner pool: one job after another goes to the GPU that was idle longest") {
   auto pool = start_pool({0, 1, 2});
   std::map<int, int> per_device;

@@ -1,0 +1,126 @@
+// The server's half of the model check: the `model` field resolved against the models, and the
+// GPU stage's job carrying every reference the model calls with its plans evaluated at each call
+// site of each step (checked against a scripted runner that answers with what it received); a
+// plan that does not hold at a model's call site is reported, never sent.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "env/model_option.hpp"
+#include "env/pipeline.hpp"
+#include "env/stages.hpp"
+#include "server_fixture.hpp"
+
+using namespace crucible;
+using core::Value;
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+const tasks::Task& task(const std::string& id) {
+  const auto* found = testing::shared_registry().find(id);
+  REQUIRE(found != nullptr);
+  return *found;
+}
+
+}  // namespace
+
+TEST_CASE("model option: names, variables and defaults resolve; mistakes are named") {
+  env::ModelCatalog catalog(testing::shared_registry());
+  const auto& silu = task("llm/silu_and_mul");
+  const auto by_name = catalog.resolve("llama3_8b", silu);
+  REQUIRE_MESSAGE(by_name.ok(), by_name.error().message);
+  CHECK(by_name->file == "llama3_8b.toml");
+  CHECK(by_name->variables.at("num_seqs") == 64);
+  CHECK(by_name->variables.at("context") == 2048);
+  const auto by_map = catalog.resolve(Value{{"name", "llama3_8b"}, {"num_seqs", 8}}, silu);
+  REQUIRE(by_map.ok());
+  CHECK(by_map->variables.at("num_seqs") == 8);
+  CHECK(by_map->variables.at("context") == 2048);
+  CHECK(by_map->to_value() ==
+        Value{{"name", "llama3_8b"}, {"variables", {{"context", 2048}, {"num_seqs", 8}}}});
+  const auto expect = [&](const Value& field, const tasks::Task& t, const std::string& needle) {
+    const auto resolved = catalog.resolve(field, t);
+    REQUIRE_FALSE(resolved.ok());
+    CHECK(resolved.error().code == core::ErrorCode::kInvalidArgument);
+    CHECK_MESSAGE(resolved.error().message.find(needle) != std::string::npos,
+                  resolved.error().message);
+  };
+  expect("llama4", silu, "no model 'llama4' on this server (models: llama3_8b, stories260K)");
+  expect("../models/llama3_8b", silu, "no model");
+  expect("llama3_8b", task("llm/rms_norm"), "model llama3_8b never calls llm/rms_norm");
+  expect(Value{{"name", "llama3_8b"}, {"batch", 4}}, silu, "no variable 'batch'");
+  expect(Value{{"name", "llama3_8b"}, {"context", 0}}, silu,
+         "'context' must be a positive integer");
+  expect(Value{{"num_seqs", 4}}, silu, "needs a string 'name'");
+}
+
+TEST_CASE("model check: the job carries every reference and the plans at each call site") {
+  env::PipelineOptions options;
+  options.home = CRUCIBLE_SOURCE_DIR;
+  options.gpus.gpus = {runner::GpuInfo{0, "scripted", 9, 0}};
+  options.compile_options.worker_exe = CRUCIBLE_BINARY_DIR "/bin/crucible-compile-worker";
+  options.compile_options.workers = 1;
+  options.runner_options.runner_exe = CRUCIBLE_BINARY_DIR "/bin/test_scripted_runner";
+  const env::Pipeline pipeline = env::build_pipeline(options);
+  env::ModelCatalog catalog(testing::shared_registry());
+  const auto& silu = task("llm/silu_and_mul");
+  const std::string solution = read_text(CRUCIBLE_SOURCE_DIR "/tasks/llm/silu_and_mul/solution.cu");
+  env::StepJob job{&silu,
+                   solution,
+                   nullptr,
+                   1,
+                   rewards::default_reward_spec(),
+                   nullptr,
+                   catalog.resolve("stories260K", silu).value()};
+  const auto result = pipeline.run(job);
+  REQUIRE_MESSAGE(result.status == core::StepStatus::kOk, result.message);
+  const Value& model = result.model;
+  REQUIRE_MESSAGE(model.contains("steps"), model.dump());
+  CHECK(model["model"] == "stories260K.toml");
+  // The timed step (the defaults), then 2 + 48 - 1 decoding steps of 8 sequences.
+  REQUIRE(model["steps"].size() == 50);
+  CHECK(model["steps"][0] == Value{{"context", 256}, {"num_seqs", 8}});
+  CHECK(model["steps"][1] == Value{{"context", 1}, {"num_seqs", 8}});
+  CHECK(model["steps"][49] == Value{{"context", 49}, {"num_seqs", 8}});
+  // Every task the step calls, one plan per call site per step: linear has 7 sites, the norm 3.
+  const Value& cases = model["reference_cases"];
+  CHECK(cases.size() == 6);
+  CHECK(cases["llm/linear"] == 7 * 50);
+  CHECK(cases["llm/fused_add_rms_norm"] == 3 * 50);
+  CHECK(cases["llm/silu_and_mul"] == 50);
+  CHECK(model["candidate_cases"] == 50);
+  // Without the option, no check.
+  job.model.reset();
+  CHECK(pipeline.run(job).model.is_null());
+
+  // A plan that holds on every case of the task but not at the model's shape (8 tokens of
+  // d = 172, which no case has) is reported with the call site, and the runner gets no check.
+  std::string narrow = solution;
+  const std::string launch = "<<<cdiv(num_tokens * d, 256), 256>>>";
+  REQUIRE(narrow.find(launch) != std::string::npos);
+  narrow.replace(narrow.find(launch), launch.size(),
+                 "<<<cdiv(num_tokens * d, 256), 256 * min(1, max(0, d - 172) + max(0, 172 - d) + "
+                 "max(0, num_tokens - 8) + max(0, 8 - num_tokens))>>>");
+  env::StepJob broken{&silu,
+                      narrow,
+                      nullptr,
+                      1,
+                      rewards::default_reward_spec(),
+                      nullptr,
+                      catalog.resolve("stories260K", silu).value()};
+  const auto refused = pipeline.run(broken);
+  CHECK_MESSAGE(refused.status == core::StepStatus::kOk, refused.message);
+  REQUIRE(refused.model.contains("error"));
+  CHECK_MESSAGE(refused.model["error"].get<std::string>().find(
+                    "the launch plan does not hold at call site activation of model stories260K") !=
+                    std::string::npos,
+                refused.model.dump());
+  CHECK_FALSE(refused.to_value()["model"].contains("steps"));
+}
