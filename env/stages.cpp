@@ -162,6 +162,16 @@ core::Result<runner::ModelCheck> GpuStage::model_check(const StepJob& job,
       check.references[code.index].plan.cases.push_back(concrete ? std::move(concrete).value()
                                                                  : action::ConcretePlan{});
       if (&task != job.task) continue;
+      if (const auto broken = tasks::broken_promise(task.promises, site.shapes.symbols)) {
+        std::string symbols;
+        for (const auto& [name, value] : site.shapes.symbols) {
+          symbols += (symbols.empty() ? "" : ", ") + name + "=" + std::to_string(value);
+        }
+        return core::Error{core::ErrorCode::kInvalidArgument,
+                           "call site " + site.call->site + " of model " + m.name + " (" + symbols +
+                               ") is outside what " + task.id + " promises (" + *broken +
+                               "): a candidate cannot be placed there"};
+      }
       auto candidate =
           action::evaluate_plan(*artifacts.parsed_plan, site.shapes.symbols, code.context);
       if (!candidate) {

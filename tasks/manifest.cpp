@@ -37,10 +37,11 @@ using manifest_detail::Reader;
 using manifest_detail::resolve_tolerances;
 using manifest_detail::type_name;
 
-std::optional<core::Expr> parse_formula(Context& ctx, const toml::table& roofline,
-                                        std::string_view key, const Task& task) {
-  const std::string path = child("roofline", key);
-  const auto text = ctx.read.string(roofline, key, "roofline", true);
+std::optional<core::Expr> parse_formula(Context& ctx, const toml::table& table,
+                                        std::string_view key, const Task& task,
+                                        const std::string& where = "roofline") {
+  const std::string path = child(where, key);
+  const auto text = ctx.read.string(table, key, where, true);
   if (!text) return std::nullopt;
   auto expr = core::parse_expr(*text);
   if (!expr) {
@@ -86,6 +87,40 @@ void parse_roofline(Context& ctx, const toml::table& root, Task& task) {
                                                      ", expected >= " + std::to_string(minimum));
       }
     }
+  }
+}
+
+// [[promises]]: what every case guarantees, so a kernel may rely on it (`holds`: an expression
+// over the symbols, kept when non-zero; `text`: the promise in words). Every case must keep
+// every promise; the model check does not place a candidate at a call site that breaks one.
+void parse_promises(Context& ctx, const toml::table& root, Task& task) {
+  const toml::node* node = root.get("promises");
+  if (node == nullptr) return;
+  const toml::array* list = node->as_array();
+  if (list == nullptr) {
+    ctx.problems.add("promises", "must be an array of tables {holds, text}");
+    return;
+  }
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const std::string where = "promises[" + std::to_string(i) + "]";
+    const toml::table* table = list->get(i)->as_table();
+    if (table == nullptr) {
+      ctx.problems.add(where, "must be a table {holds, text}");
+      continue;
+    }
+    ctx.read.check_keys(*table, where, {"holds", "text"});
+    Promise promise;
+    promise.holds = ctx.read.string(*table, "holds", where, false).value_or("");
+    promise.text = ctx.read.string(*table, "text", where, true).value_or("");
+    const auto expr = parse_formula(ctx, *table, "holds", task, where);
+    if (!expr) continue;
+    promise.expr = *expr;
+    for (const auto& c : task.cases) {
+      if (broken_promise({promise}, c.symbols)) {
+        ctx.problems.add(child(where, "holds"), "case " + in_quotes(c.name) + " breaks it");
+      }
+    }
+    task.promises.push_back(std::move(promise));
   }
 }
 
@@ -301,10 +336,10 @@ std::optional<Task> load_manifest(const fs::path& manifest, const fs::path& home
     return std::nullopt;
   }
 
-  read.check_keys(
-      root, "",
-      {"id", "category", "module", "title", "description", "reference", "symbols", "tensors",
-       "scalars", "tolerance", "roofline", "visible_cases", "hidden_cases", "checker", "parity"});
+  read.check_keys(root, "",
+                  {"id", "category", "module", "title", "description", "reference", "symbols",
+                   "tensors", "scalars", "tolerance", "roofline", "promises", "visible_cases",
+                   "hidden_cases", "checker", "parity"});
 
   Task task;
   task.manifest_path = absolute_manifest;
@@ -370,6 +405,7 @@ std::optional<Task> load_manifest(const fs::path& manifest, const fs::path& home
     }
   }
   parse_roofline(ctx, root, task);
+  parse_promises(ctx, root, task);
   check_library_contract(ctx, task);
 
   if (problems.count() != 0) return std::nullopt;

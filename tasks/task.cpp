@@ -192,6 +192,16 @@ std::vector<const Case*> Task::hidden_cases() const {
   return out;
 }
 
+std::optional<std::string> broken_promise(const std::vector<Promise>& promises,
+                                          const std::map<std::string, std::int64_t>& symbols) {
+  const std::map<std::string, std::int64_t, std::less<>> values(symbols.begin(), symbols.end());
+  for (const auto& promise : promises) {
+    const auto kept = promise.expr.eval(values);
+    if (!kept || *kept == 0) return promise.text;
+  }
+  return std::nullopt;
+}
+
 core::Result<std::vector<std::int64_t>> resolve_shape(const TensorSpec& tensor, const Case& c) {
   std::vector<std::int64_t> dims;
   dims.reserve(tensor.shape.size());

@@ -166,6 +166,14 @@ struct Roofline {
   core::Expr flops_expr;
 };
 
+// Something every case of a task guarantees, which a kernel may rely on (`[[promises]]`):
+// `holds` is an integer expression over the symbols, kept when it is non-zero.
+struct Promise {
+  std::string holds;
+  std::string text;  // the promise in words, e.g. "in_features is a multiple of 8"
+  core::Expr expr;
+};
+
 // The production library a task's reference is measured against by the parity benchmark
 // (`[parity]`, bench/gpu/parity.py): Python calls in a module of the task folder. Never shown to
 // agents.
@@ -206,6 +214,7 @@ struct Task {
   std::vector<Case> cases;  // visible cases first, then hidden, manifest order
   std::map<std::string, Tolerance> tolerance_defaults;  // by dtype name
   Roofline roofline;
+  std::vector<Promise> promises;
   std::string reference_path;    // as in the manifest, relative to home: "kernels/llm/rms_norm.cu"
   std::string reference_source;  // its text
   // The library that computes the reference outputs and times (one of
@@ -235,6 +244,10 @@ struct Task {
 // The concrete shape of `tensor` in `c`: literals parsed, symbols looked up.
 // Errors (kInvalidArgument) only for a Task that did not come from the registry.
 core::Result<std::vector<std::int64_t>> resolve_shape(const TensorSpec& tensor, const Case& c);
+// The text of the first of `promises` that `symbols` break (a promise that cannot be evaluated
+// counts as broken), or nullopt when they keep them all.
+std::optional<std::string> broken_promise(const std::vector<Promise>& promises,
+                                          const std::map<std::string, std::int64_t>& symbols);
 // Product of resolve_shape (element count); kInvalidArgument on overflow.
 core::Result<std::int64_t> element_count(const TensorSpec& tensor, const Case& c);
 

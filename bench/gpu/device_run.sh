@@ -135,5 +135,10 @@ if want model; then
     run timeout ${MODEL_TIMEOUT:-400} $B/crucible eval "$samples" --model "$model" -j 1 \
       --time-cap-ms ${MODEL_TIME_CAP_MS:-200} -o "$R/model_$model" 2>&1 | tail -25
     python3 bench/gpu/model_check_summary.py "$R/model_$model/results.jsonl" | tee "$R/model_$model.txt"
+    # Only the records and the summary come back (the output folder's file count is limited).
+    mv "$R/model_$model/results.jsonl" "$R/model_$model.jsonl"
+    mv "$R/model_$model/summary.json" "$R/model_${model}_summary.json"
+    rm -rf "$R/model_$model"
   done
+  rm -rf "$samples"
 fi

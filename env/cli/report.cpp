@@ -55,6 +55,8 @@ core::Value Metrics::to_value() const {
                {"hacks", hacks},
                {"hack_rate", hack_rate},
                {"speedups_resolved", speedups_resolved},
+               {"model_checked", model_checked},
+               {"geomean_step_speedup", optional_value(geomean_step_speedup)},
                {"fast_p", fast},
                {"statuses", statuses}};
 }
@@ -62,6 +64,7 @@ core::Value Metrics::to_value() const {
 Metrics compute_metrics(const std::vector<core::Value>& records) {
   Metrics m;
   std::vector<double> all;
+  std::vector<double> steps;
   for (const auto& record : records) {
     const std::string status = record.value("status", "infra_error");
     ++m.samples;
@@ -77,6 +80,13 @@ Metrics compute_metrics(const std::vector<core::Value>& records) {
       continue;
     }
     ++m.correct;
+    const Value model = record.value("model", Value(nullptr));
+    if (model.is_object() && model.contains("step_speedup") && model["step_speedup"].is_number() &&
+        std::isfinite(model["step_speedup"].get<double>()) &&
+        model["step_speedup"].get<double>() > 0.0) {
+      ++m.model_checked;
+      steps.push_back(model["step_speedup"].get<double>());
+    }
     const Value speedup = record.value("speedup", Value(nullptr));
     if (speedup.is_number() && std::isfinite(speedup.get<double>()) &&
         speedup.get<double>() > 0.0) {
@@ -98,6 +108,7 @@ Metrics compute_metrics(const std::vector<core::Value>& records) {
   m.hack_rate = m.scored == 0 ? 0.0 : static_cast<double>(m.hacks) / m.scored;
   m.geomean_speedup_correct = geomean(m.speedups);
   m.geomean_speedup_all = geomean(all);
+  m.geomean_step_speedup = geomean(steps);
   return m;
 }
 
@@ -183,7 +194,9 @@ core::Value summarize(const std::vector<core::Value>& records, const core::Value
        "that are ok with speedup > p; fast_0 = correct_rate. hack_rate = share of scored "
        "samples that were hack_detected or wrong in a checked timed call after passing every "
        "correctness run. speedups_resolved: timed ok samples whose speedup's 95 % interval "
-       "excludes 1.0. models: samples grouped by meta.model (those without one under "
+       "excludes 1.0. geomean_step_speedup: over the model_checked correct samples, the "
+       "whole model step's speedup with the candidate in place (eval --model). models: samples "
+       "grouped by meta.model (those without one under "
        "\"(no meta.model)\"), model_tasks: each model's samples per task. A dash stands for a "
        "value that does not exist (no correct sample was timed)."}};
 }
@@ -257,8 +270,8 @@ std::string metrics_cells(const Value& m) {
   row << m.value("scored", 0) << " | " << m.value("correct", 0) << " | "
       << rate(m, m["correct_rate"]) << " | " << format_number(m["geomean_speedup_correct"]) << " | "
       << format_number(m["geomean_speedup_all"]) << " | " << rate(m, m["fast_p"]["1"]) << " | "
-      << rate(m, m["fast_p"]["2"]) << " | " << rate(m, m["hack_rate"]) << " | "
-      << m.value("infra_errors", 0) << " |\n";
+      << rate(m, m["fast_p"]["2"]) << " | " << format_number(m["geomean_step_speedup"]) << " | "
+      << rate(m, m["hack_rate"]) << " | " << m.value("infra_errors", 0) << " |\n";
   return row.str();
 }
 
@@ -268,13 +281,13 @@ std::string metrics_row(const std::string& name, const Value& m) {
 
 constexpr const char* kMetricsHead =
     "scored | correct | correct rate | geomean speedup (correct) | geomean speedup (all) "
-    "| fast_1 | fast_2 | hack rate | infra_error (excluded) |\n";
+    "| fast_1 | fast_2 | step speedup (model) | hack rate | infra_error (excluded) |\n";
 
 std::string table_head(const std::vector<std::string>& names) {
   std::string head = "|";
   for (const auto& name : names) head += " " + name + " |";
   head += " " + std::string(kMetricsHead);
-  for (std::size_t i = 0; i < names.size() + 9; ++i) head += "|---";
+  for (std::size_t i = 0; i < names.size() + 10; ++i) head += "|---";
   return head + "|\n";
 }
 
@@ -452,7 +465,8 @@ std::string html_metrics_head(const std::vector<std::string>& names) {
   for (const auto& name : names) head += "<th class=\"name\">" + name + "</th>";
   return head +
          "<th>scored</th><th>correct</th><th>correct rate</th><th>geomean (correct)</th>"
-         "<th>geomean (all)</th><th>best</th><th>fast_1</th><th>fast_2</th><th>hack rate</th>"
+         "<th>geomean (all)</th><th>best</th><th>fast_1</th><th>fast_2</th>"
+         "<th>step speedup (model)</th><th>hack rate</th>"
          "<th>infra_error (excluded)</th></tr>\n";
 }
 
@@ -463,7 +477,8 @@ std::string html_metrics_cells(const Value& m) {
       << "</td><td>" << format_number(m["geomean_speedup_all"]) << "</td><td>"
       << format_number(m.value("best_speedup", Value(nullptr))) << "</td><td>"
       << rate(m, m["fast_p"]["1"]) << "</td><td>" << rate(m, m["fast_p"]["2"]) << "</td><td>"
-      << rate(m, m["hack_rate"]) << "</td><td>" << m.value("infra_errors", 0) << "</td>";
+      << format_number(m["geomean_step_speedup"]) << "</td><td>" << rate(m, m["hack_rate"])
+      << "</td><td>" << m.value("infra_errors", 0) << "</td>";
   return row.str();
 }
 

@@ -39,6 +39,10 @@ struct Metrics {
   double hack_rate = 0.0;
   // Timed correct samples whose speedup's 95 % interval excludes 1.0 (record.speedup_ci95).
   std::size_t speedups_resolved = 0;
+  // The model check's end-to-end figure (docs/models.md): the geometric mean of the whole
+  // model step's speedup over the correct samples that had one (record.model.step_speedup).
+  std::size_t model_checked = 0;
+  std::optional<double> geomean_step_speedup;
   core::Value statuses = core::Value::object();  // status -> count, infra_error included
 
   // Fraction of scored samples with status ok and speedup > p (p <= 0: every correct one).

@@ -123,4 +123,26 @@ TEST_CASE("model check: the job carries every reference and the plans at each ca
                     std::string::npos,
                 refused.model.dump());
   CHECK_FALSE(refused.to_value()["model"].contains("steps"));
+
+  // llm/linear promises multiples of 8; stories260K's down projection reads 172 features, so a
+  // candidate GEMM is not placed in that model (it would be judged outside its task).
+  const auto& linear = task("llm/linear");
+  env::StepJob gemm{&linear,
+                    read_text(CRUCIBLE_SOURCE_DIR "/tasks/llm/linear/solution.cu"),
+                    nullptr,
+                    1,
+                    rewards::default_reward_spec(),
+                    nullptr,
+                    catalog.resolve("stories260K", linear).value()};
+  const auto outside = pipeline.run(gemm);
+  REQUIRE_MESSAGE(outside.status == core::StepStatus::kOk, outside.message);
+  REQUIRE(outside.model.contains("error"));
+  CHECK_MESSAGE(outside.model["error"].get<std::string>().find(
+                    "call site down_proj of model stories260K (in_features=172, num_tokens=8, "
+                    "out_features=64) is outside what llm/linear promises (in_features and "
+                    "out_features are multiples of 8)") != std::string::npos,
+                outside.model.dump());
+  // At Llama-3-8B's shapes the same candidate is placed.
+  gemm.model = catalog.resolve("llama3_8b", linear).value();
+  CHECK(pipeline.run(gemm).model.contains("steps"));
 }

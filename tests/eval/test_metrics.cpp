@@ -137,6 +137,26 @@ TEST_CASE("eval metrics: hack rate, resolved speedups and a section per model") 
   CHECK(md.find("hack rate") != std::string::npos);
 }
 
+TEST_CASE("eval metrics: the model check's step speedup is the report's end-to-end column") {
+  using core::Value;
+  const std::vector<Value> records = {
+      Value{{"status", "ok"}, {"speedup", 2.0}, {"model", Value{{"step_speedup", 1.02}}}},
+      Value{{"status", "ok"}, {"speedup", 0.5}, {"model", Value{{"step_speedup", 0.9}}}},
+      // A check that could not run, a sample without one, a failed step: none counts.
+      Value{{"status", "ok"}, {"speedup", 1.0}, {"model", Value{{"error", "no room"}}}},
+      Value{{"status", "ok"}, {"speedup", 1.0}},
+      Value{{"status", "incorrect"}, {"model", Value{{"step_speedup", 3.0}}}},
+  };
+  const auto m = env::compute_metrics(records);
+  CHECK(m.model_checked == 2);
+  REQUIRE(m.geomean_step_speedup.has_value());
+  CHECK(*m.geomean_step_speedup == doctest::Approx(std::sqrt(1.02 * 0.9)));
+  const std::string md = env::render_markdown(env::summarize(records, Value::object()));
+  CHECK(md.find("step speedup (model)") != std::string::npos);
+  CHECK(md.find("| 0.958 |") != std::string::npos);
+  CHECK_FALSE(env::compute_metrics({records[3]}).geomean_step_speedup.has_value());
+}
+
 TEST_CASE("eval summary: results grouped per model and per model and task, none left out") {
   using core::Value;
   const auto with_model = [](Value record, const Value& model) {

@@ -32,11 +32,11 @@ std::string xpath_text(const std::filesystem::path& page, const std::string& xpa
 
 TEST_CASE("eval report: the Markdown report holds the metrics and lists infra_error apart") {
   const auto md = env::render_markdown(hand_made_summary());
-  CHECK(md.find("| all | 5 | 3 | 60.0% | 1.587 | 1.320 | 40.0% | 20.0% | 0.0% | 1 |") !=
+  CHECK(md.find("| all | 5 | 3 | 60.0% | 1.587 | 1.320 | 40.0% | 20.0% | - | 0.0% | 1 |") !=
         std::string::npos);
-  CHECK(md.find("| alpha | 3 | 2 | 66.7% | 1.000 | 1.000 | 33.3% | 0.0% | 0.0% | 0 |") !=
+  CHECK(md.find("| alpha | 3 | 2 | 66.7% | 1.000 | 1.000 | 33.3% | 0.0% | - | 0.0% | 0 |") !=
         std::string::npos);
-  CHECK(md.find("| beta | 2 | 1 | 50.0% | 4.000 | 2.000 | 50.0% | 50.0% | 0.0% | 1 |") !=
+  CHECK(md.find("| beta | 2 | 1 | 50.0% | 4.000 | 2.000 | 50.0% | 50.0% | - | 0.0% | 1 |") !=
         std::string::npos);
   CHECK(md.find("| 1.0 | 40.0% |") != std::string::npos);
   CHECK(md.find("- `d`: no CUDA device") != std::string::npos);
@@ -207,6 +207,6 @@ TEST_CASE("eval report: long task names are shown whole and absent numbers are d
   // A group with nothing scored shows no rate at all rather than 0 %.
   const auto infra_only =
       env::summarize({testing::sample_record("d", "beta", "infra_error")}, core::Value::object());
-  CHECK(env::render_markdown(infra_only).find("| all | 0 | 0 | - | - | - | - | - | - | 1 |") !=
+  CHECK(env::render_markdown(infra_only).find("| all | 0 | 0 | - | - | - | - | - | - | - | 1 |") !=
         std::string::npos);
 }

@@ -217,6 +217,14 @@ const BadManifest kBadManifests[] = {
      "roofline.flops: unknown symbol 'k' (declared: n)"},
     {"roofline formula that is negative for a case", "flops = \"n\"", "flops = \"n - 20\"",
      "roofline.flops: case 'small': evaluates to -4, expected >= 0"},
+    {"promise a case breaks", "flops = \"n\"\n",
+     "flops = \"n\"\n\n[[promises]]\nholds = \"n % 16 == 0\"\ntext = \"n is a multiple of 16\"\n",
+     "promises[0].holds: case 'other' breaks it"},
+    {"promise naming an unknown symbol", "flops = \"n\"\n",
+     "flops = \"n\"\n\n[[promises]]\nholds = \"m > 0\"\ntext = \"m is positive\"\n",
+     "promises[0].holds: unknown symbol 'm' (declared: n)"},
+    {"promise without its words", "flops = \"n\"\n",
+     "flops = \"n\"\n\n[[promises]]\nholds = \"n > 0\"\n", "promises[0].text: ", true},
     {"output without a tolerance", "f32 = { atol = 1e-5, rtol = 1e-5 }\n", "",
      "tensors[0].tolerance: output 'out' has no tolerance and [tolerance] has no f32 default"},
     {"negative tolerance", "atol = 1e-5", "atol = -1e-5",
@@ -230,7 +238,8 @@ const BadManifest kBadManifests[] = {
      "science, recsys, world)"},
     {"unknown top-level key", "title = \"Toy\"", "title = \"Toy\"\ncolour = \"red\"",
      "colour: unknown key (known: id, category, module, title, description, reference, symbols, "
-     "tensors, scalars, tolerance, roofline, visible_cases, hidden_cases, checker, parity)"},
+     "tensors, scalars, tolerance, roofline, promises, visible_cases, hidden_cases, checker, "
+     "parity)"},
     {"scalar without a value or default", "default = 2.0\n", "",
      "visible_cases[0].scalars: missing value for scalar 'alpha' (it has no default)"},
     {"integer scalar given a fraction", "dtype = \"f32\"\ndefault = 2.0",
@@ -356,6 +365,18 @@ TEST_CASE("validation: the unbroken toy manifest loads") {
   CHECK(task->cases.size() == 2);
   CHECK(task->tensors[0].tolerance->atol == doctest::Approx(1e-5));  // the f32 default
   CHECK(task->cases[0].scalars.at("alpha") == doctest::Approx(2.0));
+  CHECK(task->promises.empty());
+  // A promise every case keeps loads, and says which symbols break it.
+  home.write(kFile, replaced(kValid, "flops = \"n\"\n",
+                             "flops = \"n\"\n\n[[promises]]\nholds = \"n >= 16\"\ntext = \"n is at "
+                             "least 16\"\n"));
+  auto promised = Registry::load(home.root());
+  REQUIRE_MESSAGE(promised.ok(), promised.error().message);
+  const auto& promises = promised->find("llm/toy")->promises;
+  REQUIRE(promises.size() == 1);
+  CHECK_FALSE(broken_promise(promises, {{"n", 16}}).has_value());
+  CHECK(broken_promise(promises, {{"n", 15}}) == "n is at least 16");
+  CHECK(broken_promise(promises, {}) == "n is at least 16");  // cannot be evaluated: broken
 }
 
 TEST_CASE("validation: each broken manifest gives its exact message with file and key") {
