@@ -81,6 +81,9 @@ TEST_CASE("model check: the job carries every reference and the plans at each ca
                    catalog.resolve("stories260K", silu).value()};
   const auto result = pipeline.run(job);
   REQUIRE_MESSAGE(result.status == core::StepStatus::kOk, result.message);
+  // An ok step's message states its speedup and interval.
+  CHECK(result.message ==
+        "correct on every case; 1.000x the reference's speed (95 % interval 0.990x to 1.010x)");
   const Value& model = result.model;
   REQUIRE_MESSAGE(model.contains("steps"), model.dump());
   CHECK(model["model"] == "stories260K.toml");
