@@ -547,10 +547,11 @@ class AsyncEnv:
         max_steps: Optional[int] = None,
         reward: Optional[Dict[str, Any]] = None,
         tag: Optional[wire.Tag] = None,
+        model: Optional[wire.ModelChoice] = None,
     ) -> Dict[str, Any]:
         """Opens a new episode (closing the previous one); returns the observation
         {episode, task, max_steps, step}. `tag` labels the episode: its steps carry it unless
-        they set their own."""
+        they set their own; `model` asks its ok steps for the model check."""
         if self.episode is not None:
             try:
                 await self.close_episode()
@@ -558,7 +559,7 @@ class AsyncEnv:
                 pass  # it expired on the server; nothing left to close
         observation = wire.body(await self.client.request(
             "reset", task=task, seed=seed, max_steps=max_steps, reward=reward, options=options,
-            tag=tag))
+            tag=tag, model=model))
         self.episode = observation["episode"]
         self.task_id = task
         self.max_steps = observation.get("max_steps")

@@ -74,12 +74,15 @@ class Env:
         seed: Optional[int] = None,
         reward: Optional[Dict[str, Any]] = None,
         tag: Optional[wire.Tag] = None,
+        model: Optional[wire.ModelChoice] = None,
     ) -> Dict[str, Any]:
         """Scores one source without an episode: returns {task, result, reward} (and `tag`,
-        echoed, from a server that keeps tags)."""
+        echoed, from a server that keeps tags). `model` ("llama3_8b", or {"name": ...,
+        "num_seqs": 8}) also judges an ok step inside that model's decode step: the result then
+        carries `model` (docs/models.md)."""
         reply = self.client.request(
             "score", task=task, source=wire.source_text(source), plan=plan, seed=seed,
-            reward=reward, tag=tag,
+            reward=reward, tag=tag, model=model,
         )
         return wire.body(reply)
 
@@ -96,12 +99,14 @@ class Env:
         max_steps: Optional[int] = None,
         reward: Optional[Dict[str, Any]] = None,
         tag: Optional[wire.Tag] = None,
+        model: Optional[wire.ModelChoice] = None,
     ) -> Dict[str, Any]:
         """Opens a new episode (closing the previous one) and returns the observation.
 
         The observation is the reply body: {episode, task: <agent view>, max_steps, step: 0}.
         `tag` (at most 8 string keys to strings or integers) labels the episode in the
-        server's log; its steps carry it unless they set their own.
+        server's log; its steps carry it unless they set their own. `model` asks every ok step
+        of the episode for the model check (as `score`).
         """
         if self.episode is not None:
             try:
@@ -110,7 +115,7 @@ class Env:
                 pass  # it expired on the server; nothing left to close
         reply = self.client.request(
             "reset", task=task, seed=seed, max_steps=max_steps, reward=reward, options=options,
-            tag=tag,
+            tag=tag, model=model,
         )
         observation = wire.body(reply)
         self.episode = observation["episode"]

@@ -29,6 +29,8 @@ _UINT64_MAX = (1 << 64) - 1
 
 TagValue = Union[str, int]
 Tag = Mapping[str, TagValue]
+# The model check of a step (docs/models.md): a model name, or {"name": ..., <variable>: value}.
+ModelChoice = Union[str, Mapping[str, Any]]
 
 OPS = ("hello", "tasks", "task", "reset", "step", "score", "close", "stats")
 STATUSES = (
