@@ -254,14 +254,7 @@ void JobRunner::launch(const Side& side, const ConcretePlan& concrete, const Cas
       fail(side.candidate ? StepStatus::kInvalidAction : StepStatus::kInfraError,
            storage.error().message);
     }
-    std::vector<void*> params(storage->size());
-    for (std::size_t a = 0; a < params.size(); ++a) params[a] = (*storage)[a].data();
-    CUlaunchAttribute attribute{};
-    const CUlaunchConfig config = launch_config(step, device_.stream, attribute);
-    if (step.has_cluster && step.cluster[0] * step.cluster[1] * step.cluster[2] > 8) {
-      cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
-    }
-    const CUresult rc = cuLaunchKernelEx(&config, kernel.function, params.data(), nullptr);
+    const CUresult rc = launch_packed(kernel.function, step, *storage, device_.stream);
     if (rc != CUDA_SUCCESS) {
       const bool lost = is_sticky(rc);
       if (!side.candidate) {

@@ -4,7 +4,10 @@
 
 #include <cuda.h>
 
+#include <vector>
+
 #include "action/launch_plan.hpp"
+#include "action/plan_context.hpp"
 
 namespace crucible::runner::child {
 
@@ -32,6 +35,20 @@ inline CUlaunchConfig launch_config(const action::ConcreteLaunch& step, CUstream
     config.numAttrs = 1;
   }
   return config;
+}
+
+// Launches `function` with `step`'s configuration and the packed parameters on `stream`,
+// allowing a non-portable cluster size where the plan asks for more than 8 blocks a cluster.
+inline CUresult launch_packed(CUfunction function, const action::ConcreteLaunch& step,
+                              std::vector<action::ParamBytes>& packed, CUstream stream) {
+  std::vector<void*> params(packed.size());
+  for (std::size_t a = 0; a < params.size(); ++a) params[a] = packed[a].data();
+  CUlaunchAttribute attribute{};
+  const CUlaunchConfig config = launch_config(step, stream, attribute);
+  if (step.has_cluster && step.cluster[0] * step.cluster[1] * step.cluster[2] > 8) {
+    cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+  }
+  return cuLaunchKernelEx(&config, function, params.data(), nullptr);
 }
 
 }  // namespace crucible::runner::child

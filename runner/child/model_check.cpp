@@ -376,14 +376,7 @@ void ModelCheckRun::launch_site(SitePlan& plan, std::int64_t layer, bool with_ca
     auto storage = action::pack_launch_args(launch, task, plan.site->shapes, kernel.param_bytes,
                                             tensors, workspaces);
     if (!storage) throw CheckError(plan.site->call->site + ": " + storage.error().message);
-    std::vector<void*> params(storage->size());
-    for (std::size_t a = 0; a < params.size(); ++a) params[a] = (*storage)[a].data();
-    CUlaunchAttribute attribute{};
-    const CUlaunchConfig config = launch_config(step, device_.stream, attribute);
-    if (step.has_cluster && step.cluster[0] * step.cluster[1] * step.cluster[2] > 8) {
-      cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
-    }
-    check(cuLaunchKernelEx(&config, kernel.function, params.data(), nullptr),
+    check(launch_packed(kernel.function, step, *storage, device_.stream),
           candidate ? "launch the candidate in the model step"
                     : "launch a reference in the model step");
   }
