@@ -212,6 +212,50 @@ def throughput(path, facts):
             "goals": goals}
 
 
+def model_check(folder, facts):
+    """`device_run.sh model`: per model, every sample's op status and speedup and what the model
+    check measured (step times, step speedup and its interval, the op's share and in-place
+    speedup, hidden states, tokens), from the eval records; plus test_model_gpu's result."""
+    models = {}
+    for path in sorted(folder.glob("model_*.jsonl")):
+        name = path.stem[len("model_"):]
+        rows = []
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            check = record.get("model") or {}
+            row = {"sample": record["sample_id"], "status": record["status"],
+                   "op_speedup_alone": record.get("speedup")}
+            if "error" in check:
+                row["model_check_error"] = check["error"]
+            else:
+                row.update({key: check.get(key) for key in (
+                    "variables", "calls", "reference_step_ns", "candidate_step_ns",
+                    "step_speedup", "step_speedup_ci95", "samples", "op_share", "op_speedup",
+                    "hidden_state", "launches_per_step", "wall_ms")})
+                row["sites"] = check.get("sites")
+                tokens = check.get("tokens")
+                if tokens:
+                    row["tokens"] = {key: tokens.get(key) for key in (
+                        "generated", "agreement", "first_divergence")}
+                    row["tokens"]["prompts"] = len(tokens.get("prompts", []))
+            rows.append(row)
+        models[name] = rows
+    out = {"benchmark": "model check: task references and candidates inside a model's decode "
+                        "step (docs/models.md)", **facts,
+           "command": "bench/gpu/device_run.sh model (crucible eval SAMPLES --model NAME -j 1 "
+                      "--time-cap-ms 200 over each task's example solution and reference)",
+           "models": models}
+    gpu_test = folder / "test_model_gpu.txt"
+    if gpu_test.exists():
+        text = gpu_test.read_text()
+        out["test_model_gpu"] = {"result": doctest_result(text),
+                                 "messages": [line.strip() for line in text.splitlines()
+                                              if "MESSAGE" in line or line.startswith("  ")
+                                              and ("us, speedup" in line or "share" in line
+                                                   or "tokens equal" in line)]}
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=pathlib.Path)
@@ -258,6 +302,12 @@ def main():
         outputs["h200_fault_latency.json"] = {
             **json.loads((folder / "fault_latency.json").read_text()), **facts,
             "command": "bench/gpu/device_run.sh faults (bench/gpu/fault_latency.py)"}
+    if list(folder.glob("model_*.jsonl")):
+        outputs["h200_model_check.json"] = model_check(folder, facts)
+    if (folder / "export_op.json").exists():
+        outputs["h200_export_op.json"] = {
+            **json.loads((folder / "export_op.json").read_text()), **facts,
+            "command": "bench/gpu/device_run.sh exportop (bench/gpu/export_op_check.py)"}
     for name, value in outputs.items():
         (args.out / name).write_text(json.dumps(value, indent=2) + "\n")
         print(f"wrote {args.out / name}")
