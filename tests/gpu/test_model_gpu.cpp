@@ -20,7 +20,7 @@ Value score_in_model(clients::Client& client, const std::string& task, const std
   Value fields{{"task", task}, {"source", source}, {"seed", 1234}, {"model", model}};
   if (!reward.is_null()) fields["reward"] = reward;
   auto reply = client.call(core::Op::kScore, fields);
-  REQUIRE_MESSAGE(reply.ok(), reply.error().message);
+  REQUIRE_MESSAGE(reply.ok(), (reply.ok() ? std::string() : reply.error().message));
   return (*reply)["result"];
 }
 
