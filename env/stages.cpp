@@ -12,6 +12,7 @@
 #include "action/plan_context.hpp"
 #include "core/log.hpp"
 #include "judge/timing_stats.hpp"
+#include "tasks/format.hpp"
 
 namespace crucible::env {
 
@@ -181,12 +182,9 @@ core::Result<runner::ModelCheck> GpuStage::model_check(const StepJob& job,
                                                                  : action::ConcretePlan{});
       if (&task != job.task) continue;
       if (const auto broken = tasks::broken_promise(task.promises, site.shapes.symbols)) {
-        std::string symbols;
-        for (const auto& [name, value] : site.shapes.symbols) {
-          symbols += (symbols.empty() ? "" : ", ") + name + "=" + std::to_string(value);
-        }
         return core::Error{core::ErrorCode::kInvalidArgument,
-                           "call site " + site.call->site + " of model " + m.name + " (" + symbols +
+                           "call site " + site.call->site + " of model " + m.name + " (" +
+                               tasks::symbols_text(site.shapes.symbols, ", ") +
                                ") is outside what " + task.id + " promises (" + *broken +
                                "): a candidate cannot be placed there"};
       }

@@ -60,6 +60,16 @@ std::string format_task_table(const Registry& registry) {
   return out.str();
 }
 
+std::string symbols_text(const std::map<std::string, std::int64_t>& symbols,
+                         std::string_view separator) {
+  std::string text;
+  for (const auto& [name, value] : symbols) {
+    if (!text.empty()) text += separator;
+    text += name + "=" + std::to_string(value);
+  }
+  return text;
+}
+
 std::string format_task_details(const Task& task, bool include_hidden) {
   std::ostringstream out;
   out << task.id << " — " << task.title << "\n";
@@ -113,13 +123,8 @@ std::string format_task_details(const Task& task, bool include_hidden) {
                                " (tasks show --all lists them)\n");
   for (const auto& c : task.cases) {
     if (c.hidden && !include_hidden) continue;
-    std::string symbols;
-    for (const auto& [name, value] : c.symbols) {
-      if (!symbols.empty()) symbols += " ";
-      symbols += name + "=" + std::to_string(value);
-    }
     out << "  " << pad(c.name, 22) << pad(c.hidden ? "hidden" : "w=" + number(c.weight), 9)
-        << pad(symbols, 34);
+        << pad(symbols_text(c.symbols), 34);
     if (const auto cost = roofline_cost(task, c)) {
       out << "floor " << floor_text(roofline_floor_ns(*cost, kH200Peak));
     }

@@ -10,18 +10,11 @@
 #include "action/plan_context.hpp"
 #include "model/model.hpp"
 #include "model/oracle_decoder.hpp"
+#include "tasks/format.hpp"
 #include "tasks/roofline.hpp"
 
 namespace crucible::cli {
 namespace {
-
-std::string symbols_text(const tasks::Case& c) {
-  std::string text;
-  for (const auto& [name, value] : c.symbols) {
-    text += (text.empty() ? "" : " ") + name + "=" + std::to_string(value);
-  }
-  return text;
-}
 
 std::string dims(const std::array<std::uint32_t, 3>& d) {
   return "(" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " + std::to_string(d[2]) +
@@ -85,7 +78,7 @@ int model_show(const std::filesystem::path& model_file, const tasks::Registry& r
     std::snprintf(line, sizeof line, "%-14s %-28s %6lld %12.2f %6.1f%%  ", site.call->site.c_str(),
                   site.call->task->id.c_str(), static_cast<long long>(site.count),
                   floor_ns[i] / 1e3, total_ns > 0 ? 100.0 * floor_ns[i] / total_ns : 0.0);
-    out << line << symbols_text(site.shapes) << "\n";
+    out << line << tasks::symbols_text(site.shapes.symbols) << "\n";
   }
   std::snprintf(line, sizeof line, "\nroofline floor of the step on an H200: %.1f us\n",
                 total_ns / 1e3);
@@ -129,8 +122,8 @@ int model_plan(const std::filesystem::path& model_file, const tasks::Registry& r
     if (site.call->task != task) continue;
     ++sites;
     auto concrete = action::evaluate_plan(*plan, site.shapes.symbols, context);
-    out << site.call->site << " (" << site.count << " calls a step; " << symbols_text(site.shapes)
-        << ")\n";
+    out << site.call->site << " (" << site.count << " calls a step; "
+        << tasks::symbols_text(site.shapes.symbols) << ")\n";
     if (!concrete) {
       ++failed;
       out << "  cannot run here: " << concrete.error().message << "\n";

@@ -37,11 +37,22 @@ struct CheckError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-double median_of(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+double median_of(const std::vector<double>& values) { return judge::summarize(values).median_ns; }
+
+// Row `row` of bf16 logits [rows, vocab]: the id of the largest, the lowest id among equals
+// (greedy decoding's choice).
+std::size_t argmax_row(const std::vector<std::uint16_t>& logits, std::size_t row,
+                       std::size_t vocab) {
+  std::size_t best = 0;
+  float top = -INFINITY;
+  for (std::size_t v = 0; v < vocab; ++v) {
+    const float x = tasks::bf16_to_float(logits[row * vocab + v]);
+    if (x > top) {
+      top = x;
+      best = v;
+    }
+  }
+  return best;
 }
 
 // The code of one task the step calls: its reference (kernels or a library) and, for the job's
@@ -602,18 +613,7 @@ Value ModelCheckRun::compare_hidden_states(Expansion& step, CUgraphExec referenc
   }
   std::size_t agree = 0;
   for (std::size_t s = 0; s < seqs; ++s) {
-    std::size_t best[2] = {0, 0};
-    for (int side = 0; side < 2; ++side) {
-      float top = -INFINITY;
-      for (std::size_t v = 0; v < vocab; ++v) {
-        const float x = tasks::bf16_to_float(logits[side][s * vocab + v]);
-        if (x > top) {
-          top = x;
-          best[side] = v;
-        }
-      }
-    }
-    agree += best[0] == best[1] ? 1 : 0;
+    agree += argmax_row(logits[0], s, vocab) == argmax_row(logits[1], s, vocab) ? 1 : 0;
   }
   return Value{{"max_abs_diff", max_abs},
                {"rel_l2", ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0},
@@ -664,15 +664,8 @@ Value ModelCheckRun::greedy_tokens() {
       enqueue(step, side == 1, nullptr);
       const auto logits = download_bf16("logits", static_cast<std::size_t>(seqs * vocab));
       for (std::int64_t s = 0; s < seqs; ++s) {
-        std::int64_t best = 0;
-        float top = -INFINITY;
-        for (std::int64_t v = 0; v < vocab; ++v) {
-          const float x = tasks::bf16_to_float(logits[s * vocab + v]);
-          if (x > top) {  // the lowest id among equal logits
-            top = x;
-            best = v;
-          }
-        }
+        const auto best = static_cast<std::int64_t>(
+            argmax_row(logits, static_cast<std::size_t>(s), static_cast<std::size_t>(vocab)));
         if (t < prompt_length) {
           current[s] = prompts[s][t];
         } else {
