@@ -1,5 +1,6 @@
-// RunnerPool: lanes (one per GPU), a spawner thread that owns every child (so the children's
-// parent-death signal stays tied to a thread that lives as long as the pool), and the job path.
+// RunnerPool: lanes (runners_per_device per GPU), a gate per GPU, a spawner thread that owns
+// every child (so the children's parent-death signal stays tied to a thread that lives as long
+// as the pool), and the job path.
 #include "runner/runner_pool.hpp"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "core/log.hpp"
+#include "runner/gpu_gate.hpp"
 #include "sandbox/frame_pipe.hpp"
 #include "sandbox/process.hpp"
 
@@ -28,12 +30,18 @@ using sandbox::write_frame;
 using core::StepStatus;
 using core::Value;
 using Clock = std::chrono::steady_clock;
+using Hold = GpuGate::Hold;
 
 std::filesystem::path default_runner_path() {
   std::error_code error;
   auto self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return "crucible-gpu-runner";
   return self.parent_path() / "crucible-gpu-runner";
+}
+
+int default_runners_per_device() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return std::clamp(static_cast<int>(cores / 4), 1, 4);
 }
 
 namespace {
@@ -56,6 +64,10 @@ struct RunnerPool::State {
   std::condition_variable spawn_ready;
   std::deque<std::function<void()>> spawn_queue;
   bool stopping = false;
+
+  // --- gates: one per device, made at start and never removed ---
+  std::map<int, std::unique_ptr<GpuGate>> gates;
+  GpuGate& gate(int device) { return *gates.at(device); }
 
   // --- lanes ---
   struct Lane {
@@ -104,21 +116,28 @@ struct RunnerPool::State {
   std::size_t waiting = 0;  // jobs queued for a free lane
   Clock::time_point created = Clock::now();
 
-  // The free lane that was busy least within the load window, then the one with the fewest jobs
-  // in it, then the first; null when every lane is busy. Called with `mutex` held.
+  // The free lane on the device with the fewest busy lanes, then the one busy least within the
+  // load window, then the one with the fewest jobs in it, then the first; null when every lane
+  // is busy. Called with `mutex` held.
   Lane* least_loaded_free_lane() {
     const auto now = Clock::now();
     const auto horizon = now - options.load_window;
+    std::map<int, int> busy_lanes;
+    for (const auto& lane : lanes) busy_lanes[lane.device] += lane.busy ? 1 : 0;
     Lane* best = nullptr;
+    int best_device_busy = 0;
     double best_busy = 0.0;
     int best_jobs = 0;
     for (auto& lane : lanes) {
       if (lane.busy) continue;
       lane.forget_before(horizon);
+      const int device_busy = busy_lanes[lane.device];
       const double busy = lane.busy_since(horizon, now);
       const int jobs = lane.jobs_since(horizon);
-      if (best == nullptr || busy < best_busy || (busy == best_busy && jobs < best_jobs)) {
+      const auto key = std::make_tuple(device_busy, busy, jobs);
+      if (best == nullptr || key < std::make_tuple(best_device_busy, best_busy, best_jobs)) {
         best = &lane;
+        best_device_busy = device_busy;
         best_busy = busy;
         best_jobs = jobs;
       }
@@ -160,13 +179,23 @@ struct RunnerPool::State {
     bandwidth_gbps.emplace(device, gbps);
   }
 
-  // Starts a runner on the spawner thread; the future resolves once it said ready.
+  // Starts a runner on the spawner thread; the future resolves once it said ready. A start
+  // (context creation, CUPTI, the warm-up's kernels) holds the device's gate shared, so it never
+  // falls inside another runner's timing window.
   std::shared_future<core::Result<StartedRunner>> start_runner(int device) {
     auto task = std::make_shared<std::packaged_task<core::Result<StartedRunner>()>>(
         [this, device]() -> core::Result<StartedRunner> {
+          GpuGate& device_gate = gate(device);
+          device_gate.change(Hold::kNone, Hold::kShared);
+          struct Release {
+            GpuGate& gate;
+            ~Release() { gate.change(Hold::kShared, Hold::kNone); }
+          } release{device_gate};
           SpawnOptions spawn;
           spawn.executable = options.runner_exe;
-          spawn.args = {"--device", std::to_string(device), "--home", options.home.string()};
+          spawn.args = {"--device",   std::to_string(device),
+                        "--home",     options.home.string(),
+                        "--gpu-gate", "1"};
           const double bandwidth = known_bandwidth(device);
           if (bandwidth > 0.0) {
             spawn.args.push_back("--copy-bandwidth-gbps");
@@ -209,12 +238,18 @@ struct RunnerPool::State {
     return future;
   }
 
-  // Kills a runner on the spawner thread too (waitpid must not block a worker).
-  void retire(std::shared_ptr<ChildProcess> process) {
+  // Kills a runner on the spawner thread too (waitpid must not block a worker). An idle
+  // runner's end (its context torn down) holds the device's gate shared; one that was running a
+  // job is already dead (run() waits for that before it gives the gate back).
+  void retire(std::shared_ptr<ChildProcess> process, int device) {
     if (!process) return;
-    process->kill_group();
     std::lock_guard lock(spawn_mutex);
-    spawn_queue.emplace_back([process] { process->kill_and_wait(); });
+    spawn_queue.emplace_back([this, process, device] {
+      if (!process->running()) return;
+      gate(device).change(Hold::kNone, Hold::kShared);
+      process->kill_and_wait();
+      gate(device).change(Hold::kShared, Hold::kNone);
+    });
     spawn_ready.notify_one();
   }
 
@@ -249,13 +284,19 @@ core::Result<std::unique_ptr<RunnerPool>> RunnerPool::start(RunnerPoolOptions op
   if (options.devices.empty()) {
     return core::Error{core::ErrorCode::kInvalidArgument, "no CUDA device to run on"};
   }
+  if (options.runners_per_device < 1) {
+    return core::Error{core::ErrorCode::kInvalidArgument, "runners per device must be at least 1"};
+  }
   auto state = std::make_unique<State>();
   state->options = std::move(options);
   state->spawner = std::thread([s = state.get()] { s->spawner_main(); });
   for (const int device : state->options.devices) {
-    State::Lane lane;
-    lane.device = device;
-    state->lanes.push_back(std::move(lane));
+    state->gates.emplace(device, std::make_unique<GpuGate>());
+    for (int r = 0; r < state->options.runners_per_device; ++r) {
+      State::Lane lane;
+      lane.device = device;
+      state->lanes.push_back(std::move(lane));
+    }
   }
   std::unique_ptr<RunnerPool> pool(new RunnerPool(std::move(state)));
   for (auto& lane : pool->state_->lanes) {
@@ -323,25 +364,65 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
     report.message = ok.error().message;
     return report;
   }
-  const auto started = Clock::now();
   auto process = lane->active;
+  // The gate: shared from here, exclusive while the runner times (it asks), none once the job
+  // ended and the runner is idle or dead.
+  GpuGate& gate = s.gate(lane->device);
+  Hold hold = Hold::kNone;
+  Clock::duration gate_wait = Clock::duration::zero();
+  auto hold_gate = [&](Hold to) {
+    const auto waited = gate.change(hold, to);
+    hold = to;
+    gate_wait += waited;
+    return waited;
+  };
+  hold_gate(Hold::kShared);
+  const auto started = Clock::now();
+  auto deadline_at = started + deadline;
+  // A runner that failed is killed and reaped before its gate hold is given back: a kernel of
+  // its context may still be running until the process is gone.
   auto replace = [&](const std::string& why) {
     core::log_warn("GPU runner on device " + std::to_string(lane->device) + " replaced: " + why);
+    process->kill_group();
+    if (!process->wait_for(std::chrono::milliseconds(3000))) {
+      core::log_warn("GPU runner on device " + std::to_string(lane->device) +
+                     " did not exit within 3 s of SIGKILL");
+    }
     std::lock_guard lock(s.mutex);
-    s.retire(lane->active);
+    s.retire(lane->active, lane->device);
     lane->active.reset();
     ++lane->restarts;
+  };
+  auto finish = [&](RunReport out) {
+    hold_gate(Hold::kNone);
+    release();
+    out.device["gate_wait_s"] = std::chrono::duration<double>(gate_wait).count();
+    return out;
   };
 
   if (auto sent = write_frame(process->stdin_fd(), job.to_value()); !sent) {
     s.count(*lane, &State::Lane::crashes);
     replace("could not send the job: " + sent.error().message);
-    release();
     report.status = StepStatus::kInfraError;
     report.message = "the GPU runner was not reachable; it was replaced, retry the step";
-    return report;
+    return finish(std::move(report));
   }
-  auto reply = read_frame(process->stdout_fd(), report_limits(), started + deadline);
+  core::Result<Value> reply{core::ErrorCode::kInternal, "no reply"};
+  while (true) {
+    reply = read_frame(process->stdout_fd(), report_limits(), deadline_at);
+    // A request for the gate: {gpu: "exclusive" | "shared"}, answered once it is held.
+    if (!reply || !reply->is_object() || !reply->contains("gpu") || reply->contains("id")) break;
+    const std::string want = reply->value("gpu", std::string());
+    if (want != "exclusive" && want != "shared") break;
+    const auto waited = hold_gate(want == "exclusive" ? Hold::kExclusive : Hold::kShared);
+    deadline_at += waited;
+    const Value granted{{"gpu", "granted"},
+                        {"waited_ms", std::chrono::duration<double, std::milli>(waited).count()}};
+    if (auto sent = write_frame(process->stdin_fd(), granted); !sent) {
+      reply = core::Error{core::ErrorCode::kIo, "could not grant the GPU: " + sent.error().message};
+      break;
+    }
+  }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   if (!reply) {
     if (reply.error().code == core::ErrorCode::kTimeout) {
@@ -355,13 +436,12 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
       s.count(*lane, &State::Lane::crashes);
       process->kill_group();
       const auto status = process->wait_for(std::chrono::milliseconds(2000));
-      replace("died: " + (status ? status->describe() : reply.error().message));
+      const std::string what = status ? status->describe() : reply.error().message;
+      replace("died: " + what);
       report.status = StepStatus::kRuntimeError;
-      report.message = "the GPU runner died while running your kernel (" +
-                       (status ? status->describe() : reply.error().message) + ")";
+      report.message = "the GPU runner died while running your kernel (" + what + ")";
     }
-    release();
-    return report;
+    return finish(std::move(report));
   }
   auto parsed = RunReport::from_value(*reply);
   if (!parsed) {
@@ -369,8 +449,7 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
     replace("sent a malformed report");
     report.status = StepStatus::kInfraError;
     report.message = "the GPU runner sent a malformed report: " + parsed.error().message;
-    release();
-    return report;
+    return finish(std::move(report));
   }
   report = std::move(parsed).value();
   report.device["runner_seconds"] = seconds;
@@ -384,10 +463,15 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
     replace("its CUDA context was lost (" + std::string(core::step_status_name(report.status)) +
             ")");
   } else if (lane->jobs >= s.options.recycle_after_jobs) {
-    replace("recycled after " + std::to_string(lane->jobs) + " jobs");
+    // Idle: retired on the spawner thread under the gate.
+    core::log_info("GPU runner on device " + std::to_string(lane->device) + " recycled after " +
+                   std::to_string(lane->jobs) + " jobs");
+    std::lock_guard lock(s.mutex);
+    s.retire(lane->active, lane->device);
+    lane->active.reset();
+    ++lane->restarts;
   }
-  release();
-  return report;
+  return finish(std::move(report));
 }
 
 Value RunnerPool::stats() const {
@@ -429,15 +513,19 @@ Value RunnerPool::stats() const {
     lost_contexts += lane.lost_contexts;
     busy_total += busy;
   }
-  return Value{{"runners", runners},
-               {"queue_depth", s.waiting},
-               {"uptime_s", uptime},
-               {"window_s", window},
-               {"jobs", jobs},
-               {"busy_s", busy_total},
-               {"timeouts", timeouts},
-               {"crashes", crashes},
-               {"lost_contexts", lost_contexts},
+  Value gpus = Value::array();
+  for (const int device : s.options.devices) {
+    Value gpu = s.gate(device).stats();
+    gpu["device"] = device;
+    gpu["runners"] = s.options.runners_per_device;
+    gpu["timing_utilisation"] = share(gpu["exclusive_s"].get<double>(), uptime);
+    gpus.push_back(std::move(gpu));
+  }
+  return Value{{"runners", runners},       {"gpus", gpus},
+               {"queue_depth", s.waiting}, {"uptime_s", uptime},
+               {"window_s", window},       {"jobs", jobs},
+               {"busy_s", busy_total},     {"timeouts", timeouts},
+               {"crashes", crashes},       {"lost_contexts", lost_contexts},
                {"restarts", restarts}};
 }
 

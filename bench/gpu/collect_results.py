@@ -194,7 +194,8 @@ def throughput(path, facts):
     data = json.loads(path.read_text())
     rows = data.get("concurrency", [])
     best = max(rows, key=lambda r: r["scored_steps_per_s"], default=None)
-    single_step = data.get("single_step") or {}
+    # The last server's single steps (the most runners per GPU when several were compared).
+    single_step = (data.get("single_steps") or [data.get("single_step") or {}])[-1]
     single = single_step.get("latency")
     single_ok = bool(single) and single_step.get("statuses") == {"ok": single["count"]}
     goals = {
@@ -206,6 +207,12 @@ def throughput(path, facts):
                               "every_step_ok": single_ok,
                               "met": bool(single) and single_ok and single["p50_ms"] <= 300.0},
     }
+    load = data.get("under_load")
+    if load:
+        alone = (load["alone"].get("speedup_spread") or {}).get("cv")
+        loaded = (load["under_load"].get("speedup_spread") or {}).get("cv")
+        goals["speedup_cv_under_load"] = {"alone": alone, "under_load": loaded, "goal": 0.005,
+                                          "met": loaded is not None and loaded <= 0.005}
     return {**data, "benchmark": data.get("benchmark", "throughput"), **facts,
             "measured_at": data.get("date"), "gpu_seen_by_driver": data.get("gpu"),
             "command": "bench/gpu/device_run.sh throughput: " + data.get("command", ""),

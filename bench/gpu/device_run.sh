@@ -97,14 +97,19 @@ fi
 if want throughput; then
   # The training mix (bench/gpu/training_mix.py) through one crucible serve at 1, 8 and 64
   # requests in flight, then single correct rms_norm steps. THROUGHPUT_SERVE_ARGS passes serve
-  # options (e.g. "--time-cap-ms 100"); the server's defaults otherwise.
+  # options (e.g. "--time-cap-ms 100"); the server's defaults otherwise. THROUGHPUT_RUNNERS
+  # ("1,4") compares runner processes per GPU, one server each; THROUGHPUT_UNDER_LOAD=1 adds
+  # the single steps' speedup spread alone and with the mix in flight beside them.
   step "throughput: training mix at 1, 8 and 64 in flight ${THROUGHPUT_SERVE_ARGS:-}"
   CRUCIBLE_LIBRARY_PATH="$libs" PYTHONUNBUFFERED=1 timeout ${THROUGHPUT_TIMEOUT:-540} python3 bench/gpu/throughput.py \
     $B/crucible --count "${THROUGHPUT_COUNT:-200}" --single-steps "${THROUGHPUT_SINGLE:-20}" \
     --serve-args "${THROUGHPUT_SERVE_ARGS:-}" --work "$R/throughput" \
+    --runners "${THROUGHPUT_RUNNERS:-}" ${THROUGHPUT_UNDER_LOAD:+--under-load} \
+    --concurrency "${THROUGHPUT_CONCURRENCY:-1,8,64}" \
     --json "$R/throughput.json" 2>&1 | tee "$R/throughput.txt" | tail -30
   # The server's log and the evals' per-sample results stay; the big per-run files do not.
-  rm -rf "$R/throughput/compile-cache" "$R/throughput"/eval_*/report.html "$R/throughput"/single_*
+  find "$R/throughput" \( -name compile-cache -o -name 'single_*' -o -name report.html \) \
+    -prune -exec rm -rf {} + 2>/dev/null || true
 fi
 if want faults; then
   # How long a fault takes to be reported (the deadline floor must stay above it).

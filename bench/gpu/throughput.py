@@ -3,20 +3,25 @@
 latency per status at 1, 8 and 64 requests in flight, and the single-step latency of a correct
 llm/rms_norm step (bench/README.md, issue 19).
 
-The script starts one server (its own compile cache, so nothing is a hit from an earlier run)
-and scores the mix through `crucible eval --server ENDPOINT -j N` once per concurrency, each
-time with sources of its own (training_mix --tag), so no level hits another's compile cache.
+For each --runners value (runner processes per GPU, `crucible serve --runners-per-gpu`) the
+script starts one server (its own compile cache, so nothing is a hit from an earlier run) and
+scores the mix through `crucible eval --server ENDPOINT -j N` once per concurrency, each time
+with sources of its own (training_mix --tag), so no level hits another's compile cache.
 Latency is each request's round trip as the client saw it (eval's `wall_ms`: queueing in the
 server included); steps/s is samples over the wall time of the eval. Then the single-step
 figure: one request in flight, each a new source of tasks/llm/rms_norm/solution.cu and a new
-seed (a separate `crucible eval --seed` per step), p50 over --single-steps.
+seed (a separate `crucible eval --seed` per step), p50 over --single-steps. With --under-load,
+the single steps run twice more on the last server: alone, and with the mix scored at 8 in
+flight beside them; the speedup's spread (CV over the steps) alone and under load says whether
+other jobs reach into a timing window (they must not: each has the GPU to itself).
 
 Without a GPU every sample that compiles is answered infra_error at the GPU stage; the driver,
 the compile, launch-plan checks and the figures still run (a smoke test: --count 24
 --concurrency 1,8 --single-steps 3).
 
-Usage: throughput.py CRUCIBLE [--count N] [--concurrency 1,8,64] [--single-steps N]
-                     [--json FILE] [--work DIR] [--serve-args '--time-cap-ms 100 ...']
+Usage: throughput.py CRUCIBLE [--count N] [--concurrency 1,8,64] [--runners 1,4]
+                     [--single-steps N] [--under-load] [--json FILE] [--work DIR]
+                     [--serve-args '--time-cap-ms 100 ...']
 (run from the repository root; CRUCIBLE is the crucible binary. CRUCIBLE_LIBRARY_PATH, when
 set, becomes LD_LIBRARY_PATH for the crucible processes alone, as in bench/gpu/parity.py and
 bench/gpu/device_run.sh: Python keeps the system's libraries.)
@@ -34,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -91,6 +97,7 @@ class Server:
 
     def __init__(self, crucible, work, extra):
         self.endpoint = f"tcp://127.0.0.1:{free_port()}"
+        work.mkdir(parents=True, exist_ok=True)
         self.log_path = work / "serve.txt"
         self.command = [crucible, "serve", "--bind", self.endpoint, "--log",
                         str(work / "run.log"), "--compile-cache", str(work / "compile-cache"),
@@ -147,6 +154,36 @@ def stage_medians(records):
     return {name: round(statistics.median(values), 2) for name, values in sorted(stages.items())}
 
 
+def runner_phases(records):
+    """Median milliseconds of the runner's phases over the timed records, per case summed into
+    correctness, timing set-up and timing, with the waits for the GPU gate (the server's, from
+    taking the gate for the job to its last grant) beside them."""
+    phases = {}
+    for record in records:
+        device = ((record.get("result") or {}).get("timing") or {}).get("device") or {}
+        per_case = device.get("phases_ms") or {}
+        if not per_case:
+            continue
+        sums = {}
+        for name, ms in per_case.items():
+            if not isinstance(ms, (int, float)):
+                continue
+            if name.startswith("timing setup "):
+                key = "timing setup"
+            elif name.startswith("timing "):
+                key = "timing"
+            elif name.startswith("correctness "):
+                key = "correctness"
+            else:
+                key = name
+            sums[key] = sums.get(key, 0.0) + ms
+        if isinstance(device.get("gate_wait_s"), (int, float)):
+            sums["gate wait (server)"] = device["gate_wait_s"] * 1000.0
+        for key, ms in sums.items():
+            phases.setdefault(key, []).append(ms)
+    return {name: round(statistics.median(v), 2) for name, v in sorted(phases.items())}
+
+
 def summarize(records, wall_s, jobs):
     by_status, by_kind, confusion = {}, {}, {}
     for record in records:
@@ -173,11 +210,24 @@ def summarize(records, wall_s, jobs):
         "expect_to_status": dict(sorted(confusion.items())),
         "infra_error_reasons": infra,
         "stage_ms_median": stage_medians(records),
+        "runner_phase_ms_median": runner_phases(records),
     }
+
+
+def speedup_spread(speedups):
+    """Mean, CV and range of the steps' speedups (None where fewer than two)."""
+    values = [s for s in speedups if isinstance(s, (int, float))]
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return {"steps": len(values), "mean": round(mean, 5),
+            "cv": round(statistics.stdev(values) / mean, 5) if mean > 0 else None,
+            "min": round(min(values), 5), "max": round(max(values), 5)}
 
 
 def single_steps(crucible, endpoint, work, steps, seed, timeout_s):
     """One correct rms_norm step at a time, each a new source and a new seed."""
+    work.mkdir(parents=True, exist_ok=True)
     root = pathlib.Path.cwd()
     text = (root / "tasks" / SINGLE_TASK / "solution.cu").read_text()
     records = []
@@ -199,7 +249,41 @@ def single_steps(crucible, endpoint, work, steps, seed, timeout_s):
             "latency": latency([r["wall_ms"] for r in records]),
             "wall_ms": [round(r["wall_ms"], 2) for r in records],
             "speedups": [r.get("speedup") for r in records],
-            "stage_ms_median": stage_medians(records)}
+            "speedup_spread": speedup_spread([r.get("speedup") for r in records]),
+            "stage_ms_median": stage_medians(records),
+            "runner_phase_ms_median": runner_phases(records)}
+
+
+def under_load(crucible, server, work, args, tasks):
+    """The single steps alone, then again while the mix runs at 8 in flight beside them."""
+    alone = single_steps(crucible, server.endpoint, work / "alone", args.single_steps, args.seed,
+                         args.timeout)
+    samples = training_mix.generate(pathlib.Path.cwd(), max(args.count, 200), args.seed, tasks,
+                                    tag="load")
+    path = work / "mix_load.jsonl"
+    path.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    load = {}
+
+    def background():
+        try:
+            load["records"], load["wall_s"] = run_eval(crucible, path, server.endpoint, 8,
+                                                       work / "eval_load", 1, args.timeout)
+        except RuntimeError as error:  # stopped once the steps are done, or failed
+            load["error"] = str(error)[:300]
+
+    thread = threading.Thread(target=background, daemon=True)
+    thread.start()
+    time.sleep(5)  # the load under way before the first step
+    loaded = single_steps(crucible, server.endpoint, work / "loaded", args.single_steps,
+                          args.seed + 1000, args.timeout)
+    still_running = thread.is_alive()
+    thread.join()
+    row = {"alone": alone, "under_load": loaded,
+           "load": {"in_flight": 8, "samples": len(samples),
+                    "ran_throughout": still_running or "records" in load,
+                    "steps_per_s": round(len(load["records"]) / load["wall_s"], 3)
+                    if "records" in load else None, "error": load.get("error")}}
+    return row
 
 
 def main():
@@ -212,6 +296,11 @@ def main():
     parser.add_argument("--single-steps", type=int, default=20,
                         help="single correct rms_norm steps (0: none)")
     parser.add_argument("--serve-args", default="", help="more arguments for crucible serve")
+    parser.add_argument("--runners", default="",
+                        help="runner processes per GPU to compare, one server each (e.g. 1,4; "
+                        "default: the server's own choice)")
+    parser.add_argument("--under-load", action="store_true",
+                        help="the single steps alone and with the mix at 8 in flight beside them")
     parser.add_argument("--timeout", type=int, default=1800, help="eval's per-request timeout, s")
     parser.add_argument("--work", type=pathlib.Path, help="folder for samples, eval outputs and "
                         "the server's log (default: a temporary one, removed)")
@@ -251,41 +340,56 @@ def main():
         "concurrency": [],
         "complete": False,
     }
+    runner_counts = [int(x) for x in args.runners.split(",") if x] or [None]
     try:
-        with Server(crucible, work, extra) as server:
-            report["serve_command"] = shlex.join(server.command)
-            for jobs in levels:
-                samples = training_mix.generate(pathlib.Path.cwd(), args.count, args.seed, tasks,
-                                                tag=f"j{jobs}")
-                path = work / f"mix_j{jobs}.jsonl"
-                path.write_text("".join(json.dumps(s) + "\n" for s in samples))
-                records, wall_s = run_eval(crucible, path, server.endpoint, jobs,
-                                           work / f"eval_j{jobs}", 1, args.timeout)
-                row = summarize(records, wall_s, jobs)
-                report["concurrency"].append(row)
-                statuses = {s: v["count"] for s, v in row["latency_by_status"].items()}
-                print(f"{jobs:3d} in flight: {row['steps_per_s']:7.2f} steps/s "
-                      f"({row['scored_steps_per_s']:.2f} scored), p50 "
-                      f"{row['latency_all']['p50_ms']:.0f} ms, p95 "
-                      f"{row['latency_all']['p95_ms']:.0f} ms, {statuses}", flush=True)
-                for status, figures in row["latency_by_status"].items():
-                    print(f"      {status:15s} {figures['count']:4d}  p50 "
-                          f"{figures['p50_ms']:9.1f} ms  p95 {figures['p95_ms']:9.1f} ms")
-            if args.single_steps > 0:
-                single = single_steps(crucible, server.endpoint, work, args.single_steps,
-                                      args.seed, args.timeout)
-                report["single_step"] = single
-                lat = single["latency"]
-                print(f"single {SINGLE_TASK} step (new source, new seed): p50 "
-                      f"{lat['p50_ms']:.1f} ms, p95 {lat['p95_ms']:.1f} ms over {single['steps']}"
-                      f" steps, {single['statuses']}; stages (median ms) "
-                      f"{single['stage_ms_median']}")
+        for runners in runner_counts:
+            server_work = work if runners is None else work / f"runners{runners}"
+            server_extra = extra if runners is None else [*extra, "--runners-per-gpu",
+                                                          str(runners)]
+            with Server(crucible, server_work, server_extra) as server:
+                report.setdefault("serve_commands", []).append(shlex.join(server.command))
+                for jobs in levels:
+                    samples = training_mix.generate(pathlib.Path.cwd(), args.count, args.seed,
+                                                    tasks, tag=f"j{jobs}r{runners}")
+                    path = server_work / f"mix_j{jobs}.jsonl"
+                    path.write_text("".join(json.dumps(s) + "\n" for s in samples))
+                    records, wall_s = run_eval(crucible, path, server.endpoint, jobs,
+                                               server_work / f"eval_j{jobs}", 1, args.timeout)
+                    row = summarize(records, wall_s, jobs)
+                    row["runners_per_gpu"] = runners
+                    report["concurrency"].append(row)
+                    statuses = {s: v["count"] for s, v in row["latency_by_status"].items()}
+                    print(f"runners {runners or 'default'}, {jobs:3d} in flight: "
+                          f"{row['steps_per_s']:7.2f} steps/s "
+                          f"({row['scored_steps_per_s']:.2f} scored), p50 "
+                          f"{row['latency_all']['p50_ms']:.0f} ms, p95 "
+                          f"{row['latency_all']['p95_ms']:.0f} ms, {statuses}", flush=True)
+                    for status, figures in row["latency_by_status"].items():
+                        print(f"      {status:15s} {figures['count']:4d}  p50 "
+                              f"{figures['p50_ms']:9.1f} ms  p95 {figures['p95_ms']:9.1f} ms")
+                if args.single_steps > 0:
+                    single = single_steps(crucible, server.endpoint, server_work / "single",
+                                          args.single_steps, args.seed, args.timeout)
+                    single["runners_per_gpu"] = runners
+                    report.setdefault("single_steps", []).append(single)
+                    lat = single["latency"]
+                    print(f"runners {runners or 'default'}: single {SINGLE_TASK} step (new "
+                          f"source, new seed): p50 {lat['p50_ms']:.1f} ms, p95 "
+                          f"{lat['p95_ms']:.1f} ms over {single['steps']} steps, "
+                          f"{single['statuses']}; speedup spread {single['speedup_spread']}; "
+                          f"stages (median ms) {single['stage_ms_median']}", flush=True)
+                if args.under_load and args.single_steps > 1 and runners == runner_counts[-1]:
+                    row = under_load(crucible, server, server_work / "load", args, tasks)
+                    row["runners_per_gpu"] = runners
+                    report["under_load"] = row
+                    print(f"speedup spread alone {row['alone']['speedup_spread']}, under load "
+                          f"{row['under_load']['speedup_spread']}; load {row['load']}",
+                          flush=True)
         report["complete"] = True
     finally:
-        if (work / "serve.txt").exists():
-            report["serve_warnings"] = [line for line in
-                                        (work / "serve.txt").read_text().splitlines()
-                                        if " warn " in line or " error " in line][:20]
+        report["serve_warnings"] = [line for log in sorted(work.rglob("serve.txt"))
+                                    for line in log.read_text().splitlines()
+                                    if " warn " in line or " error " in line][:20]
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(report, indent=2) + "\n")

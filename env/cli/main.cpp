@@ -34,6 +34,7 @@
 #include "env/stages.hpp"
 #include "env/trajectory_log.hpp"
 #include "runner/gpu_probe.hpp"
+#include "runner/runner_pool.hpp"
 #include "tasks/format.hpp"
 #include "tasks/registry.hpp"
 
@@ -938,6 +939,17 @@ void add_measure_options(CLI::App* command, env::PipelineOptions& pipeline) {
       ->check(real_number(0, 1, true, " (a fraction of the median)"));
 }
 
+void add_runners_option(CLI::App* command, env::PipelineOptions& pipeline) {
+  pipeline.runner_options.runners_per_device = runner::default_runners_per_device();
+  command
+      ->add_option("--runners-per-gpu", pipeline.runner_options.runners_per_device,
+                   "GPU runner processes per GPU: they check correctness side by side and take "
+                   "turns to time, each timing window alone on the GPU (1 to 16; default a "
+                   "quarter of the cores, 1 to 4)")
+      ->capture_default_str()
+      ->check(whole_number(1, 16));
+}
+
 void add_compile_workers_option(CLI::App* command, env::PipelineOptions& pipeline) {
   command
       ->add_option("--compile-workers", pipeline.compile_options.workers,
@@ -1018,6 +1030,7 @@ int main(int argc, char** argv) {
                    "NVRTC target (default: the GPU's, else sm_90a)")
       ->capture_default_str();
   add_compile_workers_option(serve_cmd, pipeline_options);
+  add_runners_option(serve_cmd, pipeline_options);
   serve_cmd->add_option("--compile-cache", cache_dir,
                         "compile cache folder (default ~/.cache/crucible/compile)");
   serve_cmd->add_flag("--no-compile", no_compile, "start no compile workers (steps: infra_error)");
@@ -1194,6 +1207,7 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--arch", eval_pipeline.compile_options.default_arch, "NVRTC target")
       ->capture_default_str();
   add_compile_workers_option(eval_cmd, eval_pipeline);
+  add_runners_option(eval_cmd, eval_pipeline);
   eval_cmd->add_option("--compile-cache", eval_cache_dir, "compile cache folder");
   eval_cmd->add_flag("--no-compile", eval_no_compile,
                      "start no compile workers (every sample: infra_error)");
@@ -1224,6 +1238,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(whole_number(0, 1000000));
   add_compile_workers_option(replay_cmd, replay_pipeline);
+  add_runners_option(replay_cmd, replay_pipeline);
   add_measure_options(replay_cmd, replay_pipeline);
 
   try {

@@ -12,6 +12,7 @@
 
 #include "core/dtype.hpp"
 #include "core/value.hpp"
+#include "runner/child/gate_client.hpp"
 
 namespace crucible::runner::child {
 
@@ -77,6 +78,8 @@ class PinnedHostBuffer {
 
 struct Device {
   int ordinal = 0;
+  // The runner's share of the GPU with the other runners on it: exclusive while it times.
+  GateClient gate;
   CUdevice device = 0;
   CUcontext context = nullptr;
   CUstream stream = nullptr;

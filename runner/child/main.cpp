@@ -1,5 +1,7 @@
 // crucible-gpu-runner: owns one GPU's context; reads RunJob frames on stdin, writes RunReports.
-// Usage: crucible-gpu-runner --device N --home DIR
+// Usage: crucible-gpu-runner --device N --home DIR [--copy-bandwidth-gbps G] [--gpu-gate 1]
+// With --gpu-gate 1 the runner shares its GPU with others under the server's gate: mid-job it
+// asks for the GPU to itself before timing (runner/child/gate_client.hpp).
 // First frame out: {ready: true, device: {...}} or {ready: false, error: "..."}. A report with
 // context_lost set is followed by exit(3): the context is unusable and the server replaces us.
 #include <unistd.h>
@@ -33,11 +35,13 @@ int main(int argc, char** argv) {
   int ordinal = 0;
   std::string home = ".";
   double copy_bandwidth_gbps = 0.0;
+  bool gated = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--device") == 0) ordinal = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--home") == 0) home = argv[i + 1];
     if (std::strcmp(argv[i], "--copy-bandwidth-gbps") == 0)
       copy_bandwidth_gbps = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--gpu-gate") == 0) gated = std::strcmp(argv[i + 1], "1") == 0;
   }
   core::set_log_level(core::LogLevel::kWarn);
   auto registry = tasks::Registry::load(home);
@@ -49,6 +53,7 @@ int main(int argc, char** argv) {
   } catch (const runner::child::CudaFailure& failure) {
     return fail_start(std::string("no usable CUDA device: ") + failure.what());
   }
+  if (gated) device.gate = runner::child::GateClient(STDOUT_FILENO, STDIN_FILENO);
   runner::child::KernelTimer* timer = nullptr;
   if (const auto error = runner::child::KernelTimer::start(&timer); !error.empty()) {
     return fail_start("CUPTI: " + error);
@@ -87,6 +92,7 @@ int main(int argc, char** argv) {
       report.status = core::StepStatus::kInfraError;
       report.message = "runner: " + job.error().message;
     } else {
+      device.gate.job_started();
       report = runner::child::run_job(*job, *registry, device, *timer);
     }
     if (!sandbox::write_frame(STDOUT_FILENO, report.to_value())) return 2;

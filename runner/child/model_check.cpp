@@ -485,6 +485,7 @@ Value ModelCheckRun::time_step(Expansion& step) {
   std::vector<double> samples[2];
   std::vector<std::vector<double>> site_samples[2];
   for (int side = 0; side < 2; ++side) site_samples[side].assign(step.plans.size(), {});
+  const double gate_wait_ms = device_.gate.exclusive();
   const auto started = Clock::now();
   std::uint64_t tag = 1;
   std::size_t mismatched = 0;
@@ -558,6 +559,7 @@ Value ModelCheckRun::time_step(Expansion& step) {
   out["step_speedup"] = estimate.speedup;
   out["step_speedup_ci95"] = estimate.to_value();
   out["samples"] = std::min(samples[0].size(), samples[1].size());
+  out["gate_wait_ms"] = gate_wait_ms;
   out["launches_per_step"] = Value{owners[0].size(), owners[1].size()};
   double op_reference = 0, op_candidate = 0;
   Value sites = Value::array();

@@ -333,6 +333,8 @@ TEST_CASE("CLI options: each numeric option refuses values outside its range and
       {serve + "--workers -1", {"--workers", "0 to 1024"}},
       {serve + "--workers 100000", {"--workers", "0 to 1024"}},
       {serve + "--compile-workers -1", {"--compile-workers", "0 to 256"}},
+      {serve + "--runners-per-gpu 0", {"--runners-per-gpu", "1 to 16"}},
+      {serve + "--runners-per-gpu 17", {"--runners-per-gpu", "1 to 16"}},
       {serve + "--max-steps 0", {"--max-steps", "1 to 10000"}},
       {serve + "--max-steps -1", {"--max-steps", "1 to 10000"}},
       {serve + "--kernel-timeout-ms 0", {"--kernel-timeout-ms", "1 to 600000"}},

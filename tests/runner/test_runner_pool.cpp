@@ -18,11 +18,13 @@ using core::StepStatus;
 
 namespace {
 
-std::unique_ptr<runner::RunnerPool> start_pool(std::vector<int> devices = {0}) {
+std::unique_ptr<runner::RunnerPool> start_pool(std::vector<int> devices = {0},
+                                               int runners_per_device = 1) {
   runner::RunnerPoolOptions options;
   options.runner_exe = CRUCIBLE_BINARY_DIR "/bin/test_scripted_runner";
   options.home = CRUCIBLE_SOURCE_DIR;
   options.devices = std::move(devices);
+  options.runners_per_device = runners_per_device;
   options.start_timeout = std::chrono::milliseconds(10000);
   auto pool = runner::RunnerPool::start(options);
   REQUIRE(pool.ok());
@@ -336,6 +338,129 @@ TEST_CASE("runner pool: a hang on one GPU does not delay jobs on the others") {
   CHECK(restarts == stats["restarts"].get<std::int64_t>());
   CHECK(busy == doctest::Approx(stats["busy_s"].get<double>()));
   CHECK(stats["window_s"].get<double>() <= stats["uptime_s"].get<double>());
+}
+
+// The windows a scripted "timed:S:E" job reports: its work sharing the GPU and its timing
+// (between them it waits for the gate, holding nothing).
+struct Windows {
+  std::int64_t shared_from = 0, shared_to = 0, exclusive_from = 0, exclusive_to = 0;
+};
+Windows windows_of(const runner::RunReport& report) {
+  const auto& w = report.timing["windows"];
+  return Windows{w["shared_from_ns"].get<std::int64_t>(), w["shared_to_ns"].get<std::int64_t>(),
+                 w["exclusive_from_ns"].get<std::int64_t>(),
+                 w["exclusive_to_ns"].get<std::int64_t>()};
+}
+bool overlap(std::int64_t a_from, std::int64_t a_to, std::int64_t b_from, std::int64_t b_to) {
+  return a_from < b_to && b_from < a_to;
+}
+
+std::vector<runner::RunReport> run_concurrently(runner::RunnerPool& pool,
+                                                const std::vector<std::string>& behaviours,
+                                                std::chrono::milliseconds deadline) {
+  std::vector<std::future<runner::RunReport>> running;
+  for (std::size_t i = 0; i < behaviours.size(); ++i) {
+    running.push_back(std::async(std::launch::async, [&pool, &behaviours, i, deadline] {
+      return pool.run(job(behaviours[i], i + 1), deadline);
+    }));
+  }
+  std::vector<runner::RunReport> reports;
+  for (auto& report : running) reports.push_back(report.get());
+  return reports;
+}
+
+TEST_CASE("runner pool: runners of one GPU check side by side and each times alone") {
+  auto pool = start_pool({0}, 3);
+  const auto started = std::chrono::steady_clock::now();
+  const auto reports =
+      run_concurrently(*pool, std::vector<std::string>(6, "timed:200:50"), std::chrono::seconds(5));
+  const double wall = seconds_since(started);
+  std::vector<Windows> windows;
+  std::set<int> pids;
+  for (const auto& report : reports) {
+    REQUIRE(report.status == StepStatus::kOk);
+    windows.push_back(windows_of(report));
+    pids.insert(runner_pid(report));
+  }
+  CHECK(pids.size() == 3);
+  int shared_overlaps = 0;
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    for (std::size_t j = 0; j < windows.size(); ++j) {
+      if (i == j) continue;
+      // No other job did anything on the GPU while job i timed.
+      CHECK_FALSE(overlap(windows[i].exclusive_from, windows[i].exclusive_to,
+                          windows[j].shared_from, windows[j].shared_to));
+      CHECK_FALSE(overlap(windows[i].exclusive_from, windows[i].exclusive_to,
+                          windows[j].exclusive_from, windows[j].exclusive_to));
+      shared_overlaps += overlap(windows[i].shared_from, windows[i].shared_to,
+                                 windows[j].shared_from, windows[j].shared_to)
+                             ? 1
+                             : 0;
+    }
+  }
+  // The correctness parts ran side by side: one runner would have taken 6 x 250 ms.
+  CHECK(shared_overlaps > 0);
+  CHECK(wall < 1.2);
+  const auto stats = pool->stats();
+  REQUIRE(stats["gpus"].size() == 1);
+  CHECK(stats["gpus"][0]["runners"] == 3);
+  CHECK(stats["gpus"][0]["exclusive_holds"] == 6);
+  CHECK(stats["gpus"][0]["exclusive_s"].get<double>() >= 0.3);
+  CHECK(stats["gpus"][0]["shared"] == 0);
+  CHECK(stats["gpus"][0]["exclusive"] == false);
+  CHECK(stats["runners"].size() == 3);
+}
+
+TEST_CASE("runner pool: a job's deadline does not count its waits for the GPU") {
+  auto pool = start_pool({0}, 2);
+  // Each job needs 400 ms of its own; the second also waits up to 300 ms for the first's
+  // timing. Counted against a 550 ms deadline that wait would time it out.
+  const auto reports =
+      run_concurrently(*pool, {"timed:100:300", "timed:100:300"}, std::chrono::milliseconds(550));
+  for (const auto& report : reports) {
+    CHECK(report.status == StepStatus::kOk);
+    CHECK(report.device.contains("gate_wait_s"));
+  }
+  const double waited = reports[0].device["gate_wait_s"].get<double>() +
+                        reports[1].device["gate_wait_s"].get<double>();
+  CHECK(waited > 0.1);
+}
+
+TEST_CASE("runner pool: a hang gives its GPU back only once its runner is dead") {
+  for (const std::string hang : {"hang", "hang_timing"}) {
+    CAPTURE(hang);
+    auto pool = start_pool({0}, 2);
+    const auto started = std::chrono::steady_clock::now();
+    auto hung = std::async(std::launch::async,
+                           [&] { return pool->run(job(hang, 1), std::chrono::milliseconds(400)); });
+    auto any_busy = [&] {
+      const auto stats = pool->stats();
+      return stats["runners"][0]["busy"].get<bool>() || stats["runners"][1]["busy"].get<bool>();
+    };
+    for (int i = 0; i < 200 && !any_busy(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // until it holds the gate
+    const auto timed = pool->run(job("timed:0:50", 2), std::chrono::seconds(5));
+    CHECK(hung.get().status == StepStatus::kTimeout);
+    REQUIRE(timed.status == StepStatus::kOk);
+    // Its timing began after the hang's 400 ms deadline, when the hung runner was gone.
+    const auto began = std::chrono::nanoseconds(windows_of(timed).exclusive_from);
+    CHECK(began - started.time_since_epoch() >= std::chrono::milliseconds(400));
+    const auto after = pool->run(job("timed:10:10", 3), std::chrono::seconds(5));
+    CHECK(after.status == StepStatus::kOk);
+    CHECK(pool->stats()["timeouts"] == 1);
+  }
+}
+
+TEST_CASE("runner pool: at least one runner per device") {
+  runner::RunnerPoolOptions options;
+  options.runner_exe = CRUCIBLE_BINARY_DIR "/bin/test_scripted_runner";
+  options.devices = {0};
+  options.runners_per_device = 0;
+  const auto pool = runner::RunnerPool::start(options);
+  REQUIRE_FALSE(pool.ok());
+  CHECK(pool.error().message.find("at least 1") != std::string::npos);
 }
 
 TEST_CASE("select gpus: a comma list of probed ordinals, in its order") {
