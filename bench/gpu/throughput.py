@@ -154,34 +154,58 @@ def stage_medians(records):
     return {name: round(statistics.median(values), 2) for name, values in sorted(stages.items())}
 
 
+def phase_sums(record):
+    """One record's runner phases, per case summed into correctness, timing set-up and timing
+    (None when the record was not timed)."""
+    device = ((record.get("result") or {}).get("timing") or {}).get("device") or {}
+    per_case = device.get("phases_ms") or {}
+    if not per_case:
+        return None
+    sums = {}
+    for name, ms in per_case.items():
+        if not isinstance(ms, (int, float)):
+            continue
+        if name.startswith("timing setup "):
+            key = "timing setup"
+        elif name.startswith("timing "):
+            key = "timing"
+        elif name.startswith("correctness "):
+            key = "correctness"
+        else:
+            key = name
+        sums[key] = sums.get(key, 0.0) + ms
+    if isinstance(device.get("gate_wait_s"), (int, float)):
+        sums["gate wait (server)"] = device["gate_wait_s"] * 1000.0
+    return sums
+
+
 def runner_phases(records):
     """Median milliseconds of the runner's phases over the timed records, per case summed into
     correctness, timing set-up and timing, with the waits for the GPU gate (the server's, from
     taking the gate for the job to its last grant) beside them."""
     phases = {}
     for record in records:
-        device = ((record.get("result") or {}).get("timing") or {}).get("device") or {}
-        per_case = device.get("phases_ms") or {}
-        if not per_case:
-            continue
-        sums = {}
-        for name, ms in per_case.items():
-            if not isinstance(ms, (int, float)):
-                continue
-            if name.startswith("timing setup "):
-                key = "timing setup"
-            elif name.startswith("timing "):
-                key = "timing"
-            elif name.startswith("correctness "):
-                key = "correctness"
-            else:
-                key = name
-            sums[key] = sums.get(key, 0.0) + ms
-        if isinstance(device.get("gate_wait_s"), (int, float)):
-            sums["gate wait (server)"] = device["gate_wait_s"] * 1000.0
-        for key, ms in sums.items():
+        for key, ms in (phase_sums(record) or {}).items():
             phases.setdefault(key, []).append(ms)
     return {name: round(statistics.median(v), 2) for name, v in sorted(phases.items())}
+
+
+def timed_by_task(records):
+    """Per task, over its timed records: how many, and the median and total milliseconds of
+    correctness and timing (the total timing is what the GPU spent alone on the task)."""
+    rows = {}
+    for record in records:
+        sums = phase_sums(record)
+        if sums is None:
+            continue
+        row = rows.setdefault(record.get("task", "?"), {"timing": [], "correctness": []})
+        row["timing"].append(sums.get("timing", 0.0) + sums.get("timing setup", 0.0))
+        row["correctness"].append(sums.get("correctness", 0.0))
+    return {task: {"steps": len(v["timing"]),
+                   "timing_ms_median": round(statistics.median(v["timing"]), 1),
+                   "timing_ms_total": round(sum(v["timing"]), 1),
+                   "correctness_ms_median": round(statistics.median(v["correctness"]), 1)}
+            for task, v in sorted(rows.items())}
 
 
 def summarize(records, wall_s, jobs):
@@ -211,6 +235,7 @@ def summarize(records, wall_s, jobs):
         "infra_error_reasons": infra,
         "stage_ms_median": stage_medians(records),
         "runner_phase_ms_median": runner_phases(records),
+        "timed_steps_by_task": timed_by_task(records),
     }
 
 

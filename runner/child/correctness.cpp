@@ -130,6 +130,15 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
   // Inputs: made on the device where the generator allows (device_values.hpp, the same bytes
   // as the host's) and brought to the host for the read-only check and the checker; else
   // made on the host and uploaded.
+  // Where the host's time goes, summed over cases into phases "correctness: <part>".
+  auto part_started = Clock::now();
+  auto part_done = [&](const char* part) {
+    const std::string key = std::string("correctness: ") + part;
+    const auto now = Clock::now();
+    phases_[key] = phases_.value(key, 0.0) +
+                   std::chrono::duration<double, std::milli>(now - part_started).count();
+    part_started = now;
+  };
   std::vector<HostValueCache::Bytes> input_values(n);
   std::vector<const std::byte*> input_bytes(n, nullptr);
   for (std::size_t t = 0; t < n; ++t) {
@@ -147,6 +156,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     input_bytes[t] = host;
   }
   check(cuStreamSynchronize(stream), "inputs");
+  part_done("inputs");
   auto inputs = [&](std::size_t t) { return input_bytes[t]; };
   const std::vector<CUdeviceptr>& pointers = buffers.pointers;
   std::vector<std::byte> canary(DeviceBuffer::kCanaryBytes);
@@ -203,6 +213,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     if (library_ != nullptr) library_->scrub(stream);
     check(cuStreamSynchronize(stream), "reference outputs");
   }
+  part_done("reference");
 
   // Candidate on the same inputs, workspaces full of junk, outputs poisoned again (first run)
   // or holding the first run's answer (second run): in production an output buffer holds the
@@ -226,8 +237,10 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     }
   }
   check(cuStreamSynchronize(stream), "inputs");
+  part_done("candidate set-up");
   launch(candidate_side(), setup.candidate, setup, pointers, workspace_ptrs);
   sync_or_fail(stream, true, "on " + setup.label, deadline_ms(setup), deadline_text(setup));
+  part_done("candidate");
   if (draw == 0) {
     buffers.stale.assign(n, {});
     for (std::size_t t = 0; t < n; ++t) {
@@ -252,6 +265,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     download(whole[t], buffers.tensors[t].base(), buffers.tensors[t].total_bytes(), stream);
   }
   check(cuStreamSynchronize(stream), "download");
+  part_done("download");
   for (std::size_t t = 0; t < n; ++t) {
     const auto& tensor = task_.tensors[t];
     std::size_t bad = 0;
@@ -308,6 +322,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
       outputs.push_back(report.to_value());
     }
   }
+  part_done("compare");
   verdict["outputs"] = std::move(outputs);
   verdict["pass"] = problems.empty();
   if (!problems.empty()) {
@@ -338,6 +353,10 @@ Value JobRunner::check_all_cases() {
                                         ? DeviceBuffer(setup.bytes[t], false)
                                         : DeviceBuffer());
     }
+    const auto allocated = Clock::now();
+    phases_["correctness: buffers"] =
+        phases_.value("correctness: buffers", 0.0) +
+        std::chrono::duration<double, std::milli>(allocated - started).count();
     for (int draw = 0; draw < 2; ++draw) {
       case_reports_.push_back(check_case(setup, draw, buffers));
       if (!failed_case_.empty()) break;

@@ -26,7 +26,23 @@ struct Slot {
   std::vector<DeviceBuffer> reference_ws;
   std::vector<DeviceBuffer> candidate_ws;
   std::vector<CUdeviceptr> tensor_ptrs, reference_ws_ptrs, candidate_ws_ptrs;
+  // Redrawn in part (see kRedrawShare): the slot's own copy of what the input should hold, and
+  // whether the slot was drawn whole yet.
+  std::vector<DeviceBuffer> pristine;
+  std::vector<bool> drawn;
 };
+
+// Large read-only inputs drawn fresh (a paged KV cache, a weight matrix) are redrawn in part:
+// drawing all of one per call costs far more GPU time than the kernel under test (the paged
+// cache's 268 MB of randn took ~1.4 ms a call against a 45 us kernel, most of a step's time).
+// A call redraws a window of 1/kRedrawShare of such a tensor, at an offset taken from the call's
+// secret seed, in the slot it uses and in that slot's pristine copy; a slot's first use draws
+// all of it. Any position changes with probability 1/kRedrawShare per call, unpredictably to a
+// kernel that does not read it, so anything precomputed from the input goes stale at random and
+// the checked calls catch it; the reference of a checked call runs on the slot's pristine copy,
+// exactly what the candidate saw. Every call does the same work, so no call stands out.
+constexpr std::size_t kRedrawBytes = std::size_t{16} << 20;
+constexpr std::uint64_t kRedrawShare = 8;
 
 // Host-only generators that use a seed (MoE routing) cannot draw on the device: their timed
 // calls pick among this many independent draws, made once per case.
@@ -39,9 +55,14 @@ enum class Source {
   kDrawn,  // one of kHostDraws host draws, chosen per call from the secret
 };
 
-// Every element of `got` equals `want`, byte for byte, checked on the device.
+// Every element of `got` equals `want`, byte for byte, checked on the device (as 8-byte words
+// where both are aligned to them: a large input's check then reads at full bandwidth).
 void check_bytes(Device& device, CUdeviceptr got, CUdeviceptr want, std::size_t bytes,
                  CUdeviceptr result) {
+  if (bytes % 8 == 0 && got % 8 == 0 && want % 8 == 0) {
+    device.launch_check(got, want, bytes / 8, core::DType::kI64, 0.0, 0.0, result);
+    return;
+  }
   device.launch_check(got, want, bytes, core::DType::kU8, 0.0, 0.0, result);
 }
 
@@ -52,8 +73,18 @@ Value JobRunner::time_case(const CaseSetup& setup) {
   const auto& c = *setup.c;
   const CUstream stream = device_.stream;
   const std::size_t n = task_.tensors.size();
+  // The inputs redrawn in part: read-only, fresh, elementwise-independent values, large.
+  std::vector<bool> partial(n, false);
+  for (std::size_t t = 0; t < n; ++t) {
+    const auto& tensor = task_.tensors[t];
+    if (tensor.role != tasks::Role::kIn || setup.bytes[t] < kRedrawBytes) continue;
+    const auto& spec = c.values.at(tensor.name);
+    partial[t] =
+        tasks::uses_seed(spec) && generates_on_device(spec, tensor.dtype) &&
+        (spec.kind == tasks::GeneratorKind::kRandn || spec.kind == tasks::GeneratorKind::kUniform);
+  }
   std::size_t slot_bytes = 0;
-  for (const auto b : setup.bytes) slot_bytes += b;
+  for (std::size_t t = 0; t < n; ++t) slot_bytes += setup.bytes[t] * (partial[t] ? 2 : 1);
   for (const auto b : setup.reference.workspace_bytes) slot_bytes += b;
   for (const auto b : setup.candidate.workspace_bytes) slot_bytes += b;
   const std::size_t budget = std::size_t{4} << 30;
@@ -126,15 +157,42 @@ Value JobRunner::time_case(const CaseSetup& setup) {
       slot.candidate_ws.emplace_back(b, false);
       slot.candidate_ws_ptrs.push_back(slot.candidate_ws.back().data());
     }
+    slot.pristine.resize(n);
+    slot.drawn.assign(n, false);
+    for (std::size_t t = 0; t < n; ++t) {
+      if (partial[t]) slot.pristine[t] = DeviceBuffer(setup.bytes[t], false);
+    }
   }
 
   // A call's inputs into `dst` (one pointer per task tensor; outputs skipped): fresh values
-  // from the call's seed, the fixed ones, or the host draw the call's seed picks.
-  auto write_inputs = [&](const std::vector<CUdeviceptr>& dst, std::size_t call) {
+  // from the call's seed, the fixed ones, or the host draw the call's seed picks. With a slot,
+  // the inputs redrawn in part get their window (or, on the slot's first use, all of it) in the
+  // slot and its pristine copy; without one (a checked call's pristine inputs) they are skipped.
+  auto write_inputs = [&](const std::vector<CUdeviceptr>& dst, std::size_t call, Slot* slot) {
     const std::uint64_t call_seed = judge::timed_call_seed(job_.secret, setup.seed, call);
     for (std::size_t t = 0; t < n; ++t) {
       const auto& tensor = task_.tensors[t];
       if (!tasks::is_input(tensor.role) || setup.bytes[t] == 0) continue;
+      if (partial[t]) {
+        if (slot == nullptr) continue;
+        const auto& spec = c.values.at(tensor.name);
+        const std::uint64_t seed = tasks::tensor_seed(call_seed, tensor.name, 0);
+        const std::uint64_t count = setup.counts[t];
+        const std::size_t size = setup.bytes[t] / setup.counts[t];
+        std::uint64_t first = 0, length = count;
+        if (slot->drawn[t]) {
+          first = mix(call_seed, n + t) % count;
+          length = (count + kRedrawShare - 1) / kRedrawShare;
+        }
+        for (const CUdeviceptr base : {dst[t], slot->pristine[t].data()}) {
+          const std::uint64_t head = std::min(length, count - first);
+          generate_on_device(device_, spec, tensor.dtype, seed, first, head, base + first * size);
+          if (head < length)
+            generate_on_device(device_, spec, tensor.dtype, seed, 0, length - head, base);
+        }
+        slot->drawn[t] = true;
+        continue;
+      }
       switch (sources[t]) {
         case Source::kFresh:
           generate_on_device(device_, c.values.at(tensor.name), tensor.dtype,
@@ -163,8 +221,8 @@ Value JobRunner::time_case(const CaseSetup& setup) {
   };
   // Everything a call starts from, outside the timed kernels: its inputs, poisoned outputs,
   // the candidate's workspaces full of junk that differs from call to call, a flushed L2.
-  auto prepare_call = [&](const Slot& slot, std::size_t call, bool candidate) {
-    write_inputs(slot.tensor_ptrs, call);
+  auto prepare_call = [&](Slot& slot, std::size_t call, bool candidate) {
+    write_inputs(slot.tensor_ptrs, call, &slot);
     poison_outputs(slot);
     if (candidate) {
       const unsigned char junk = workspace_junk(0x77 + call);
@@ -214,7 +272,7 @@ Value JobRunner::time_case(const CaseSetup& setup) {
   std::vector<CUdeviceptr> pristine_ptrs(n, 0);
   for (std::size_t t = 0; t < n; ++t) {
     if (tasks::is_output(task_.tensors[t].role)) kept[t] = DeviceBuffer(setup.bytes[t], false);
-    if (tasks::is_input(task_.tensors[t].role)) {
+    if (tasks::is_input(task_.tensors[t].role) && !partial[t]) {
       pristine[t] = DeviceBuffer(setup.bytes[t], false);
       pristine_ptrs[t] = pristine[t].data();
     }
@@ -230,7 +288,12 @@ Value JobRunner::time_case(const CaseSetup& setup) {
       check(cuMemcpyDtoDAsync(kept[t].data(), slot.tensor_ptrs[t], setup.bytes[t], stream),
             "keep outputs");
     }
-    write_inputs(pristine_ptrs, this_call);
+    write_inputs(pristine_ptrs, this_call, nullptr);
+    // What the call's inputs were: the slot's own copy for those redrawn in part.
+    std::vector<CUdeviceptr> before = pristine_ptrs;
+    for (std::size_t t = 0; t < n; ++t) {
+      if (partial[t]) before[t] = slot.pristine[t].data();
+    }
     check(cuMemsetD8Async(check_results.data(), 0, check_results.bytes(), stream), "results");
     auto result = [&](std::size_t t, std::size_t k) {
       return check_results.data() + 24 * (kChecks * t + k);
@@ -243,13 +306,13 @@ Value JobRunner::time_case(const CaseSetup& setup) {
                   canaries[t].data() + DeviceBuffer::kCanaryBytes, DeviceBuffer::kCanaryBytes,
                   result(t, 1));
       if (task_.tensors[t].role == tasks::Role::kIn) {
-        check_bytes(device_, slot.tensor_ptrs[t], pristine_ptrs[t], setup.bytes[t], result(t, 2));
+        check_bytes(device_, slot.tensor_ptrs[t], before[t], setup.bytes[t], result(t, 2));
       }
     }
     // The reference runs on the same inputs (in-place tensors restored) in the same slot.
     for (std::size_t t = 0; t < n; ++t) {
       if (!tasks::is_input(task_.tensors[t].role) || setup.bytes[t] == 0) continue;
-      check(cuMemcpyDtoDAsync(slot.tensor_ptrs[t], pristine_ptrs[t], setup.bytes[t], stream),
+      check(cuMemcpyDtoDAsync(slot.tensor_ptrs[t], before[t], setup.bytes[t], stream),
             "restore inputs");
     }
     poison_outputs(slot);
@@ -285,8 +348,8 @@ Value JobRunner::time_case(const CaseSetup& setup) {
       }
       if (tensor.role == tasks::Role::kIn && verdict(t, 2)[0] != 0) {
         fail(StepStatus::kIncorrect, where + ": modified the read-only input '" + tensor.name +
-                                         "' (" + std::to_string(verdict(t, 2)[0]) +
-                                         " bytes changed; the correctness runs passed)");
+                                         "' (changed in " + std::to_string(verdict(t, 2)[0]) +
+                                         " places; the correctness runs passed)");
       }
       if (!tasks::is_output(tensor.role)) continue;
       const auto v = verdict(t, 2);
@@ -306,7 +369,7 @@ Value JobRunner::time_case(const CaseSetup& setup) {
       }
       if (checker_ != nullptr && tasks::is_input(task_.tensors[t].role)) {
         call_inputs[t] = device_.staging("call input:" + std::to_string(t), setup.bytes[t]);
-        download(call_inputs[t], pristine_ptrs[t], setup.bytes[t], stream);
+        download(call_inputs[t], before[t], setup.bytes[t], stream);
       }
     }
     check(cuStreamSynchronize(stream), "download");
@@ -325,10 +388,22 @@ Value JobRunner::time_case(const CaseSetup& setup) {
     }
   };
 
+  // Where the host's time in the timed calls goes (milliseconds): preparing calls (inputs,
+  // poison, workspace junk, the L2 sweep), launching the timed kernels, the checked calls, and
+  // each batch's wait for the stream and CUPTI's records.
+  double prepare_ms = 0, launch_ms = 0, check_ms = 0, sync_ms = 0, records_ms = 0;
+  auto since = [](Clock::time_point from) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - from).count();
+  };
   auto collect = [&] {
     // 32 calls of both kernels may be in flight.
+    auto from = Clock::now();
     sync_or_fail(stream, true, "in timed calls of " + setup.label, 64 * deadline_ms(setup));
-    for (const auto& [tag, span] : timer_.collect()) {
+    sync_ms += since(from);
+    from = Clock::now();
+    const auto spans = timer_.collect();
+    records_ms += since(from);
+    for (const auto& [tag, span] : spans) {
       const auto it = pending.find(tag);
       if (it == pending.end()) continue;
       const std::size_t expected_kernels =
@@ -342,17 +417,21 @@ Value JobRunner::time_case(const CaseSetup& setup) {
     }
   };
   auto timed_call = [&](bool is_candidate, bool counted) {
-    const Slot& slot = slots[call % slots.size()];
+    Slot& slot = slots[call % slots.size()];
     const std::size_t this_call = call++;
+    auto from = Clock::now();
     prepare_call(slot, this_call, is_candidate);
+    prepare_ms += since(from);
     const std::uint64_t tag = next_tag_++;
     pending[tag] = Pending{is_candidate, counted};
+    from = Clock::now();
     {
       const TagScope scope(timer_, tag);
       launch(is_candidate ? candidate : reference, is_candidate ? setup.candidate : setup.reference,
              setup, slot.tensor_ptrs,
              is_candidate ? slot.candidate_ws_ptrs : slot.reference_ws_ptrs);
     }
+    launch_ms += since(from);
     return std::pair<const Slot*, std::size_t>(&slot, this_call);
   };
 
@@ -365,7 +444,9 @@ Value JobRunner::time_case(const CaseSetup& setup) {
     if (is_candidate && !is_warmup) {
       const bool check_this = schedule.checked[measured_candidate_calls++];
       if (check_this) {
+        const auto from = Clock::now();
         check_call(*slot, this_call);
+        check_ms += since(from);
         ++checked;
       }
     }
@@ -417,7 +498,18 @@ Value JobRunner::time_case(const CaseSetup& setup) {
               {"warmup_pairs", schedule.warmup_pairs},
               {"checked_calls", checked},
               {"incomplete_calls", incomplete},
+              {"calls", call},
+              {"host_ms",
+               {{"prepare", prepare_ms},
+                {"launch", launch_ms},
+                {"checked_calls", check_ms},
+                {"sync", sync_ms},
+                {"records", records_ms}}},
               {"slots", slots_count}};
+  for (const auto& [part, ms] : timed["host_ms"].items()) {
+    const std::string key = "timed calls: " + part;
+    phases_[key] = phases_.value(key, 0.0) + ms.get<double>();
+  }
   if (library_ != nullptr) timed["reference_library"] = library_->describe(setup.index);
   estimates_.emplace_back(estimate, c.weight);
   return timed;
