@@ -182,10 +182,15 @@ def test_throughput_driver_runs_against_a_real_server(tmp_path):
     out = tmp_path / "throughput.json"
     subprocess.run([sys.executable, str(HERE / "throughput.py"), os.environ["CRUCIBLE_BIN"],
                     "--count", "12", "--concurrency", "1,4", "--single-steps", "2",
-                    "--json", str(out), "--work", str(tmp_path / "work")],
+                    "--runners", "1,2", "--json", str(out), "--work", str(tmp_path / "work")],
                    cwd=ROOT, check=True, timeout=240)
     report = json.loads(out.read_text())
-    assert [row["in_flight"] for row in report["concurrency"]] == [1, 4]
+    # One server per runner count, each through every concurrency.
+    assert [(row["runners_per_gpu"], row["in_flight"]) for row in report["concurrency"]] == [
+        (1, 1), (1, 4), (2, 1), (2, 4)]
+    assert [s["runners_per_gpu"] for s in report["single_steps"]] == [1, 2]
+    assert len(report["serve_commands"]) == 2
+    assert "--runners-per-gpu 2" in report["serve_commands"][1]
     for row in report["concurrency"]:
         assert row["samples"] == 12 and row["steps_per_s"] > 0
         counts = sum(v["count"] for v in row["latency_by_status"].values())
@@ -195,5 +200,5 @@ def test_throughput_driver_runs_against_a_real_server(tmp_path):
             expect, status = key.split("->")
             if expect in ("compile_error", "invalid_action"):
                 assert status == expect, key
-    assert report["single_step"]["steps"] == 2
+    assert all(s["steps"] == 2 for s in report["single_steps"])
     assert report["date"] and report["gpu"] and "throughput.py" in report["command"]
