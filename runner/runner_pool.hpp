@@ -19,10 +19,6 @@ namespace crucible::runner {
 // Where crucible-gpu-runner lives by default: next to the running executable.
 std::filesystem::path default_runner_path();
 
-// Runners per GPU when the operator does not say: a quarter of the host's cores, 1 to 4 (each
-// runner's correctness work is mostly host work, and compile workers need cores too).
-int default_runners_per_device();
-
 struct RunnerPoolOptions {
   std::filesystem::path runner_exe = default_runner_path();
   std::filesystem::path home;    // passed to the runner (--home) to load the same tasks
