@@ -39,6 +39,11 @@ std::filesystem::path default_runner_path() {
   return self.parent_path() / "crucible-gpu-runner";
 }
 
+int default_runners_per_device() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return std::clamp(static_cast<int>(cores / 4), 1, 4);
+}
+
 namespace {
 
 core::DecodeLimits report_limits() { return core::trusted_decode_limits(kMaxFrameBytes); }

@@ -34,6 +34,7 @@
 #include "env/stages.hpp"
 #include "env/trajectory_log.hpp"
 #include "runner/gpu_probe.hpp"
+#include "runner/runner_pool.hpp"
 #include "tasks/format.hpp"
 #include "tasks/registry.hpp"
 
@@ -939,12 +940,12 @@ void add_measure_options(CLI::App* command, env::PipelineOptions& pipeline) {
 }
 
 void add_runners_option(CLI::App* command, env::PipelineOptions& pipeline) {
+  pipeline.runner_options.runners_per_device = runner::default_runners_per_device();
   command
       ->add_option("--runners-per-gpu", pipeline.runner_options.runners_per_device,
                    "GPU runner processes per GPU: they check correctness side by side and take "
-                   "turns to time, each timing window alone on the GPU; more than 1 adds "
-                   "throughput but each runner measures with its own small bias (docs/runner.md) "
-                   "(1 to 16)")
+                   "turns to time, each timing window alone on the GPU (1 to 16; default a "
+                   "quarter of the cores, 1 to 4)")
       ->capture_default_str()
       ->check(whole_number(1, 16));
 }

@@ -79,7 +79,6 @@ class JobRunner {
   void prepare_library();
   Side reference_side();
   Side candidate_side();
-  LoadedModule& reference_module(const CompiledModule& compiled, const LaunchPlan& plan);
   void launch(const Side& side, const ConcretePlan& concrete, const CaseSetup& setup,
               const std::vector<CUdeviceptr>& tensors, const std::vector<CUdeviceptr>& workspaces);
   void record_phase(const std::string& name, Clock::time_point since);
@@ -139,7 +138,7 @@ class JobRunner {
   Device& device_;
   KernelTimer& timer_;
   PlanContext context_;
-  LoadedModule* reference_module_ = nullptr;
+  std::unique_ptr<LoadedModule> reference_module_;
   std::unique_ptr<LoadedModule> candidate_module_;
   std::unique_ptr<LibraryReference> library_;
   std::vector<CaseSetup> cases_;
