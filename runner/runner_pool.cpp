@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "core/log.hpp"
 #include "runner/gpu_gate.hpp"
