@@ -28,6 +28,18 @@ class GpuGate {
   //  often; the holds taken and the time spent waiting for them (in all, the longest).
   core::Value stats() const;
 
+  // Holds the gate shared for its lifetime (a runner's start or end).
+  class SharedHold {
+   public:
+    explicit SharedHold(GpuGate& gate) : gate_(gate) { gate_.change(Hold::kNone, Hold::kShared); }
+    ~SharedHold() { gate_.change(Hold::kShared, Hold::kNone); }
+    SharedHold(const SharedHold&) = delete;
+    SharedHold& operator=(const SharedHold&) = delete;
+
+   private:
+    GpuGate& gate_;
+  };
+
  private:
   using Clock = std::chrono::steady_clock;
   void release(Hold hold, Clock::time_point now);  // with mutex_ held

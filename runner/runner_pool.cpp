@@ -186,12 +186,7 @@ struct RunnerPool::State {
   std::shared_future<core::Result<StartedRunner>> start_runner(int device) {
     auto task = std::make_shared<std::packaged_task<core::Result<StartedRunner>()>>(
         [this, device]() -> core::Result<StartedRunner> {
-          GpuGate& device_gate = gate(device);
-          device_gate.change(Hold::kNone, Hold::kShared);
-          struct Release {
-            GpuGate& gate;
-            ~Release() { gate.change(Hold::kShared, Hold::kNone); }
-          } release{device_gate};
+          const GpuGate::SharedHold hold(gate(device));
           SpawnOptions spawn;
           spawn.executable = options.runner_exe;
           spawn.args = {"--device",   std::to_string(device),
@@ -247,9 +242,8 @@ struct RunnerPool::State {
     std::lock_guard lock(spawn_mutex);
     spawn_queue.emplace_back([this, process, device] {
       if (!process->running()) return;
-      gate(device).change(Hold::kNone, Hold::kShared);
+      const GpuGate::SharedHold hold(gate(device));
       process->kill_and_wait();
-      gate(device).change(Hold::kShared, Hold::kNone);
     });
     spawn_ready.notify_one();
   }
@@ -380,19 +374,22 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
   hold_gate(Hold::kShared);
   const auto started = Clock::now();
   auto deadline_at = started + deadline;
-  // A runner that failed is killed and reaped before its gate hold is given back: a kernel of
-  // its context may still be running until the process is gone.
-  auto replace = [&](const std::string& why) {
-    core::log_warn("GPU runner on device " + std::to_string(lane->device) + " replaced: " + why);
-    process->kill_group();
-    if (!process->wait_for(std::chrono::milliseconds(3000))) {
-      core::log_warn("GPU runner on device " + std::to_string(lane->device) +
-                     " did not exit within 3 s of SIGKILL");
-    }
+  // The lane's runner goes (ended on the spawner thread) and its spare takes over next time.
+  auto retire_active = [&] {
     std::lock_guard lock(s.mutex);
     s.retire(lane->active, lane->device);
     lane->active.reset();
     ++lane->restarts;
+  };
+  // A runner that failed is killed and reaped before its gate hold is given back: a kernel of
+  // its context may still be running until the process is gone. Returns how it ended.
+  auto replace = [&](const std::string& why) {
+    process->kill_group();
+    const auto status = process->wait_for(std::chrono::milliseconds(3000));
+    core::log_warn("GPU runner on device " + std::to_string(lane->device) + " replaced: " + why +
+                   (status ? "" : " (it did not exit within 3 s of SIGKILL)"));
+    retire_active();
+    return status;
   };
   auto finish = [&](RunReport out) {
     hold_gate(Hold::kNone);
@@ -435,10 +432,8 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
                        " s; the runner was killed and replaced";
     } else {
       s.count(*lane, &State::Lane::crashes);
-      process->kill_group();
-      const auto status = process->wait_for(std::chrono::milliseconds(2000));
+      const auto status = replace("died");
       const std::string what = status ? status->describe() : reply.error().message;
-      replace("died: " + what);
       report.status = StepStatus::kRuntimeError;
       report.message = "the GPU runner died while running your kernel (" + what + ")";
     }
@@ -467,10 +462,7 @@ RunReport RunnerPool::run(const RunJob& job, std::chrono::milliseconds deadline)
     // Idle: retired on the spawner thread under the gate.
     core::log_info("GPU runner on device " + std::to_string(lane->device) + " recycled after " +
                    std::to_string(lane->jobs) + " jobs");
-    std::lock_guard lock(s.mutex);
-    s.retire(lane->active, lane->device);
-    lane->active.reset();
-    ++lane->restarts;
+    retire_active();
   }
   return finish(std::move(report));
 }

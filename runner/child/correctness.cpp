@@ -133,11 +133,8 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
   // Where the host's time goes, summed over cases into phases "correctness: <part>".
   auto part_started = Clock::now();
   auto part_done = [&](const char* part) {
-    const std::string key = std::string("correctness: ") + part;
-    const auto now = Clock::now();
-    phases_[key] = phases_.value(key, 0.0) +
-                   std::chrono::duration<double, std::milli>(now - part_started).count();
-    part_started = now;
+    add_to_phase(std::string("correctness: ") + part, milliseconds_since(part_started));
+    part_started = Clock::now();
   };
   std::vector<HostValueCache::Bytes> input_values(n);
   std::vector<const std::byte*> input_bytes(n, nullptr);
@@ -198,8 +195,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     const auto reference_started = Clock::now();
     launch(reference_side(), setup.reference, setup, pointers, workspace_ptrs);
     sync_or_fail(stream, false, "on " + setup.label, job_.kernel_timeout_ms);
-    const double reference_ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - reference_started).count();
+    const double reference_ms = milliseconds_since(reference_started);
     if (reference_ms_.size() < cases_.size()) reference_ms_.assign(cases_.size(), 0.0);
     reference_ms_[setup.index] = std::max(reference_ms_[setup.index], reference_ms);
     for (std::size_t t = 0; t < n; ++t) {
@@ -353,10 +349,7 @@ Value JobRunner::check_all_cases() {
                                         ? DeviceBuffer(setup.bytes[t], false)
                                         : DeviceBuffer());
     }
-    const auto allocated = Clock::now();
-    phases_["correctness: buffers"] =
-        phases_.value("correctness: buffers", 0.0) +
-        std::chrono::duration<double, std::milli>(allocated - started).count();
+    add_to_phase("correctness: buffers", milliseconds_since(started));
     for (int draw = 0; draw < 2; ++draw) {
       case_reports_.push_back(check_case(setup, draw, buffers));
       if (!failed_case_.empty()) break;

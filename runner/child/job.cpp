@@ -290,7 +290,11 @@ unsigned char JobRunner::workspace_junk(std::uint64_t salt) const {
 // Wall-clock milliseconds of each phase of the job, reported beside the device facts so a
 // slow step can be explained (and a slow runner found).
 void JobRunner::record_phase(const std::string& name, Clock::time_point since) {
-  phases_[name] = std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+  phases_[name] = milliseconds_since(since);
+}
+
+void JobRunner::add_to_phase(const std::string& name, double ms) {
+  phases_[name] = phases_.value(name, 0.0) + ms;
 }
 
 RunReport run_job(const RunJob& job, const tasks::Registry& registry, Device& device,

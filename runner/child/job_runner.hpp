@@ -35,6 +35,10 @@ using action::ConcretePlan;
 using core::Value;
 using Clock = std::chrono::steady_clock;
 
+inline double milliseconds_since(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
 // What differs between the reference and the candidate.
 struct Side {
   const LaunchPlan* plan;
@@ -82,6 +86,8 @@ class JobRunner {
   void launch(const Side& side, const ConcretePlan& concrete, const CaseSetup& setup,
               const std::vector<CUdeviceptr>& tensors, const std::vector<CUdeviceptr>& workspaces);
   void record_phase(const std::string& name, Clock::time_point since);
+  // Adds to a phase that several cases (or parts of one) contribute to.
+  void add_to_phase(const std::string& name, double ms);
   std::uint64_t canary_seed(std::size_t tensor, int side) const;
   // A junk byte for candidate workspaces, different for every call and unknown to the kernel.
   unsigned char workspace_junk(std::uint64_t salt) const;

@@ -392,17 +392,14 @@ Value JobRunner::time_case(const CaseSetup& setup) {
   // poison, workspace junk, the L2 sweep), launching the timed kernels, the checked calls, and
   // each batch's wait for the stream and CUPTI's records.
   double prepare_ms = 0, launch_ms = 0, check_ms = 0, sync_ms = 0, records_ms = 0;
-  auto since = [](Clock::time_point from) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - from).count();
-  };
   auto collect = [&] {
     // 32 calls of both kernels may be in flight.
     auto from = Clock::now();
     sync_or_fail(stream, true, "in timed calls of " + setup.label, 64 * deadline_ms(setup));
-    sync_ms += since(from);
+    sync_ms += milliseconds_since(from);
     from = Clock::now();
     const auto spans = timer_.collect();
-    records_ms += since(from);
+    records_ms += milliseconds_since(from);
     for (const auto& [tag, span] : spans) {
       const auto it = pending.find(tag);
       if (it == pending.end()) continue;
@@ -421,7 +418,7 @@ Value JobRunner::time_case(const CaseSetup& setup) {
     const std::size_t this_call = call++;
     auto from = Clock::now();
     prepare_call(slot, this_call, is_candidate);
-    prepare_ms += since(from);
+    prepare_ms += milliseconds_since(from);
     const std::uint64_t tag = next_tag_++;
     pending[tag] = Pending{is_candidate, counted};
     from = Clock::now();
@@ -431,7 +428,7 @@ Value JobRunner::time_case(const CaseSetup& setup) {
              setup, slot.tensor_ptrs,
              is_candidate ? slot.candidate_ws_ptrs : slot.reference_ws_ptrs);
     }
-    launch_ms += since(from);
+    launch_ms += milliseconds_since(from);
     return std::pair<const Slot*, std::size_t>(&slot, this_call);
   };
 
@@ -446,7 +443,7 @@ Value JobRunner::time_case(const CaseSetup& setup) {
       if (check_this) {
         const auto from = Clock::now();
         check_call(*slot, this_call);
-        check_ms += since(from);
+        check_ms += milliseconds_since(from);
         ++checked;
       }
     }
@@ -507,8 +504,7 @@ Value JobRunner::time_case(const CaseSetup& setup) {
                 {"records", records_ms}}},
               {"slots", slots_count}};
   for (const auto& [part, ms] : timed["host_ms"].items()) {
-    const std::string key = "timed calls: " + part;
-    phases_[key] = phases_.value(key, 0.0) + ms.get<double>();
+    add_to_phase("timed calls: " + part, ms.get<double>());
   }
   if (library_ != nullptr) timed["reference_library"] = library_->describe(setup.index);
   estimates_.emplace_back(estimate, c.weight);
