@@ -7,9 +7,10 @@ the task's reference, so its per-case time sits next to the reference's in one r
     crucible eval variants.jsonl -o variants-eval -j 1
 
 The variants are the ones whose figures the reference sources quote (bench/results/
-h200_reference_variants.json): the partition size of paged_decode_attention and the quotient of
-dynamic_per_token_scaled_fp8_quant. Each is a textual substitution in today's source; a
-substitution that no longer applies is an error, not a silent no-op.
+h200_reference_variants.json): the partition size of paged_decode_attention, the quotient of
+dynamic_per_token_scaled_fp8_quant, and fused_moe's block order and prefill tile height. Each is
+a textual substitution in today's source; a substitution that no longer applies is an error, not
+a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
 """
 import json
 import pathlib
@@ -23,6 +24,12 @@ SINGLE = ("cdiv(max_blocks_per_seq * block_size * num_seqs * num_kv_heads, "
 FP8 = "kernels/llm/dynamic_per_token_scaled_fp8_quant.cu"
 QUOTIENT = "  return fmaf(fmaf(-q, scale, x), inverse, q);"
 
+MOE = "kernels/llm/fused_moe.cu"
+MOE_ORDER = "constexpr int kMFirstMaxExperts = 16;"
+MOE_SKIP = "constexpr bool kSkipPaddingWarpgroups = true;"
+MOE_PREFILL = "96 * num_experts"
+MOE_DOWN = "moe_gemm<false, 2, 256, 4><<<cdiv(hidden_size, 256) *"
+
 VARIANTS = [
     ("llm/paged_decode_attention", ATTENTION, "reference", []),
     ("llm/paged_decode_attention", ATTENTION, "two_waves_for_one_sequence",
@@ -34,11 +41,25 @@ VARIANTS = [
      [(QUOTIENT, "  (void)inverse;\n  return x / scale;")]),
     ("llm/dynamic_per_token_scaled_fp8_quant", FP8, "plain_reciprocal_product",
      [(QUOTIENT, "  (void)scale;\n  return q;")]),
+    ("llm/fused_moe", MOE, "reference", []),
+    ("llm/fused_moe", MOE, "column_tiles_first_for_every_layer",
+     [(MOE_ORDER, "constexpr int kMFirstMaxExperts = 0;")]),
+    ("llm/fused_moe", MOE, "m_blocks_first_for_every_layer",
+     [(MOE_ORDER, "constexpr int kMFirstMaxExperts = 1024;")]),
+    ("llm/fused_moe", MOE, "padding_warpgroups_multiply",
+     [(MOE_SKIP, "constexpr bool kSkipPaddingWarpgroups = false;")]),
+    ("llm/fused_moe", MOE, "prefill_on_64_row_tiles",
+     [(MOE_PREFILL, "1048576 * num_experts")]),
+    ("llm/fused_moe", MOE, "prefill_down_on_128_column_tiles",
+     [(MOE_DOWN, "moe_gemm<false, 2, 128, 6><<<cdiv(hidden_size, 128) *")]),
 ]
 
 
 def main():
+    only = sys.argv[sys.argv.index("--tasks") + 1:] if "--tasks" in sys.argv else None
     for task, path, name, substitutions in VARIANTS:
+        if only is not None and task not in only:
+            continue
         source = (ROOT / path).read_text()
         for old, new in substitutions:
             if old not in source:

@@ -43,17 +43,17 @@
 // @launch if (num_tokens * topk <= 96 * num_experts) moe_route<64><<<1, 1024>>>(topk_ids, sorted_rows, block_expert, block_count, num_tokens, topk, num_experts)
 // @launch if (num_tokens * topk > 96 * num_experts) moe_route<128><<<1, 1024>>>(topk_ids, sorted_rows, block_expert, block_count, num_tokens, topk, num_experts)
 // @launch if (num_tokens * topk <= 4 * num_experts)
-//     moe_gemm<true, 1, 64, 6><<<cdiv(intermediate_size, 32) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 63, 64), 128, 99328>>>(act, hidden_states, w1, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size)
+//     moe_gemm<true, 1, 64, 6><<<cdiv(intermediate_size, 32) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 63, 64), 128, 99328>>>(act, hidden_states, w1, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size, num_experts)
 // @launch if (num_tokens * topk > 4 * num_experts && num_tokens * topk <= 96 * num_experts)
-//     moe_gemm<true, 1, 256, 5><<<cdiv(intermediate_size, 128) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 63, 64), 128, 205824>>>(act, hidden_states, w1, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size)
+//     moe_gemm<true, 1, 256, 5><<<cdiv(intermediate_size, 128) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 63, 64), 128, 205824>>>(act, hidden_states, w1, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size, num_experts)
 // @launch if (num_tokens * topk > 96 * num_experts)
-//     moe_gemm<true, 2, 256, 4><<<cdiv(intermediate_size, 128) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 127, 128), 256, 197632>>>(act, hidden_states, w1, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size)
+//     moe_gemm<true, 2, 256, 4><<<cdiv(intermediate_size, 128) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 127, 128), 256, 197632>>>(act, hidden_states, w1, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size, num_experts)
 // @launch if (num_tokens * topk <= 4 * num_experts)
-//     moe_gemm<false, 1, 64, 6><<<cdiv(hidden_size, 64) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 63, 64), 128, 99328>>>(slots, act, w2, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size)
+//     moe_gemm<false, 1, 64, 6><<<cdiv(hidden_size, 64) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 63, 64), 128, 99328>>>(slots, act, w2, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size, num_experts)
 // @launch if (num_tokens * topk > 4 * num_experts && num_tokens * topk <= 96 * num_experts)
-//     moe_gemm<false, 1, 256, 5><<<cdiv(hidden_size, 256) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 63, 64), 128, 205824>>>(slots, act, w2, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size)
+//     moe_gemm<false, 1, 256, 5><<<cdiv(hidden_size, 256) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 63, 64), 128, 205824>>>(slots, act, w2, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size, num_experts)
 // @launch if (num_tokens * topk > 96 * num_experts)
-//     moe_gemm<false, 2, 256, 4><<<cdiv(hidden_size, 256) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 127, 128), 256, 197632>>>(slots, act, w2, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size)
+//     moe_gemm<false, 2, 256, 4><<<cdiv(hidden_size, 256) * cdiv(num_tokens * topk + min(num_experts, num_tokens * topk) * 127, 128), 256, 197632>>>(slots, act, w2, topk_weights, sorted_rows, block_expert, block_count, topk, hidden_size, intermediate_size, num_experts)
 // @launch moe_sum_slots<<<dim3(cdiv(hidden_size, 1024), num_tokens), 128>>>(out, slots, topk, hidden_size)
 // clang-format on
 //
@@ -71,18 +71,35 @@
 // - Prefill is compute bound. A 128 x 256 tile moves 48 KiB per K step of 4.2 MFLOP (87
 //   FLOP/byte from L2); BM 128 rather than 256 keeps the padding of each expert's last block
 //   (on average BM / 2 rows per busy expert) near 12 % for Qwen3's 128 experts.
-// - Column tiles are fastest in the grid, so the blocks resident together share the same
-//   gathered rows of hidden_states (or act) and a few experts' weights in L2.
+// - Block order: with many experts (Qwen3, DeepSeek-V3) column tiles are fastest, so the
+//   blocks resident together share gathered rows of hidden_states (or act) in L2 and each
+//   expert's weights are small; with at most 16 experts (Mixtral: 117 MB of w1 per expert) M
+//   blocks are fastest, so an expert's weight tile is read from memory once for all its M
+//   blocks. Measured on the H200 (bench/results/h200_reference_variants_fused_moe.json):
+//   column tiles first everywhere costs Mixtral 5-6 % (prefill 2048, decode 256); M blocks first
+//   everywhere costs the fine-grained layers 2-5 %.
+// - In the two-warpgroup prefill shape a warpgroup whose 64 rows are all padding (the second
+//   half of an expert's last block) skips its wgmmas: 1.4 % on Mixtral's prefill, 2.2 % on
+//   Qwen3's. Tried and slower: prefill on the 64-row, one-warpgroup shape (0.76-0.80x: less
+//   padding, but half the reuse of each weight tile), and the down GEMM on 128-column tiles
+//   for more blocks per wave (0.91x).
+// - Against PyTorch's grouped GEMM (torch._grouped_mm, CUTLASS, with its sort and gather;
+//   bench/results/h200_parity.json) the reference takes 0.44-0.81 of its time on every case
+//   but Mixtral's 2048-token prefill, where it takes 1.08: 507 TFLOP/s against 549, of which
+//   the padding of each expert's last 128-row block is about 6 % (half a block per expert,
+//   512 of 4096 rows, halved by the skip above).
 // - The gate/up epilogue applies SiLU in fp32 and rounds the product once to bf16: act is the
 //   second GEMM's operand. The down epilogue multiplies by the routing weight in fp32 and rounds
 //   once to bf16 (vLLM's moe_sum input is bf16 as well); the slot sum is fp32, rounded once.
 // - No atomics anywhere, so the output is the same bit for bit on every run (the rank of a slot
 //   inside its expert's segment depends on shared-memory atomics, but a row's sums do not
 //   depend on where it sits).
-// - Not done here: a persistent grouped scheduler (one launch walking all experts' tiles, the
-//   epilogue overlapping the next tile's loads), TMA with multicast of the weight tile across a
-//   cluster of M blocks of the same expert, and fusing the route into the first GEMM's
-//   prologue for decode (saves a launch, about 2 us).
+// - Not done here, and where the rest of the prefill gap is: a persistent grouped scheduler
+//   (one launch walking all experts' tiles, the epilogue overlapping the next tile's loads, no
+//   wave tail: the down GEMM's 576 blocks are 4.4 waves), a producer warp issuing TMA copies
+//   instead of every thread issuing cp.async, multicast of the weight tile across a cluster of
+//   M blocks of the same expert, and the route fused into the first GEMM's prologue for decode
+//   (saves a launch, about 2 us).
 
 #include <cuda_bf16.h>
 
@@ -94,6 +111,10 @@ constexpr int kChunksPerRow = 8;  // 16-byte chunks per row
 constexpr int kChunkElems = 8;    // bf16 per chunk
 constexpr int kAtomBytes = 1024;  // 8 rows: one 128-byte swizzle atom
 constexpr int kRouteThreads = 1024;
+// Layers with at most this many experts order the GEMMs' blocks M blocks first (see moe_gemm).
+constexpr int kMFirstMaxExperts = 16;
+// A warpgroup whose 64 rows are all padding (the last block of an expert) issues no wgmma.
+constexpr bool kSkipPaddingWarpgroups = true;
 
 __device__ __forceinline__ unsigned shared_address(const void* pointer) {
   return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
@@ -188,10 +209,38 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], unsigned long lo
       : "l"(a_descriptor), "l"(b_descriptor), "r"(1));
 }
 
+// d (64 x 128, fp32) += A (64 x 16, K-major) * B (128 x 16, K-major)^T, both bf16 in shared
+// memory: the warpgroup's m64n128k16.
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long long a_descriptor,
+                                                 unsigned long long b_descriptor) {
+  asm volatile(
+      "{\n"
+      ".reg .pred accumulate;\n"
+      "setp.ne.b32 accumulate, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, accumulate, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(a_descriptor), "l"(b_descriptor), "r"(1));
+}
+
 // d (64 x 256, fp32) += A (64 x 16, K-major) * B (256 x 16, K-major)^T, both bf16 in shared
 // memory: the warpgroup's m64n256k16.
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long a_descriptor,
-                                                unsigned long long b_descriptor) {
+                                                 unsigned long long b_descriptor) {
   asm volatile(
       "{\n"
       ".reg .pred accumulate;\n"
@@ -234,6 +283,8 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[kBlockN / 2], unsigned lon
                                            unsigned long long b_descriptor) {
   if constexpr (kBlockN == 64) {
     wgmma_m64n64k16(d, a_descriptor, b_descriptor);
+  } else if constexpr (kBlockN == 128) {
+    wgmma_m64n128k16(d, a_descriptor, b_descriptor);
   } else {
     wgmma_m64n256k16(d, a_descriptor, b_descriptor);
   }
@@ -314,8 +365,8 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     moe_gemm(__nv_bfloat16* __restrict__ dst, const __nv_bfloat16* __restrict__ src,
              const __nv_bfloat16* __restrict__ weight, const float* __restrict__ topk_weights,
              const int* __restrict__ sorted_rows, const int* __restrict__ block_expert,
-             const int* __restrict__ block_count, int topk, int hidden_size,
-             int intermediate_size) {
+             const int* __restrict__ block_count, int topk, int hidden_size, int intermediate_size,
+             int num_experts) {
   constexpr int kThreads = 128 * kWarpgroups;
   constexpr int kBlockM = 64 * kWarpgroups;
   constexpr int kAccumulators = kBlockN / 2;
@@ -326,7 +377,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
   // Tile columns of the output: N for the down GEMM, N / 2 (gate and up share the tile) for
   // gate/up.
   constexpr int kOutColumns = kGateUp ? kBlockN / 2 : kBlockN;
-  static_assert(kBlockN == 64 || kBlockN == 256, "the two wgmma shapes defined above");
+  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256, "the wgmma shapes above");
   static_assert(kStageBytes % kAtomBytes == 0, "every stage starts on a swizzle atom");
   static_assert((kBlockN / 2) % kRowsPerPass == 0, "a copy slot is all gate or all up rows");
   static_assert(kStages >= 3, "one stage in the copies, one in the math, one in flight");
@@ -338,9 +389,17 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
   const int k_size = kGateUp ? hidden_size : intermediate_size;
   const int out_size = kGateUp ? intermediate_size : hidden_size;  // output columns
   const int tiles_n = (out_size + kOutColumns - 1) / kOutColumns;
-  const int m_block = static_cast<int>(blockIdx.x) / tiles_n;
+  // Few experts (large weight matrices): M blocks fastest, so the blocks that share an expert's
+  // weight tile run together while it is in L2. Many experts: column tiles fastest, so the
+  // blocks that share gathered rows do.
+  const bool m_first = num_experts <= kMFirstMaxExperts;
+  const int m_blocks = static_cast<int>(gridDim.x) / tiles_n;
+  const int m_block =
+      m_first ? static_cast<int>(blockIdx.x) % m_blocks : static_cast<int>(blockIdx.x) / tiles_n;
+  const int n_tile =
+      m_first ? static_cast<int>(blockIdx.x) / m_blocks : static_cast<int>(blockIdx.x) % tiles_n;
   if (m_block >= *block_count) return;
-  const int n0 = static_cast<int>(blockIdx.x) % tiles_n * kOutColumns;
+  const int n0 = n_tile * kOutColumns;
   const int m0 = m_block * kBlockM;
   const int expert = block_expert[m_block];
   const long long weight_rows = kGateUp ? 2ll * intermediate_size : hidden_size;
@@ -397,6 +456,11 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
   };
 
   const int warpgroup = thread / 128;
+  // An expert's real rows come first in its segment, so a warpgroup whose first row is padding
+  // has no real row: it still copies (the block shares the stages) but multiplies nothing. With
+  // one warpgroup the block's first row is always real, and the check's load is left out.
+  const bool multiplies =
+      !kSkipPaddingWarpgroups || kWarpgroups == 1 || sorted_rows[m0 + warpgroup * 64] >= 0;
   float acc[kAccumulators];
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
@@ -413,15 +477,17 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     const unsigned stage = smem_base + static_cast<unsigned>(k_tile % kStages) * kStageBytes;
     const unsigned a_tile = stage + warpgroup * 64 * kRowBytes;
     const unsigned b_tile = stage + kBlockM * kRowBytes;
-    fence_accumulators(acc);
-    wgmma_fence();
+    if (multiplies) {
+      fence_accumulators(acc);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBlockK / 16; ++kk) {
-      wgmma_tile<kBlockN>(acc, matrix_descriptor(a_tile + kk * 32),
-                          matrix_descriptor(b_tile + kk * 32));
+      for (int kk = 0; kk < kBlockK / 16; ++kk) {
+        wgmma_tile<kBlockN>(acc, matrix_descriptor(a_tile + kk * 32),
+                            matrix_descriptor(b_tile + kk * 32));
+      }
+      wgmma_commit();
+      fence_accumulators(acc);
     }
-    wgmma_commit();
-    fence_accumulators(acc);
     if (k_tile + kStages - 2 < k_tiles) load_tile(k_tile + kStages - 2);
     commit_copies();
     wgmma_wait<1>();
@@ -479,8 +545,8 @@ __global__ void __launch_bounds__(128)
   const long long token = blockIdx.y;
   float sum[8] = {};
   for (int j = 0; j < topk; ++j) {
-    const uint4 packed = *reinterpret_cast<const uint4*>(
-        slots + (token * topk + j) * hidden_size + column);
+    const uint4 packed =
+        *reinterpret_cast<const uint4*>(slots + (token * topk + j) * hidden_size + column);
     const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
