@@ -9,11 +9,14 @@
 // The library is an OBJECT library (crucible::oracles), so every registration is linked in.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -64,6 +67,28 @@ std::vector<std::byte> encode_values(core::DType dtype, const std::vector<double
 // Rounds a double to what storing it as `dtype` keeps (float types: round to nearest even via
 // float for 16-bit and fp8 types; integers: round half away from zero, saturating).
 double round_to_dtype(core::DType dtype, double value);
+
+// Runs units 0 .. units - 1 of an oracle's work: each thread calls make_worker() once (the
+// worker owns its scratch) and hands the worker units taken from a shared counter, so long and
+// short units balance. Up to one thread per core (at most 64); with `parallel` false (small
+// cases, the CPU suite's) everything runs on the calling thread.
+template <typename MakeWorker>
+void share_units(std::int64_t units, bool parallel, MakeWorker make_worker) {
+  std::atomic<std::int64_t> next{0};
+  auto run = [&] {
+    auto worker = make_worker();
+    for (std::int64_t unit = next++; unit < units; unit = next++) worker(unit);
+  };
+  const std::int64_t threads = std::clamp<std::int64_t>(
+      std::min<std::int64_t>(std::thread::hardware_concurrency(), units), 1, 64);
+  if (!parallel || threads == 1) {
+    run();
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (std::int64_t t = 0; t < threads; ++t) pool.emplace_back(run);
+  for (auto& thread : pool) thread.join();
+}
 
 // out[t, n] = sum_k x[t, k] * w[n, k] in double (x: [rows, k], w: [cols, k], out: [rows, cols],
 // row-major): the GEMM of the linear layers' oracles. Rows are shared out among threads when

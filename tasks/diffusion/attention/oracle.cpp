@@ -5,9 +5,7 @@
 #include "tasks/oracle.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <thread>
 #include <vector>
 
 namespace crucible::tasks {
@@ -68,25 +66,13 @@ core::Status attention(const OracleCall& call) {
     }
   };
 
-  std::atomic<std::int64_t> next{0};
-  auto worker = [&] {
-    std::vector<double> keys(static_cast<std::size_t>(seq_len * kHeadDim));
-    std::vector<double> values(keys.size());
-    std::vector<double> scores(static_cast<std::size_t>(seq_len));
-    for (std::int64_t unit = next++; unit < units; unit = next++) {
-      run_unit(unit, keys, values, scores);
-    }
-  };
-  const std::int64_t threads = std::clamp<std::int64_t>(
-      std::min<std::int64_t>(std::thread::hardware_concurrency(), units), 1, 64);
   // Small cases (the CPU suite's) stay on the calling thread.
-  if (threads == 1 || batch * heads * seq_len * seq_len < (std::int64_t{1} << 20)) {
-    worker();
-    return {};
-  }
-  std::vector<std::thread> pool;
-  for (std::int64_t t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (auto& thread : pool) thread.join();
+  share_units(units, batch * heads * seq_len * seq_len >= (std::int64_t{1} << 20), [&] {
+    return [&, keys = std::vector<double>(static_cast<std::size_t>(seq_len * kHeadDim)),
+            values = std::vector<double>(static_cast<std::size_t>(seq_len * kHeadDim)),
+            scores = std::vector<double>(static_cast<std::size_t>(seq_len))](
+               std::int64_t unit) mutable { run_unit(unit, keys, values, scores); };
+  });
   return {};
 }
 

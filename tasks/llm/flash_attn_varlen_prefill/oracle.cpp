@@ -5,10 +5,8 @@
 #include "tasks/oracle.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace crucible::tasks {
@@ -140,23 +138,13 @@ core::Status flash_attn_varlen_prefill(const OracleCall& call) {
 
   std::size_t longest = 0;
   for (const auto& seq_rows : rows) longest = std::max(longest, seq_rows.size());
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    std::vector<double> scores(longest);
-    for (std::size_t u = next++; u < units.size(); u = next++) run_unit(units[u], scores);
-  };
-  const auto threads = static_cast<std::size_t>(
-      std::clamp<std::int64_t>(std::min<std::int64_t>(std::thread::hardware_concurrency(),
-                                                      static_cast<std::int64_t>(units.size())),
-                               1, 64));
   // Small cases (the CPU suite's) stay on the calling thread.
-  if (threads == 1 || multiply_adds < static_cast<double>(std::int64_t{1} << 22)) {
-    worker();
-    return {};
-  }
-  std::vector<std::thread> pool;
-  for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (auto& thread : pool) thread.join();
+  share_units(static_cast<std::int64_t>(units.size()),
+              multiply_adds >= static_cast<double>(std::int64_t{1} << 22), [&] {
+                return [&, scores = std::vector<double>(longest)](std::int64_t u) mutable {
+                  run_unit(units[static_cast<std::size_t>(u)], scores);
+                };
+              });
   return {};
 }
 

@@ -4,11 +4,9 @@
 #include "tasks/oracle.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace crucible::tasks {
@@ -79,22 +77,13 @@ core::Status fused_moe(const OracleCall& call) {
     std::copy(sum.begin(), sum.end(), out.values.begin() + t * hidden);
   };
 
-  std::atomic<std::int64_t> next{0};
-  auto worker = [&] {
-    std::vector<double> a(static_cast<std::size_t>(inter));
-    std::vector<double> sum(static_cast<std::size_t>(hidden));
-    for (std::int64_t t = next++; t < tokens; t = next++) run_token(t, a, sum);
-  };
-  const std::int64_t threads = std::clamp<std::int64_t>(
-      std::min<std::int64_t>(std::thread::hardware_concurrency(), tokens), 1, 64);
   // Small cases (the CPU suite's) stay on the calling thread.
-  if (threads == 1 || tokens * k * 3 * hidden * inter < (std::int64_t{1} << 24)) {
-    worker();
-    return {};
-  }
-  std::vector<std::thread> pool;
-  for (std::int64_t i = 0; i < threads; ++i) pool.emplace_back(worker);
-  for (auto& thread : pool) thread.join();
+  share_units(tokens, tokens * k * 3 * hidden * inter >= (std::int64_t{1} << 24), [&] {
+    return [&, a = std::vector<double>(static_cast<std::size_t>(inter)),
+            sum = std::vector<double>(static_cast<std::size_t>(hidden))](std::int64_t t) mutable {
+      run_token(t, a, sum);
+    };
+  });
   return {};
 }
 
