@@ -100,6 +100,18 @@ def surface_points(torch, n, objects, device):
     return torch.where(pick[:, None], floor, on_sphere)
 
 
+def routing(torch, tokens, values, device):
+    """[tokens, topk] expert ids of the routing model (docs/tasks.md): Zipf popularities
+    (1 + rank)^-skew over a random order of the experts, each token's topk experts drawn without
+    replacement from them by Gumbel-top-k."""
+    experts, topk = values["experts"], values["topk"]
+    rank = torch.randperm(experts, device=device).double()
+    log_weight = -values.get("skew", 0.0) * torch.log1p(rank)
+    uniform = torch.rand(tokens, experts, device=device, dtype=torch.float64)
+    gumbel = -torch.log(-torch.log(uniform.clamp_min(1e-300)))
+    return (log_weight + gumbel).topk(topk, dim=-1).indices
+
+
 def fill(torch, values, shape, dtype, device):
     kind = (values or {}).get("generator", "zeros")
     numel = 1
@@ -124,6 +136,8 @@ def fill(torch, values, shape, dtype, device):
     elif kind == "list":
         values_list = torch.tensor(values["values"], dtype=torch.float64, device=device)
         t = values_list[torch.arange(numel, device=device) % len(values["values"])].reshape(shape)
+    elif kind == "routing":
+        t = routing(torch, numel // values["topk"], values, device).reshape(shape)
     elif kind == "surface_points":
         t = surface_points(torch, numel // 3, values["objects"], device).reshape(shape)
     elif kind == "rope_cache":

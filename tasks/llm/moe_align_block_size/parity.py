@@ -3,19 +3,6 @@
 Signature and contract: tasks/llm/rms_norm/parity.py.
 """
 
-# The routing model of the task's generator (docs/tasks.md, `routing`): Zipf popularities over
-# a random order of the experts, each token's topk experts drawn without replacement by
-# Gumbel-top-k. The skew is the task's: 0.3 for 8 experts, 0.5 for the fine-grained routers.
-def prepare(torch, t, s, sym):
-    ids = t["topk_ids"]
-    experts = int(s["num_experts"])
-    skew = 0.3 if experts <= 8 else 0.5
-    rank = torch.randperm(experts, device=ids.device).double()
-    log_weight = -skew * torch.log1p(rank)
-    uniform = torch.rand(ids.shape[0], experts, device=ids.device, dtype=torch.float64)
-    gumbel = -torch.log(-torch.log(uniform.clamp_min(1e-300)))
-    ids.copy_((log_weight + gumbel).topk(ids.shape[1], dim=-1).indices.to(ids.dtype))
-
 
 def moe_align_block_size(torch, t, s, sym):
     ids = t["topk_ids"].flatten()
