@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -61,6 +62,25 @@ std::vector<double> decode_values(core::DType dtype, const void* data, std::size
   std::vector<double> values(count);
   for (std::size_t i = 0; i < count; ++i) values[i] = core::element_as_double(dtype, data, i);
   return values;
+}
+
+core::Result<std::vector<std::size_t>> paged_token_rows(const OracleTensor& block_tables,
+                                                        std::int64_t seq, std::int64_t length,
+                                                        const PagedCacheLayout& layout) {
+  std::vector<std::size_t> rows(static_cast<std::size_t>(length));
+  for (std::int64_t j = 0; j < length; ++j) {
+    const auto block = static_cast<std::int64_t>(
+        block_tables
+            .values[static_cast<std::size_t>(seq * layout.table_width + j / layout.block_size)]);
+    if (block < 0 || block >= layout.num_blocks) {
+      return core::Error{core::ErrorCode::kInvalidArgument,
+                         "block table entry " + std::to_string(block) + " of sequence " +
+                             std::to_string(seq) + " out of range"};
+    }
+    rows[static_cast<std::size_t>(j)] = static_cast<std::size_t>(
+        (block * layout.block_size + j % layout.block_size) * layout.token_elements);
+  }
+  return rows;
 }
 
 void matmul_nt(const double* x, const double* w, double* out, std::int64_t rows, std::int64_t k,

@@ -90,6 +90,18 @@ void share_units(std::int64_t units, bool parallel, MakeWorker make_worker) {
   for (auto& thread : pool) thread.join();
 }
 
+// The element offset, in a paged flash-layout cache [num_blocks, block_size, kv_heads,
+// head_size], of the row (every kv head) of each of the first `length` tokens of sequence `seq`,
+// found through block_tables [seqs, table_width]. An error naming the entry and the sequence
+// when a block id the tokens reach is outside [0, num_blocks); the caller checks `length`
+// against table_width * block_size.
+struct PagedCacheLayout {
+  std::int64_t num_blocks, block_size, table_width, token_elements;  // kv_heads * head_size
+};
+core::Result<std::vector<std::size_t>> paged_token_rows(const OracleTensor& block_tables,
+                                                        std::int64_t seq, std::int64_t length,
+                                                        const PagedCacheLayout& layout);
+
 // out[t, n] = sum_k x[t, k] * w[n, k] in double (x: [rows, k], w: [cols, k], out: [rows, cols],
 // row-major): the GEMM of the linear layers' oracles. Rows are shared out among threads when
 // the product is large (the GPU suite checks prefill-sized cases with billions of multiply-adds).

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace crucible::tasks {
@@ -68,18 +69,10 @@ core::Status flash_attn_varlen_prefill(const OracleCall& call) {
       return invalid(which + " has length " + std::to_string(length) +
                      ", more than max_blocks_per_seq * block_size");
     }
-    auto& seq_rows = rows[static_cast<std::size_t>(s)];
-    seq_rows.resize(static_cast<std::size_t>(length));
-    for (std::int64_t j = 0; j < length; ++j) {
-      const auto block = static_cast<std::int64_t>(
-          block_tables.values[static_cast<std::size_t>(s * table_width + j / block_size)]);
-      if (block < 0 || block >= num_blocks) {
-        return invalid("block table entry " + std::to_string(block) + " of " + which +
-                       " out of range");
-      }
-      seq_rows[static_cast<std::size_t>(j)] =
-          static_cast<std::size_t>((block * block_size + j % block_size) * kv_heads * head_size);
-    }
+    auto seq_rows = paged_token_rows(block_tables, s, length,
+                                     {num_blocks, block_size, table_width, kv_heads * head_size});
+    if (!seq_rows) return seq_rows.error();
+    rows[static_cast<std::size_t>(s)] = std::move(*seq_rows);
   }
 
   // Units of work: (sequence, head, kRowsPerUnit query rows of the sequence).

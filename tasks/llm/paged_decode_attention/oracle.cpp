@@ -38,23 +38,10 @@ core::Status paged_decode_attention(const OracleCall& call) {
                          "sequence " + std::to_string(s) + " has length " + std::to_string(length) +
                              ", outside [1, max_blocks_per_seq * " + "block_size]"};
     }
-    // Element offset of token j's row (all kv heads) in the caches.
-    auto row = [&](std::int64_t j) -> core::Result<std::size_t> {
-      const auto block = static_cast<std::int64_t>(
-          block_tables.values[static_cast<std::size_t>(s * table_width + j / block_size)]);
-      if (block < 0 || block >= num_blocks) {
-        return core::Error{core::ErrorCode::kInvalidArgument,
-                           "block table entry " + std::to_string(block) + " out of range"};
-      }
-      return static_cast<std::size_t>(((block * block_size) + j % block_size) * kv_heads *
-                                      head_size);
-    };
-    std::vector<std::size_t> rows(static_cast<std::size_t>(length));
-    for (std::int64_t j = 0; j < length; ++j) {
-      auto r = row(j);
-      if (!r) return r.error();
-      rows[static_cast<std::size_t>(j)] = *r;
-    }
+    auto token_rows = paged_token_rows(block_tables, s, length,
+                                       {num_blocks, block_size, table_width, kv_heads * head_size});
+    if (!token_rows) return token_rows.error();
+    const std::vector<std::size_t>& rows = *token_rows;
     for (std::int64_t h = 0; h < heads; ++h) {
       const std::int64_t g = h / group;
       const double* q = query.values.data() + (s * heads + h) * head_size;
