@@ -210,6 +210,34 @@ core::Status read_program(const toml::table& program, const std::filesystem::pat
     if (scalars != nullptr && scalars->size() > call.task->scalars.size()) {
       return bad(file, where, "gives a scalar task " + task_id + " does not have");
     }
+    if (const auto* gather = table->get_as<toml::table>("gather")) {
+      if (call.per_layer) return bad(file, where, "a gather runs before a once-a-step call only");
+      Gather rows;
+      rows.from = string_or(*gather, "from");
+      rows.into = string_or(*gather, "into");
+      for (const auto& name : {rows.from, rows.into}) {
+        const Buffer* buffer = model.find_buffer(name);
+        if (buffer == nullptr) {
+          return bad(file, where + ", gather", "'" + name + "' is not a buffer");
+        }
+        if (buffer->per_layer) {
+          return bad(file, where + ", gather", "buffer '" + name + "' has a copy per layer");
+        }
+      }
+      if (model.find_buffer(rows.from)->dtype != model.find_buffer(rows.into)->dtype) {
+        return bad(file, where + ", gather", "`from` and `into` differ in dtype");
+      }
+      for (auto [key, target] : {std::pair{"count", &rows.count}, std::pair{"first", &rows.first},
+                                 std::pair{"stride", &rows.stride}}) {
+        const toml::node* value = gather->get(key);
+        if (value == nullptr) return bad(file, where + ", gather", std::string("no `") + key + "`");
+        auto expr = expression(*value, file, where + ", gather " + key);
+        if (!expr) return expr.error();
+        if (auto ok = names_known(*expr, known, file, where + ", gather"); !ok) return ok;
+        *target = std::move(expr).value();
+      }
+      call.gather = std::move(rows);
+    }
     model.calls.push_back(std::move(call));
   }
   return {};
@@ -321,8 +349,76 @@ const Buffer* Model::find_buffer(std::string_view buffer_name) const {
   return nullptr;
 }
 
-core::Result<Model> load_model(const std::filesystem::path& file, const tasks::Registry& registry) {
+namespace {
+
+// A model file with `base = "other.toml"` (beside it) takes the other model's constants,
+// scalars, weights and [values], its own keys winning; name, title, description, program,
+// [defaults] and [tokens] are its own. One level: a base has no base.
+core::Result<toml::table> read_model_table(const std::filesystem::path& file) {
   auto table = read_toml(file);
+  if (!table) return table.error();
+  const std::string base_name = string_or(*table, "base");
+  if (base_name.empty()) return table;
+  const auto base_file = file.parent_path() / base_name;
+  auto base = read_toml(base_file);
+  if (!base) return base.error();
+  if (base->contains("base")) return bad(file, "base", base_name + " has a base itself");
+  toml::table merged = std::move(table).value();
+  if (!merged.contains("weights") && base->contains("weights")) {
+    merged.insert("weights", *base->get("weights"));
+  }
+  for (const char* section : {"constants", "scalars", "values"}) {
+    const auto* inherited = base->get_as<toml::table>(section);
+    if (inherited == nullptr) continue;
+    if (!merged.contains(section)) merged.insert(section, toml::table{});
+    auto* own = merged.get_as<toml::table>(section);
+    if (own == nullptr) return bad(file, section, "must be a table");
+    for (const auto& [key, value] : *inherited) {
+      if (!own->contains(key.str())) own->insert(key, value);
+    }
+  }
+  return merged;
+}
+
+// A program with `base = "other.toml"` (beside it) is the other program with its own entries
+// laid over it: a variable, derived value or buffer of the same `name`, or a call of the same
+// `site`, replaces the base's in place; the others are appended. One level.
+core::Result<toml::table> read_program_table(const std::filesystem::path& file) {
+  auto table = read_toml(file);
+  if (!table) return table.error();
+  const std::string base_name = string_or(*table, "base");
+  if (base_name.empty()) return table;
+  auto base = read_toml(file.parent_path() / base_name);
+  if (!base) return base.error();
+  if (base->contains("base")) return bad(file, "base", base_name + " has a base itself");
+  for (const auto& [section, key] : {std::pair{"variables", "name"}, std::pair{"derived", "name"},
+                                     std::pair{"buffers", "name"}, std::pair{"calls", "site"}}) {
+    const auto* own = table->get_as<toml::array>(section);
+    if (own == nullptr) continue;
+    if (!base->contains(section)) base->insert(section, toml::array{});
+    auto* merged = base->get_as<toml::array>(section);
+    if (merged == nullptr) return bad(file, section, "must be an array of tables");
+    for (const auto& entry : *own) {
+      const auto* entry_table = entry.as_table();
+      if (entry_table == nullptr) return bad(file, section, "each entry is a table");
+      const std::string id = string_or(*entry_table, key);
+      auto same = std::find_if(merged->begin(), merged->end(), [&](const toml::node& node) {
+        return node.as_table() != nullptr && !id.empty() && string_or(*node.as_table(), key) == id;
+      });
+      if (same != merged->end()) {
+        merged->replace(same, *entry_table);
+      } else {
+        merged->push_back(*entry_table);
+      }
+    }
+  }
+  return base;
+}
+
+}  // namespace
+
+core::Result<Model> load_model(const std::filesystem::path& file, const tasks::Registry& registry) {
+  auto table = read_model_table(file);
   if (!table) return table.error();
   Model model;
   model.file = file;
@@ -352,7 +448,7 @@ core::Result<Model> load_model(const std::filesystem::path& file, const tasks::R
   model.program = file;
   if (const auto name = string_or(*table, "program"); !name.empty()) {
     model.program = file.parent_path() / name;
-    auto included = read_toml(model.program);
+    auto included = read_program_table(model.program);
     if (!included) return included.error();
     program = std::move(included).value();
   }
@@ -386,7 +482,7 @@ core::Result<std::pair<Values, std::vector<CallSite>>> expand_step(
     if (!value) return refuse("derived '" + name + "': " + value.error().message);
     values[name] = *value;
   }
-  std::map<std::string, std::int64_t> buffer_elements;
+  std::map<std::string, std::int64_t> buffer_elements, buffer_rows;
   for (const auto& buffer : model.buffers) {
     std::int64_t elements = 1;
     for (const auto& dim : buffer.shape) {
@@ -401,6 +497,7 @@ core::Result<std::pair<Values, std::vector<CallSite>>> expand_step(
       }
     }
     buffer_elements[buffer.name] = elements;
+    buffer_rows[buffer.name] = *buffer.shape.front().eval(values);
   }
   std::vector<CallSite> sites;
   for (const auto& call : model.calls) {
@@ -429,6 +526,34 @@ core::Result<std::pair<Values, std::vector<CallSite>>> expand_step(
                       std::to_string(*needed) + " elements, buffer '" + buffer + "' holds " +
                       std::to_string(buffer_elements.at(buffer)));
       }
+    }
+    if (call.gather) {
+      const Gather& g = *call.gather;
+      GatherRows rows;
+      for (auto [expr, target] :
+           {std::pair{&g.count, &rows.count}, std::pair{&g.first, &rows.first},
+            std::pair{&g.stride, &rows.stride}}) {
+        auto value = expr->eval(values);
+        if (!value) {
+          return refuse("call '" + call.site + "', gather: " + value.error().message);
+        }
+        *target = *value;
+      }
+      const std::int64_t from_rows = buffer_rows.at(g.from), into_rows = buffer_rows.at(g.into);
+      rows.width = buffer_elements.at(g.into) / into_rows;
+      if (buffer_elements.at(g.from) / from_rows != rows.width) {
+        return refuse("call '" + call.site + "', gather: rows of '" + g.from + "' and '" + g.into +
+                      "' differ in width");
+      }
+      if (rows.count <= 0 || rows.count > into_rows || rows.first < 0 || rows.stride < 0 ||
+          rows.first + (rows.count - 1) * rows.stride >= from_rows) {
+        return refuse("call '" + call.site + "', gather: rows " + std::to_string(rows.first) +
+                      " + k * " + std::to_string(rows.stride) + " for k < " +
+                      std::to_string(rows.count) + " do not fit '" + g.from + "' (" +
+                      std::to_string(from_rows) + " rows) and '" + g.into + "' (" +
+                      std::to_string(into_rows) + ")");
+      }
+      site.gather = rows;
     }
     sites.push_back(std::move(site));
   }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,15 @@ struct Buffer {
   std::string description;
 };
 
+// Rows copied from one buffer into another before a call runs: the executor's own work, as
+// vLLM's model runner gathers each sequence's last hidden state for the LM head (its
+// logits_indices). Rows are a buffer's first dimension; rows first, first + stride, ... of
+// `from` (`count` of them) go to rows 0 .. count - 1 of `into`.
+struct Gather {
+  std::string from, into;
+  core::Expr count, first, stride;
+};
+
 // One task call of the program, run once per step or once per layer.
 struct Call {
   std::string site;  // unique name of the call site, e.g. "attn_norm"
@@ -40,6 +50,7 @@ struct Call {
   std::map<std::string, std::string> tensors;  // task tensor -> buffer
   std::map<std::string, core::Expr> symbols;   // task symbol -> expression
   std::map<std::string, double> scalars;       // every task scalar (defaults filled in)
+  std::optional<Gather> gather;                // rows copied before the call (step calls only)
 };
 
 struct Variable {
@@ -75,12 +86,19 @@ struct Model {
 // (kInvalidArgument) name the file, the call site or buffer, and what is wrong.
 core::Result<Model> load_model(const std::filesystem::path& file, const tasks::Registry& registry);
 
+// A call's gather at a step's values, in elements: row r of the copy is elements
+// [(first + r * stride) * width, + width) of `from`, written to [r * width, + width) of `into`.
+struct GatherRows {
+  std::int64_t count = 0, first = 0, stride = 0, width = 0;
+};
+
 // One call site of an expanded step: its call, its shapes as a task case (symbols and scalars;
-// named "<model>/<site>"), and how many times one step runs it.
+// named "<model>/<site>"), how many times one step runs it, and its gather (if any).
 struct CallSite {
   const Call* call = nullptr;
   tasks::Case shapes;
   std::int64_t count = 1;
+  std::optional<GatherRows> gather;
 };
 
 // Every value a step's expressions see: constants, the given variables, the derived values.

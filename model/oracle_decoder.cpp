@@ -12,19 +12,15 @@ namespace crucible::model {
 using core::Error;
 using core::ErrorCode;
 
-core::Result<OracleDecoder> OracleDecoder::create(const Model& model, Weights weights,
-                                                  std::int64_t num_seqs, std::int64_t max_context) {
+core::Result<OracleDecoder> OracleDecoder::create(
+    const Model& model, Weights weights, const std::map<std::string, std::int64_t>& variables) {
   for (const char* name : {"num_seqs", "context"}) {
-    const bool declared = std::any_of(model.variables.begin(), model.variables.end(),
-                                      [&](const Variable& v) { return v.name == name; });
-    if (!declared) {
+    if (!variables.contains(name)) {
       return Error{ErrorCode::kInvalidArgument,
-                   "model " + model.name +
-                       ": a decode program declares the variables num_seqs "
-                       "and context"};
+                   "model " + model.name + ": the oracle needs the variables num_seqs and context"};
     }
   }
-  auto expanded = expand_step(model, {{"num_seqs", num_seqs}, {"context", max_context}});
+  auto expanded = expand_step(model, variables);
   if (!expanded) return expanded.error();
   OracleDecoder decoder;
   decoder.model_ = &model;
@@ -55,25 +51,44 @@ core::Result<OracleDecoder> OracleDecoder::create(const Model& model, Weights we
   }
   weights.buffers.clear();
   decoder.weights_ = std::move(weights);
-  decoder.lengths_.assign(static_cast<std::size_t>(num_seqs), 0);
+  decoder.lengths_.assign(static_cast<std::size_t>(variables.at("num_seqs")), 0);
   return decoder;
+}
+
+core::Result<OracleDecoder> OracleDecoder::create(const Model& model, Weights weights,
+                                                  std::int64_t num_seqs, std::int64_t max_context) {
+  return create(model, std::move(weights), {{"num_seqs", num_seqs}, {"context", max_context}});
 }
 
 core::Result<std::vector<std::vector<double>>> OracleDecoder::step(
     const std::vector<std::int64_t>& tokens) {
+  std::vector<std::vector<std::int64_t>> each;
+  for (const auto token : tokens) each.push_back({token});
+  return advance(each);
+}
+
+core::Result<std::vector<std::vector<double>>> OracleDecoder::advance(
+    const std::vector<std::vector<std::int64_t>>& tokens) {
   const auto& v = values_;
   const std::int64_t num_seqs = v.at("num_seqs"), hidden = v.at("hidden"), vocab = v.at("vocab"),
                      block_size = v.at("block_size"), max_blocks = v.at("max_blocks_per_seq"),
-                     max_context = v.at("context");
+                     max_context = v.at("context"), fresh = v.at("num_tokens") / num_seqs;
   if (static_cast<std::int64_t>(tokens.size()) != num_seqs) {
-    return Error{ErrorCode::kInvalidArgument, "a step takes one token per sequence"};
+    return Error{ErrorCode::kInvalidArgument,
+                 "a step takes tokens for each of the " + std::to_string(num_seqs) + " sequences"};
   }
   for (std::int64_t s = 0; s < num_seqs; ++s) {
-    if (tokens[s] < 0 || tokens[s] >= vocab) {
+    if (static_cast<std::int64_t>(tokens[s].size()) != fresh) {
       return Error{ErrorCode::kInvalidArgument,
-                   "token " + std::to_string(tokens[s]) + " is outside the vocabulary"};
+                   "a step appends " + std::to_string(fresh) + " tokens to every sequence"};
     }
-    if (lengths_[s] >= max_context) {
+    for (const auto token : tokens[s]) {
+      if (token < 0 || token >= vocab) {
+        return Error{ErrorCode::kInvalidArgument,
+                     "token " + std::to_string(token) + " is outside the vocabulary"};
+      }
+    }
+    if (lengths_[s] + fresh > max_context) {
       return Error{ErrorCode::kInvalidArgument, "sequence " + std::to_string(s) + " is full (" +
                                                     std::to_string(max_context) + " tokens)"};
     }
@@ -81,17 +96,24 @@ core::Result<std::vector<std::vector<double>>> OracleDecoder::step(
   // The executor's own work: embeddings, a zero residual, the metadata of the new tokens.
   auto& hidden_buffer = buffers_.at("hidden");
   std::fill(buffers_.at("residual").begin(), buffers_.at("residual").end(), 0.0);
+  const auto starts = buffers_.find("query_start_loc");
   for (std::int64_t s = 0; s < num_seqs; ++s) {
-    std::copy_n(weights_.embedding.begin() + tokens[s] * hidden, hidden,
-                hidden_buffer.begin() + s * hidden);
-    const std::int64_t position = lengths_[s];
-    buffers_.at("positions")[s] = static_cast<double>(position);
     for (std::int64_t b = 0; b < max_blocks; ++b) {
       buffers_.at("block_tables")[s * max_blocks + b] = static_cast<double>(s * max_blocks + b);
     }
-    buffers_.at("slot_mapping")[s] = static_cast<double>(
-        (s * max_blocks + position / block_size) * block_size + position % block_size);
-    buffers_.at("seq_lens")[s] = static_cast<double>(position + 1);
+    for (std::int64_t i = 0; i < fresh; ++i) {
+      const std::int64_t row = s * fresh + i, position = lengths_[s] + i;
+      std::copy_n(weights_.embedding.begin() + tokens[s][i] * hidden, hidden,
+                  hidden_buffer.begin() + row * hidden);
+      buffers_.at("positions")[row] = static_cast<double>(position);
+      buffers_.at("slot_mapping")[row] = static_cast<double>(
+          (s * max_blocks + position / block_size) * block_size + position % block_size);
+    }
+    buffers_.at("seq_lens")[s] = static_cast<double>(lengths_[s] + fresh);
+    if (starts != buffers_.end()) {
+      starts->second[s] = static_cast<double>(s * fresh);
+      starts->second[s + 1] = static_cast<double>((s + 1) * fresh);
+    }
   }
 
   const std::int64_t layers = model_->constants.at("layers");
@@ -133,6 +155,14 @@ core::Result<std::vector<std::vector<double>>> OracleDecoder::step(
   };
   for (std::size_t i = 0; i < sites_.size();) {
     if (!sites_[i].call->per_layer) {
+      if (const auto& rows = sites_[i].gather) {
+        const auto& from = buffers_.at(sites_[i].call->gather->from);
+        auto& into = buffers_.at(sites_[i].call->gather->into);
+        for (std::int64_t r = 0; r < rows->count; ++r) {
+          std::copy_n(from.begin() + (rows->first + r * rows->stride) * rows->width, rows->width,
+                      into.begin() + r * rows->width);
+        }
+      }
       if (auto ran = run(sites_[i], 0); !ran) return ran.error();
       ++i;
       continue;
@@ -146,7 +176,7 @@ core::Result<std::vector<std::vector<double>>> OracleDecoder::step(
     }
     i = end;
   }
-  for (auto& length : lengths_) ++length;
+  for (auto& length : lengths_) length += fresh;
   const auto& logits = buffers_.at("logits");
   std::vector<std::vector<double>> rows;
   for (std::int64_t s = 0; s < num_seqs; ++s) {

@@ -1,5 +1,5 @@
-// The model step's float64 oracle: runs a model's decode steps on the CPU, every call site
-// computed by its task's float64 oracle (tasks/oracle.hpp) on the step's buffers, in program
+// The model step's float64 oracle: runs a model's decode or prefill steps on the CPU, every call
+// site computed by its task's float64 oracle (tasks/oracle.hpp) on the step's buffers, in program
 // order. Weights are held as the GPU holds them (rounded to their buffer's dtype); activations
 // and the KV cache stay in float64, so the result is the step's exact value for those weights:
 // what a GPU step's tokens and hidden states are compared with. A program that links this must
@@ -18,21 +18,31 @@
 
 namespace crucible::model {
 
-// Runs a decode program with the buffers of models/llama_decoder.toml (hidden, residual,
-// positions, slot_mapping, block_tables, seq_lens, logits are filled or read by name).
+// Runs a program with the buffers of models/llama_decoder.toml and llama_prefill.toml (hidden,
+// residual, positions, slot_mapping, block_tables, seq_lens, query_start_loc when present,
+// logits are filled or read by name). Every step appends the same number of tokens to every
+// sequence: one for a decode program, the program's num_tokens / num_seqs for a prefill.
 class OracleDecoder {
  public:
-  // A decoder for `num_seqs` sequences of up to `max_context` tokens each (the program is
-  // expanded once at that capacity; each step's metadata carries the real lengths).
+  // A decoder for the program expanded at `variables`: num_seqs sequences, each of up to
+  // `context` tokens (the capacity; each step's metadata carries the real lengths), and any
+  // other variable the program declares (a prefill's `prompt`).
+  static core::Result<OracleDecoder> create(const Model& model, Weights weights,
+                                            const std::map<std::string, std::int64_t>& variables);
+  // A decode program's decoder: num_seqs sequences of up to max_context tokens.
   static core::Result<OracleDecoder> create(const Model& model, Weights weights,
                                             std::int64_t num_seqs, std::int64_t max_context);
 
-  // Appends `tokens[s]` to sequence s (every sequence advances one token) and returns the
-  // logits of the new positions, [num_seqs][vocab]. Errors: a sequence that is full, a token
-  // outside the vocabulary, a task without a registered oracle, an oracle that fails.
+  // Appends `tokens[s]` to sequence s (each the step's new tokens a sequence) and returns the
+  // logits the program computes, a row each ([num_seqs][vocab]: the last new token of each
+  // sequence). Errors: a sequence that would overflow, a wrong token count, a token outside
+  // the vocabulary, a task without a registered oracle, an oracle that fails.
+  core::Result<std::vector<std::vector<double>>> advance(
+      const std::vector<std::vector<std::int64_t>>& tokens);
+  // A decode step: advance by one token a sequence.
   core::Result<std::vector<std::vector<double>>> step(const std::vector<std::int64_t>& tokens);
 
-  // Greedy decoding: feeds `first[s]`, then each step's argmax (the lowest id among equal
+  // Greedy decoding: feeds `first`, then each step's argmax (the lowest id among equal
   // logits), `count` times; returns the `count` generated tokens per sequence.
   core::Result<std::vector<std::vector<std::int64_t>>> greedy(
       const std::vector<std::int64_t>& first, int count);

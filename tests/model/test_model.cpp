@@ -88,6 +88,59 @@ TEST_CASE("models: stories260K shares the program with its own constants and tie
   CHECK(unknown.error().message.find("no variable 'x'") != std::string::npos);
 }
 
+TEST_CASE(
+    "models: Llama-3-8B's prefill step: the decode program with prefill attention and a "
+    "last-token LM head") {
+  const auto loaded = model::load_model(kModels / "llama3_8b_prefill.toml", registry());
+  REQUIRE_MESSAGE(loaded.ok(), loaded.error().message);
+  const auto& llama = *loaded;
+  CHECK(llama.name == "llama3_8b_prefill");
+  CHECK(llama.program == kModels / "llama_prefill.toml");
+  // From its base: shapes, scalars, synthetic weights and their generators; its own defaults.
+  CHECK(llama.constants.at("hidden") == 4096);
+  CHECK(llama.scalars.at("rope_is_neox") == 1);
+  CHECK(llama.weights == "synthetic");
+  CHECK(llama.values.contains("w_gate_up"));
+  CHECK(llama.prompts.empty());
+  CHECK(llama.defaults ==
+        std::map<std::string, std::int64_t>{{"num_seqs", 1}, {"prompt", 2048}, {"context", 2048}});
+  // The decode program's variables (context's description replaced in place) and prompt.
+  std::vector<std::string> variables;
+  for (const auto& v : llama.variables) variables.push_back(v.name);
+  CHECK(variables == std::vector<std::string>{"num_seqs", "context", "prompt"});
+
+  // Two sequences, each a 1000-token chunk after 3000 cached tokens.
+  const auto step =
+      model::expand_step(llama, {{"num_seqs", 2}, {"prompt", 1000}, {"context", 4000}});
+  REQUIRE_MESSAGE(step.ok(), step.error().message);
+  const auto& [values, sites] = *step;
+  REQUIRE(sites.size() == 14);
+  CHECK(values.at("num_tokens") == 2000);
+  const auto& attention = site(sites, "attention");
+  CHECK(attention.call->task->id == "llm/flash_attn_varlen_prefill");
+  CHECK(attention.count == 32);
+  CHECK(attention.shapes.symbols.at("num_tokens") == 2000);
+  CHECK(attention.shapes.symbols.at("num_offsets") == 3);
+  CHECK(attention.shapes.symbols.at("context_tokens") == 8000);
+  CHECK(attention.shapes.symbols.at("max_blocks_per_seq") == 250);
+  CHECK(attention.shapes.symbols.at("attended_pairs") == 2 * (1000 * 3000 + 1000 * 1001 / 2));
+  CHECK(site(sites, "q_proj").shapes.symbols.at("num_tokens") == 2000);
+  CHECK(site(sites, "cache_write").shapes.symbols.at("num_tokens") == 2000);
+  CHECK(site(sites, "final_norm").shapes.symbols.at("num_tokens") == 2000);
+  CHECK_FALSE(site(sites, "final_norm").gather.has_value());
+  // The LM head sees each sequence's last new token only: rows 999 and 1999 of hidden.
+  const auto& lm_head = site(sites, "lm_head");
+  CHECK(lm_head.shapes.symbols.at("num_tokens") == 2);
+  CHECK(lm_head.call->tensors.at("input") == "last_hidden");
+  REQUIRE(lm_head.gather.has_value());
+  CHECK(lm_head.gather->count == 2);
+  CHECK(lm_head.gather->first == 999);
+  CHECK(lm_head.gather->stride == 1000);
+  CHECK(lm_head.gather->width == 4096);
+  CHECK(lm_head.call->gather->from == "hidden");
+  CHECK(lm_head.call->gather->into == "last_hidden");
+}
+
 TEST_CASE("models: a wrongly wired description is refused with the site and the reason") {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("crucible-model-test-" + std::to_string(::getpid()));
@@ -160,6 +213,80 @@ task = "llm/linear")t",
   CHECK_MESSAGE(step.error().message.find("call 'o_proj': tensor 'weight' needs 4096 elements, "
                                           "buffer 'wo' holds 2048") != std::string::npos,
                 step.error().message);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("models: bases and gathers are checked: what a derived description may not do") {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("crucible-model-base-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kModels / "llama_decoder.toml", dir / "llama_decoder.toml");
+  std::filesystem::copy_file(kModels / "llama3_8b.toml", dir / "llama3_8b.toml");
+  const std::string model = R"t(name = "m"
+base = "llama3_8b.toml"
+program = "program.toml"
+[constants]
+layers = 2
+)t";
+  std::ofstream(dir / "model.toml") << model;
+  const auto load = [&](const std::string& program) {
+    std::ofstream(dir / "program.toml") << "base = \"llama_decoder.toml\"\n" << program;
+    return model::load_model(dir / "model.toml", registry());
+  };
+  // The model's own constants win over its base's; the rest is inherited.
+  const auto plain = load("");
+  REQUIRE_MESSAGE(plain.ok(), plain.error().message);
+  CHECK(plain->constants.at("layers") == 2);
+  CHECK(plain->constants.at("hidden") == 4096);
+  CHECK(plain->calls.size() == 14);
+  const std::string lm_head = R"t(
+[[calls]]
+site = "lm_head"
+task = "llm/linear"
+tensors = { out = "logits", input = "hidden", weight = "lm_head_weight" }
+symbols = { num_tokens = "num_tokens", in_features = "hidden", out_features = "vocab" }
+)t";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {lm_head +
+           R"t(gather = { from = "hiden", into = "hidden", count = 1, first = 0, stride = 1 })t",
+       "call 'lm_head', gather: 'hiden' is not a buffer"},
+      {lm_head + R"t(gather = { from = "q", into = "hidden", count = 1, first = 0 })t",
+       "call 'lm_head', gather: no `stride`"},
+      {lm_head +
+           R"t(gather = { from = "positions", into = "hidden", count = 1, first = 0, stride = 1 })t",
+       "call 'lm_head', gather: `from` and `into` differ in dtype"},
+      {lm_head +
+           R"t(gather = { from = "hidden", into = "hidden", count = 1, first = "last", stride = 1 })t",
+       "uses 'last', which is not a constant, variable or derived value"},
+  };
+  for (const auto& [program, needle] : refused) {
+    CAPTURE(needle);
+    const auto loaded = load(program);
+    REQUIRE_FALSE(loaded.ok());
+    CHECK_MESSAGE(loaded.error().message.find(needle) != std::string::npos, loaded.error().message);
+  }
+  // Gathers that load but do not fit the step's buffers are refused when it is expanded.
+  const std::vector<std::pair<std::string, std::string>> unfit = {
+      {lm_head + R"t(gather = { from = "q", into = "k", count = 1, first = 0, stride = 1 })t",
+       "gather: rows of 'q' and 'k' differ in width"},
+      {lm_head +
+           R"t(gather = { from = "hidden", into = "residual", count = 2, first = 3, stride = 1 })t",
+       "gather: rows 3 + k * 1 for k < 2 do not fit 'hidden' (4 rows) and 'residual' (4)"},
+  };
+  for (const auto& [program, needle] : unfit) {
+    CAPTURE(needle);
+    const auto loaded = load(program);
+    REQUIRE_MESSAGE(loaded.ok(), loaded.error().message);
+    const auto step = model::expand_step(*loaded, {{"num_seqs", 4}, {"context", 16}});
+    REQUIRE_FALSE(step.ok());
+    CHECK_MESSAGE(step.error().message.find(needle) != std::string::npos, step.error().message);
+  }
+  // A base of a base is refused (one level).
+  std::ofstream(dir / "llama_decoder_2.toml") << "base = \"llama_decoder.toml\"\n";
+  std::ofstream(dir / "program.toml") << "base = \"llama_decoder_2.toml\"\n";
+  const auto chained = model::load_model(dir / "model.toml", registry());
+  REQUIRE_FALSE(chained.ok());
+  CHECK(chained.error().message.find("has a base itself") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

@@ -185,6 +185,86 @@ TEST_CASE("oracle decoder: stories260K through the task oracles is the plain for
   CHECK(full.error().message.find("is full") != std::string::npos);
 }
 
+TEST_CASE(
+    "oracle decoder: a prefill step, whole or in chunks, is the decode step fed a token at "
+    "a time") {
+  const auto decode_model = model::load_model(kHome / "models/stories260K.toml", registry());
+  REQUIRE_MESSAGE(decode_model.ok(), decode_model.error().message);
+  const auto prefill_model =
+      model::load_model(kHome / "tests/model/stories260K_prefill.toml", registry());
+  REQUIRE_MESSAGE(prefill_model.ok(), prefill_model.error().message);
+  const auto weights = model::read_llama2c(kHome / decode_model->weights, *decode_model);
+  REQUIRE_MESSAGE(weights.ok(), weights.error().message);
+
+  // Two 36-token prompts (past two cache blocks of 16): the decode oracle's logits after each
+  // token, kept at 12, 24 and 36 tokens.
+  constexpr int kPrompt = 36, kChunk = 12;
+  std::vector<std::vector<std::int64_t>> prompts(2);
+  for (int i = 0; i < kPrompt; ++i) {
+    prompts[0].push_back(i == 0 ? 1 : (37 * i + 11) % 512);
+    prompts[1].push_back(i == 0 ? 1 : (101 * i + 5) % 512);
+  }
+  auto decoder = model::OracleDecoder::create(*decode_model, *weights, 2, kPrompt);
+  REQUIRE_MESSAGE(decoder.ok(), decoder.error().message);
+  std::vector<std::vector<std::vector<double>>> after;  // [chunk][seq][vocab]
+  for (int i = 0; i < kPrompt; ++i) {
+    const auto logits = decoder->step({prompts[0][i], prompts[1][i]});
+    REQUIRE_MESSAGE(logits.ok(), logits.error().message);
+    if ((i + 1) % kChunk == 0) after.push_back(*logits);
+  }
+  const auto difference = [](const std::vector<std::vector<double>>& got,
+                             const std::vector<std::vector<double>>& expected) {
+    double worst = 0;
+    REQUIRE(got.size() == expected.size());
+    for (std::size_t s = 0; s < got.size(); ++s) {
+      REQUIRE(got[s].size() == expected[s].size());
+      for (std::size_t t = 0; t < got[s].size(); ++t) {
+        worst =
+            std::max(worst, std::abs(got[s][t] - expected[s][t]) / (1 + std::abs(expected[s][t])));
+      }
+    }
+    return worst;
+  };
+
+  // The whole prompt in one step: the LM head sees each sequence's last token.
+  auto whole = model::OracleDecoder::create(
+      *prefill_model, *weights, {{"num_seqs", 2}, {"prompt", kPrompt}, {"context", kPrompt}});
+  REQUIRE_MESSAGE(whole.ok(), whole.error().message);
+  const auto at_once = whole->advance(prompts);
+  REQUIRE_MESSAGE(at_once.ok(), at_once.error().message);
+  const double whole_difference = difference(*at_once, after.back());
+  MESSAGE("prefill in one step against decoding: largest relative logit difference "
+          << whole_difference);
+  CHECK(whole_difference < 1e-12);
+
+  // Chunked prefill: three steps of 12 tokens, each attending to the chunks before it in the
+  // paged cache as well as causally within itself.
+  auto chunked = model::OracleDecoder::create(
+      *prefill_model, *weights, {{"num_seqs", 2}, {"prompt", kChunk}, {"context", kPrompt}});
+  REQUIRE_MESSAGE(chunked.ok(), chunked.error().message);
+  for (int c = 0; c < kPrompt / kChunk; ++c) {
+    std::vector<std::vector<std::int64_t>> chunk(2);
+    for (int s = 0; s < 2; ++s) {
+      chunk[s].assign(prompts[s].begin() + c * kChunk, prompts[s].begin() + (c + 1) * kChunk);
+    }
+    const auto logits = chunked->advance(chunk);
+    REQUIRE_MESSAGE(logits.ok(), logits.error().message);
+    CAPTURE(c);
+    CHECK(difference(*logits, after[static_cast<std::size_t>(c)]) < 1e-12);
+  }
+  CHECK(chunked->length(1) == kPrompt);
+  // A fourth chunk would overflow the capacity; a step of the wrong length is refused.
+  const auto over = chunked->advance({prompts[0], prompts[1]});
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.error().message.find("appends 12 tokens to every sequence") != std::string::npos);
+  std::vector<std::vector<std::int64_t>> twelve = {
+      std::vector<std::int64_t>(prompts[0].begin(), prompts[0].begin() + kChunk),
+      std::vector<std::int64_t>(prompts[1].begin(), prompts[1].begin() + kChunk)};
+  const auto full = chunked->advance(twelve);
+  REQUIRE_FALSE(full.ok());
+  CHECK(full.error().message.find("is full") != std::string::npos);
+}
+
 TEST_CASE("oracle decoder: a checkpoint that is not the model's is refused") {
   const auto loaded = model::load_model(kHome / "models/llama3_8b.toml", registry());
   REQUIRE(loaded.ok());
