@@ -27,7 +27,9 @@ std::vector<std::filesystem::path> model_files(const std::filesystem::path& home
 }  // namespace
 
 core::Value ModelRequest::to_value() const {
-  return core::Value{{"name", model->name}, {"variables", variables}};
+  core::Value out{{"name", model->name}, {"variables", variables}};
+  if (hidden_states) out["hidden_states"] = true;
+  return out;
 }
 
 core::Result<std::shared_ptr<const model::Model>> ModelCatalog::load(const std::string& name) {
@@ -56,6 +58,7 @@ core::Result<ModelRequest> ModelCatalog::resolve(const core::Value& field,
                                                  const tasks::Task& task) {
   std::string name;
   std::map<std::string, std::int64_t> given;
+  bool hidden_states = false;
   if (field.is_string()) {
     name = field.get<std::string>();
   } else if (field.is_object()) {
@@ -64,6 +67,11 @@ core::Result<ModelRequest> ModelCatalog::resolve(const core::Value& field,
     name = it->get<std::string>();
     for (const auto& [key, value] : field.items()) {
       if (key == "name") continue;
+      if (key == "hidden_states") {
+        if (!value.is_boolean()) return invalid("'hidden_states' must be true or false");
+        hidden_states = value.get<bool>();
+        continue;
+      }
       if (!value.is_number_integer() || value.get<std::int64_t>() <= 0) {
         return invalid("variable '" + key.substr(0, 64) + "' must be a positive integer");
       }
@@ -83,8 +91,14 @@ core::Result<ModelRequest> ModelCatalog::resolve(const core::Value& field,
   request.file = m.file.filename().string();
   request.variables = m.defaults;
   for (const auto& [key, value] : given) request.variables[key] = value;
-  if (auto expanded = model::expand_step(m, request.variables); !expanded) {
-    return invalid(expanded.error().message);
+  request.hidden_states = hidden_states;
+  auto expanded = model::expand_step(m, request.variables);
+  if (!expanded) return invalid(expanded.error().message);
+  // The rows returned: each sequence's last token.
+  constexpr std::int64_t kMaxHiddenValues = std::int64_t{1} << 20;
+  if (hidden_states &&
+      expanded->first.at("num_seqs") * expanded->first.at("hidden") > kMaxHiddenValues) {
+    return invalid("hidden_states returns at most 2^20 values (num_seqs * hidden)");
   }
   return request;
 }

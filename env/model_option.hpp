@@ -22,6 +22,7 @@ struct ModelRequest {
   std::shared_ptr<const model::Model> model;
   std::string file;
   std::map<std::string, std::int64_t> variables;
+  bool hidden_states = false;  // return the reference step's final hidden states (last tokens)
 
   core::Value to_value() const;  // {name, variables}, as replies and records show it
 };
@@ -30,10 +31,11 @@ class ModelCatalog {
  public:
   explicit ModelCatalog(const tasks::Registry& registry) : registry_(registry) {}
 
-  // `field` is a model name ("llama3_8b") or a map {name, <variable>: value...}; variables not
-  // given take the model's [defaults]. Errors (kInvalidArgument): an unknown model (the known
-  // ones listed), a task the model never calls, a variable the model does not have or that is
-  // not a positive integer, a step that does not expand. Thread-safe.
+  // `field` is a model name ("llama3_8b") or a map {name, <variable>: value...,
+  // hidden_states: bool}; variables not given take the model's [defaults]. Errors
+  // (kInvalidArgument): an unknown model (the known ones listed), a task the model never calls, a
+  // variable the model does not have or that is not a positive integer, a step that does not
+  // expand. Thread-safe.
   core::Result<ModelRequest> resolve(const core::Value& field, const tasks::Task& task);
 
  private:

@@ -131,6 +131,7 @@ core::Result<runner::ModelCheck> GpuStage::model_check(const StepJob& job,
   runner::ModelCheck check;
   check.model = job.model->file;
   check.steps.push_back(job.model->variables);
+  check.hidden_states = job.model->hidden_states;
   if (!m.prompts.empty()) {
     const auto prompt = static_cast<std::int64_t>(m.prompts.front().size());
     for (std::int64_t t = 1; t <= prompt + m.generate - 1; ++t) {

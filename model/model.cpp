@@ -243,7 +243,7 @@ core::Status read_program(const toml::table& program, const std::filesystem::pat
   return {};
 }
 
-// [values], [defaults] and [tokens] of a model file (after its program is read).
+// [values], [defaults], [check] and [tokens] of a model file (after its program is read).
 core::Status read_step_settings(const toml::table& table, const std::filesystem::path& file,
                                 Model& model) {
   static const std::set<tasks::GeneratorKind> kFillers = {
@@ -307,6 +307,14 @@ core::Status read_step_settings(const toml::table& table, const std::filesystem:
       if (!value || *value <= 0) return bad(file, "defaults", "'" + name + "' must be positive");
       model.defaults[name] = *value;
     }
+  }
+  if (const auto* check = table.get_as<toml::table>("check")) {
+    const auto* bound = check->get("hidden_rel_l2");
+    const auto value = bound != nullptr ? bound->value<double>() : std::nullopt;
+    if (!value || !(*value > 0.0)) {
+      return bad(file, "check", "`hidden_rel_l2` must be a positive number");
+    }
+    model.hidden_rel_l2 = *value;
   }
   if (const auto* tokens = table.get_as<toml::table>("tokens")) {
     if (model.weights == "synthetic") {
@@ -545,7 +553,7 @@ core::Result<std::pair<Values, std::vector<CallSite>>> expand_step(
         return refuse("call '" + call.site + "', gather: rows of '" + g.from + "' and '" + g.into +
                       "' differ in width");
       }
-      if (rows.count <= 0 || rows.count > into_rows || rows.first < 0 || rows.stride < 0 ||
+      if (rows.count <= 0 || rows.count > into_rows || rows.first < 0 || rows.stride < 1 ||
           rows.first + (rows.count - 1) * rows.stride >= from_rows) {
         return refuse("call '" + call.site + "', gather: rows " + std::to_string(rows.first) +
                       " + k * " + std::to_string(rows.stride) + " for k < " +

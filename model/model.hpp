@@ -78,6 +78,10 @@ struct Model {
   // weights only): each sequence is fed its prompt one token a step, then its own argmax.
   std::vector<std::vector<std::int64_t>> prompts;
   std::int64_t generate = 0;  // tokens generated after each prompt
+  // How far the candidate step's final hidden states may be from the reference step's (relative
+  // L2 distance; [check] hidden_rel_l2, derived from the reference step against the float64
+  // oracle, docs/models.md); none: the distance is reported without a verdict.
+  std::optional<double> hidden_rel_l2;
 
   const Buffer* find_buffer(std::string_view buffer_name) const;
 };

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "model/values.hpp"
 #include "tasks/oracle.hpp"
 
 namespace crucible::model {
@@ -12,18 +13,26 @@ namespace crucible::model {
 using core::Error;
 using core::ErrorCode;
 
+namespace {
+
+Error refuse(const Model& model, const std::string& why) {
+  return Error{ErrorCode::kInvalidArgument, "model " + model.name + ": " + why};
+}
+
+}  // namespace
+
 core::Result<OracleDecoder> OracleDecoder::create(
     const Model& model, Weights weights, const std::map<std::string, std::int64_t>& variables) {
   for (const char* name : {"num_seqs", "context"}) {
     if (!variables.contains(name)) {
-      return Error{ErrorCode::kInvalidArgument,
-                   "model " + model.name + ": the oracle needs the variables num_seqs and context"};
+      return refuse(model, "the oracle needs the variables num_seqs and context");
     }
   }
   auto expanded = expand_step(model, variables);
   if (!expanded) return expanded.error();
   OracleDecoder decoder;
   decoder.model_ = &model;
+  decoder.synthetic_ = model.weights == "synthetic";
   decoder.values_ = std::move(expanded->first);
   decoder.sites_ = std::move(expanded->second);
   const std::int64_t layers = model.constants.at("layers");
@@ -32,17 +41,16 @@ core::Result<OracleDecoder> OracleDecoder::create(
     for (const auto& dim : buffer.shape) elements *= *dim.eval(decoder.values_);
     decoder.layer_elements_[buffer.name] = elements;
     const std::int64_t total = elements * (buffer.per_layer ? layers : 1);
+    if (buffer.kind == "weight" && decoder.synthetic_) continue;  // generated when read
     if (buffer.kind == "weight") {
       auto it = weights.buffers.find(buffer.name);
       if (it == weights.buffers.end()) {
-        return Error{ErrorCode::kInvalidArgument,
-                     "model " + model.name + ": the weights have no buffer '" + buffer.name + "'"};
+        return refuse(model, "the weights have no buffer '" + buffer.name + "'");
       }
       if (static_cast<std::int64_t>(it->second.size()) != total) {
-        return Error{ErrorCode::kInvalidArgument,
-                     "model " + model.name + ": weight '" + buffer.name + "' has " +
-                         std::to_string(it->second.size()) + " values, the program needs " +
-                         std::to_string(total)};
+        return refuse(model, "weight '" + buffer.name + "' has " +
+                                 std::to_string(it->second.size()) + " values, the program needs " +
+                                 std::to_string(total));
       }
       decoder.buffers_[buffer.name] = std::move(it->second);
     } else {
@@ -60,6 +68,14 @@ core::Result<OracleDecoder> OracleDecoder::create(const Model& model, Weights we
   return create(model, std::move(weights), {{"num_seqs", num_seqs}, {"context", max_context}});
 }
 
+core::Result<OracleDecoder> OracleDecoder::synthetic(
+    const Model& model, const std::map<std::string, std::int64_t>& variables) {
+  if (model.weights != "synthetic") {
+    return refuse(model, "its weights come from " + model.weights + ", not from generators");
+  }
+  return create(model, Weights{}, variables);
+}
+
 core::Result<std::vector<std::vector<double>>> OracleDecoder::step(
     const std::vector<std::int64_t>& tokens) {
   std::vector<std::vector<std::int64_t>> each;
@@ -67,12 +83,37 @@ core::Result<std::vector<std::vector<double>>> OracleDecoder::step(
   return advance(each);
 }
 
+void OracleDecoder::write_metadata(std::int64_t fresh) {
+  const auto& v = values_;
+  const std::int64_t num_seqs = v.at("num_seqs"), block_size = v.at("block_size"),
+                     max_blocks = v.at("max_blocks_per_seq");
+  const auto starts = buffers_.find("query_start_loc");
+  for (std::int64_t s = 0; s < num_seqs; ++s) {
+    for (std::int64_t b = 0; b < max_blocks; ++b) {
+      buffers_.at("block_tables")[s * max_blocks + b] = static_cast<double>(b * num_seqs + s);
+    }
+    for (std::int64_t i = 0; i < fresh; ++i) {
+      const std::int64_t row = s * fresh + i, position = lengths_[s] + i;
+      buffers_.at("positions")[row] = static_cast<double>(position);
+      buffers_.at("slot_mapping")[row] = static_cast<double>(
+          ((position / block_size) * num_seqs + s) * block_size + position % block_size);
+    }
+    buffers_.at("seq_lens")[s] = static_cast<double>(lengths_[s] + fresh);
+    if (starts != buffers_.end()) {
+      starts->second[s] = static_cast<double>(s * fresh);
+      starts->second[s + 1] = static_cast<double>((s + 1) * fresh);
+    }
+  }
+}
+
 core::Result<std::vector<std::vector<double>>> OracleDecoder::advance(
     const std::vector<std::vector<std::int64_t>>& tokens) {
   const auto& v = values_;
   const std::int64_t num_seqs = v.at("num_seqs"), hidden = v.at("hidden"), vocab = v.at("vocab"),
-                     block_size = v.at("block_size"), max_blocks = v.at("max_blocks_per_seq"),
                      max_context = v.at("context"), fresh = v.at("num_tokens") / num_seqs;
+  if (weights_.embedding.empty()) {
+    return refuse(*model_, "tokens need an embedding table (a checkpoint's)");
+  }
   if (static_cast<std::int64_t>(tokens.size()) != num_seqs) {
     return Error{ErrorCode::kInvalidArgument,
                  "a step takes tokens for each of the " + std::to_string(num_seqs) + " sequences"};
@@ -96,26 +137,54 @@ core::Result<std::vector<std::vector<double>>> OracleDecoder::advance(
   // The executor's own work: embeddings, a zero residual, the metadata of the new tokens.
   auto& hidden_buffer = buffers_.at("hidden");
   std::fill(buffers_.at("residual").begin(), buffers_.at("residual").end(), 0.0);
-  const auto starts = buffers_.find("query_start_loc");
   for (std::int64_t s = 0; s < num_seqs; ++s) {
-    for (std::int64_t b = 0; b < max_blocks; ++b) {
-      buffers_.at("block_tables")[s * max_blocks + b] = static_cast<double>(s * max_blocks + b);
-    }
     for (std::int64_t i = 0; i < fresh; ++i) {
-      const std::int64_t row = s * fresh + i, position = lengths_[s] + i;
       std::copy_n(weights_.embedding.begin() + tokens[s][i] * hidden, hidden,
-                  hidden_buffer.begin() + row * hidden);
-      buffers_.at("positions")[row] = static_cast<double>(position);
-      buffers_.at("slot_mapping")[row] = static_cast<double>(
-          (s * max_blocks + position / block_size) * block_size + position % block_size);
-    }
-    buffers_.at("seq_lens")[s] = static_cast<double>(lengths_[s] + fresh);
-    if (starts != buffers_.end()) {
-      starts->second[s] = static_cast<double>(s * fresh);
-      starts->second[s + 1] = static_cast<double>((s + 1) * fresh);
+                  hidden_buffer.begin() + (s * fresh + i) * hidden);
     }
   }
+  write_metadata(fresh);
+  auto logits = execute();
+  if (!logits) return logits.error();
+  for (auto& length : lengths_) length += fresh;
+  return logits;
+}
 
+core::Result<OracleDecoder::StepOutputs> OracleDecoder::timed_step() {
+  const auto& v = values_;
+  const std::int64_t num_seqs = v.at("num_seqs"), context = v.at("context"),
+                     fresh = v.at("num_tokens") / num_seqs;
+  if (fresh > context) {
+    return refuse(*model_, "context " + std::to_string(context) + " is shorter than the step's " +
+                               std::to_string(fresh) + " new tokens a sequence");
+  }
+  for (const auto& buffer : model_->buffers) {
+    if (buffer.kind != "cache") continue;
+    auto& values = buffers_.at(buffer.name);
+    if (auto made =
+            generate_doubles(model_->values.at(buffer.name), buffer.dtype,
+                             value_seed(*model_, buffer.name), 0, values.size(), values.data());
+        !made) {
+      return made.error();
+    }
+  }
+  auto& hidden = buffers_.at("hidden");
+  if (auto made = generate_doubles(tasks::GeneratorSpec{}, model_->find_buffer("hidden")->dtype,
+                                   kStepInputSeed, 0, hidden.size(), hidden.data());
+      !made) {
+    return made.error();
+  }
+  std::fill(buffers_.at("residual").begin(), buffers_.at("residual").end(), 0.0);
+  const auto lengths = lengths_;
+  std::fill(lengths_.begin(), lengths_.end(), context - fresh);
+  write_metadata(fresh);
+  lengths_ = lengths;
+  auto logits = execute();
+  if (!logits) return logits.error();
+  return StepOutputs{buffers_.at("hidden"), std::move(logits).value()};
+}
+
+core::Result<std::vector<std::vector<double>>> OracleDecoder::execute() {
   const std::int64_t layers = model_->constants.at("layers");
   const auto run = [&](const CallSite& site, std::int64_t layer) -> core::Status {
     const tasks::Task& task = *site.call->task;
@@ -132,10 +201,19 @@ core::Result<std::vector<std::vector<double>>> OracleDecoder::advance(
       auto shape = tasks::resolve_shape(spec, site.shapes);
       if (!shape) return shape.error();
       tasks::OracleTensor tensor{spec.dtype, std::move(shape).value(), {}};
-      const auto& values = buffers_.at(name);
       if (spec.role == tasks::Role::kOut) {
         tensor.values.assign(static_cast<std::size_t>(elements), 0.0);
+      } else if (buffer->kind == "weight" && synthetic_) {
+        tensor.values.resize(static_cast<std::size_t>(elements));
+        if (auto made =
+                generate_doubles(model_->values.at(name), buffer->dtype, value_seed(*model_, name),
+                                 static_cast<std::uint64_t>(offset),
+                                 static_cast<std::uint64_t>(elements), tensor.values.data());
+            !made) {
+          return made.error();
+        }
       } else {
+        const auto& values = buffers_.at(name);
         tensor.values.assign(values.begin() + offset, values.begin() + offset + elements);
       }
       tensors.emplace(spec.name, std::move(tensor));
@@ -176,7 +254,7 @@ core::Result<std::vector<std::vector<double>>> OracleDecoder::advance(
     }
     i = end;
   }
-  for (auto& length : lengths_) length += fresh;
+  const std::int64_t num_seqs = values_.at("num_seqs"), vocab = values_.at("vocab");
   const auto& logits = buffers_.at("logits");
   std::vector<std::vector<double>> rows;
   for (std::int64_t s = 0; s < num_seqs; ++s) {

@@ -32,6 +32,23 @@ class OracleDecoder {
   // A decode program's decoder: num_seqs sequences of up to max_context tokens.
   static core::Result<OracleDecoder> create(const Model& model, Weights weights,
                                             std::int64_t num_seqs, std::int64_t max_context);
+  // A decoder of a model with synthetic weights (weights = "synthetic"): each weight is
+  // generated from the model's [values] (model/values.hpp) when a call reads it, a layer at a
+  // time, so an 8B model never has all its weights in memory at once.
+  static core::Result<OracleDecoder> synthetic(
+      const Model& model, const std::map<std::string, std::int64_t>& variables);
+
+  // What the GPU model check's timed step computes (docs/models.md): the input hidden states
+  // standard normal from model::kStepInputSeed, a zero residual, every sequence `context`
+  // tokens long with its last num_tokens / num_seqs the new ones, the earlier tokens' keys and
+  // values from the model's cache generators, at the runner's cache layout. Returns the final
+  // hidden states (the hidden buffer after the last norm) and the logits ([num_seqs][vocab]).
+  // Leaves the sequences' lengths as they were.
+  struct StepOutputs {
+    std::vector<double> hidden;
+    std::vector<std::vector<double>> logits;
+  };
+  core::Result<StepOutputs> timed_step();
 
   // Appends `tokens[s]` to sequence s (each the step's new tokens a sequence) and returns the
   // logits the program computes, a row each ([num_seqs][vocab]: the last new token of each
@@ -52,7 +69,15 @@ class OracleDecoder {
  private:
   OracleDecoder() = default;
 
+  // Positions, slots, block tables, sequence lengths and query starts of a step that appends
+  // `fresh` tokens to every sequence (lengths_ before it). Block j of sequence s is block
+  // j * num_seqs + s, as the GPU runner lays the cache out.
+  void write_metadata(std::int64_t fresh);
+  // Runs the program's calls in order over the buffers; returns the logits.
+  core::Result<std::vector<std::vector<double>>> execute();
+
   const Model* model_ = nullptr;
+  bool synthetic_ = false;  // weights generated as calls read them
   Values values_;
   std::vector<CallSite> sites_;
   Weights weights_;

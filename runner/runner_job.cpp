@@ -48,7 +48,8 @@ Value ModelCheck::to_value() const {
             {"min_samples", min_samples},
             {"max_samples", max_samples},
             {"target_rel_ci", target_rel_ci},
-            {"time_cap_ms", time_cap_ms}};
+            {"time_cap_ms", time_cap_ms},
+            {"hidden_states", hidden_states}};
   for (const auto& reference : references) {
     out["references"].push_back(Value{{"task", reference.task},
                                       {"task_hash", reference.task_hash},
@@ -88,6 +89,7 @@ core::Result<ModelCheck> ModelCheck::from_value(const Value& value) {
     check.max_samples = get_or(value, "max_samples", check.max_samples);
     check.target_rel_ci = get_or(value, "target_rel_ci", check.target_rel_ci);
     check.time_cap_ms = get_or(value, "time_cap_ms", check.time_cap_ms);
+    check.hidden_states = get_or(value, "hidden_states", check.hidden_states);
     return check;
   } catch (const std::exception& e) {
     return core::Error{core::ErrorCode::kBadRequest,

@@ -58,6 +58,7 @@ struct ModelCheck {
   std::uint32_t max_samples = 200;
   double target_rel_ci = 0.005;  // stop when the step speedup's 95 % interval is this narrow
   double time_cap_ms = 3000;     // wall clock for the timing, both sides together
+  bool hidden_states = false;    // report the reference step's final hidden states (last tokens)
 
   core::Value to_value() const;
   static core::Result<ModelCheck> from_value(const core::Value& value);

@@ -7,7 +7,6 @@
 #include <limits>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/numeric.hpp"
@@ -85,27 +84,22 @@ core::Result<std::vector<std::size_t>> paged_token_rows(const OracleTensor& bloc
 
 void matmul_nt(const double* x, const double* w, double* out, std::int64_t rows, std::int64_t k,
                std::int64_t cols) {
-  const auto some_rows = [&](std::int64_t first, std::int64_t last) {
-    for (std::int64_t t = first; t < last; ++t) {
-      for (std::int64_t n = 0; n < cols; ++n) {
+  // Units of one row and up to 64 columns, so a decode step's few rows still use every core;
+  // each output is the same in-order sum whatever the split.
+  constexpr std::int64_t kColumns = 64;
+  const std::int64_t column_blocks = (cols + kColumns - 1) / kColumns;
+  share_units(rows * column_blocks, rows * cols * k >= (std::int64_t{1} << 24), [&] {
+    return [&](std::int64_t unit) {
+      const std::int64_t t = unit / column_blocks;
+      const std::int64_t first = (unit % column_blocks) * kColumns;
+      const std::int64_t last = std::min(cols, first + kColumns);
+      for (std::int64_t n = first; n < last; ++n) {
         double sum = 0.0;
         for (std::int64_t i = 0; i < k; ++i) sum += x[t * k + i] * w[n * k + i];
         out[t * cols + n] = sum;
       }
-    }
-  };
-  const std::int64_t threads = std::clamp<std::int64_t>(
-      std::min<std::int64_t>(std::thread::hardware_concurrency(), rows), 1, 64);
-  if (threads == 1 || rows * cols * k < (std::int64_t{1} << 24)) {
-    some_rows(0, rows);
-    return;
-  }
-  std::vector<std::thread> workers;
-  const std::int64_t share = (rows + threads - 1) / threads;
-  for (std::int64_t first = 0; first < rows; first += share) {
-    workers.emplace_back(some_rows, first, std::min(rows, first + share));
-  }
-  for (auto& worker : workers) worker.join();
+    };
+  });
 }
 
 double round_to_dtype(core::DType dtype, double value) {

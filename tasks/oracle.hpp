@@ -103,8 +103,9 @@ core::Result<std::vector<std::size_t>> paged_token_rows(const OracleTensor& bloc
                                                         const PagedCacheLayout& layout);
 
 // out[t, n] = sum_k x[t, k] * w[n, k] in double (x: [rows, k], w: [cols, k], out: [rows, cols],
-// row-major): the GEMM of the linear layers' oracles. Rows are shared out among threads when
-// the product is large (the GPU suite checks prefill-sized cases with billions of multiply-adds).
+// row-major): the GEMM of the linear layers' oracles. Rows and blocks of columns are shared out
+// among threads when the product is large (the GPU suite checks prefill-sized cases with
+// billions of multiply-adds; a model step's oracle multiplies a few rows by 8B weights).
 void matmul_nt(const double* x, const double* w, double* out, std::int64_t rows, std::int64_t k,
                std::int64_t cols);
 

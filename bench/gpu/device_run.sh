@@ -125,17 +125,17 @@ if want exportop; then
     --json "$R/export_op.json" 2>&1 | tee "$R/export_op.txt" | tail -20
 fi
 if want model; then
-  # The model check (docs/models.md): every task the Llama decode step calls, its example
-  # solution and its own reference as candidates, judged inside the step of each model.
+  # The model check (docs/models.md): every task the Llama decode and prefill steps call, its
+  # example solution and its own reference as candidates, judged inside the step of each model.
   samples="$R/model_samples"
   mkdir -p "$samples/llm"
-  for task in ${MODEL_TASKS:-fused_add_rms_norm linear rotary_embedding reshape_and_cache_flash paged_decode_attention silu_and_mul}; do
+  for task in ${MODEL_TASKS:-fused_add_rms_norm linear rotary_embedding reshape_and_cache_flash paged_decode_attention flash_attn_varlen_prefill silu_and_mul}; do
     cp "tasks/llm/$task/solution.cu" "$samples/llm/$task.cu"
     mkdir -p "$samples/llm/$task"
     reference=$(sed -n 's/^source *= *"\(.*\)"/\1/p' "tasks/llm/$task/task.toml" | head -1)
     [ -n "$reference" ] && cp "$reference" "$samples/llm/$task/reference.cu"
   done
-  for model in ${MODEL_NAMES:-stories260K llama3_8b}; do
+  for model in ${MODEL_NAMES:-stories260K llama3_8b llama3_8b_prefill}; do
     step "eval --model $model"
     run timeout ${MODEL_TIMEOUT:-400} $B/crucible eval "$samples" --model "$model" -j 1 \
       --time-cap-ms ${MODEL_TIME_CAP_MS:-200} -o "$R/model_$model" 2>&1 | tail -25

@@ -19,6 +19,7 @@
 #include "judge/timing_stats.hpp"
 #include "model/llama2c.hpp"
 #include "model/model.hpp"
+#include "model/values.hpp"
 #include "runner/child/cuda_check.hpp"
 #include "runner/child/device_values.hpp"
 #include "runner/child/launch_config.hpp"
@@ -112,6 +113,7 @@ class ModelCheckRun {
   // the step issues, the index of the call site that issued it.
   void enqueue(Expansion& step, bool with_candidate, std::vector<std::size_t>* owners);
   void launch_site(SitePlan& plan, std::int64_t layer, bool with_candidate);
+  void gather_rows(const model::Call& call, const model::GatherRows& rows);
   CUdeviceptr address(const std::string& buffer, std::int64_t layer) const;
   void restore_inputs();
   std::vector<std::uint16_t> download_bf16(const std::string& buffer, std::size_t count);
@@ -288,12 +290,11 @@ void ModelCheckRun::allocate(const model::Values& capacity) {
 }
 
 // Weights from the checkpoint or the model's generators; caches from their generators (a timed
-// step's earlier tokens) or zero (greedy decoding fills them itself). Seeds are fixed per
-// buffer, so every runner and every job sees the same model.
+// step's earlier tokens) or zero (greedy decoding fills them itself). Seeds are
+// model::value_seed's, so every runner, every job and the float64 oracle see the same model.
 void ModelCheckRun::fill_weights_and_cache(bool zero_cache) {
-  std::uint64_t seed = 0x6D6F64656CULL;  // "model"
   for (auto& [name, buffer] : buffers_) {
-    ++seed;
+    const std::uint64_t seed = model::value_seed(model_, name);
     const std::string& kind = buffer.spec->kind;
     if (kind != "weight" && kind != "cache") continue;
     const core::DType dtype = buffer.spec->dtype;
@@ -324,21 +325,31 @@ void ModelCheckRun::fill_weights_and_cache(bool zero_cache) {
   check(cuStreamSynchronize(device_.stream), "fill the model's buffers");
 }
 
-// The step metadata of `step` (every sequence `context` tokens long, the new token last): block
-// j of sequence s is block j * num_seqs + s, so a cache grown by one block keeps every block it
-// had (greedy decoding runs steps of growing context over one cache).
+// The step metadata of `step`: every sequence `context` tokens long after the step, its last
+// num_tokens / num_seqs tokens (one in a decode step, `prompt` in a prefill) the new ones, packed
+// sequence after sequence. Block j of sequence s is block j * num_seqs + s, so a cache grown by
+// one block keeps every block it had (greedy decoding runs steps of growing context over one
+// cache).
 void ModelCheckRun::write_metadata(const Expansion& step) {
   const std::int64_t seqs = step.values.at("num_seqs");
   const std::int64_t context = step.values.at("context");
   const std::int64_t block = step.values.at("block_size");
+  const std::int64_t fresh = step.values.at("num_tokens") / seqs;
+  if (fresh > context) {
+    throw CheckError("context " + std::to_string(context) + " is shorter than the step's " +
+                     std::to_string(fresh) + " new tokens a sequence");
+  }
   const std::int64_t blocks = (context + block - 1) / block;
-  std::vector<std::int64_t> positions(seqs), slots(seqs);
-  std::vector<std::int32_t> tables(seqs * blocks), lengths(seqs);
+  std::vector<std::int64_t> positions(seqs * fresh), slots(seqs * fresh);
+  std::vector<std::int32_t> tables(seqs * blocks), lengths(seqs), starts(seqs + 1);
   for (std::int64_t s = 0; s < seqs; ++s) {
-    const std::int64_t position = context - 1;
-    positions[s] = position;
-    slots[s] = ((position / block) * seqs + s) * block + position % block;
+    for (std::int64_t i = 0; i < fresh; ++i) {
+      const std::int64_t position = context - fresh + i;
+      positions[s * fresh + i] = position;
+      slots[s * fresh + i] = ((position / block) * seqs + s) * block + position % block;
+    }
     lengths[s] = static_cast<std::int32_t>(context);
+    starts[s + 1] = static_cast<std::int32_t>((s + 1) * fresh);
     for (std::int64_t j = 0; j < blocks; ++j) {
       tables[s * blocks + j] = static_cast<std::int32_t>(j * seqs + s);
     }
@@ -350,6 +361,29 @@ void ModelCheckRun::write_metadata(const Expansion& step) {
   upload("slot_mapping", slots.data(), slots.size() * 8);
   upload("block_tables", tables.data(), tables.size() * 4);
   upload("seq_lens", lengths.data(), lengths.size() * 4);
+  if (buffers_.contains("query_start_loc")) {
+    upload("query_start_loc", starts.data(), starts.size() * 4);
+  }
+}
+
+// A call's gather (model.hpp): one strided copy on the stream, captured as a memcpy node of the
+// step's graph. CUPTI records kernels and memsets only, so the copy has no record of its own;
+// its time is in the step's span, between the kernels around it.
+void ModelCheckRun::gather_rows(const model::Call& call, const model::GatherRows& rows) {
+  const auto& from = buffers_.at(call.gather->from);
+  const auto& into = buffers_.at(call.gather->into);
+  const std::size_t row_bytes =
+      static_cast<std::size_t>(rows.width) * core::dtype_size(from.spec->dtype);
+  CUDA_MEMCPY2D copy{};
+  copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = from.memory.data() + static_cast<std::size_t>(rows.first) * row_bytes;
+  copy.srcPitch = static_cast<std::size_t>(rows.stride) * row_bytes;
+  copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.dstDevice = into.memory.data();
+  copy.dstPitch = row_bytes;
+  copy.WidthInBytes = row_bytes;
+  copy.Height = static_cast<std::size_t>(rows.count);
+  check(cuMemcpy2DAsync(&copy, device_.stream), "gather a call's rows");
 }
 
 CUdeviceptr ModelCheckRun::address(const std::string& buffer, std::int64_t layer) const {
@@ -398,6 +432,7 @@ void ModelCheckRun::enqueue(Expansion& step, bool with_candidate,
   const std::int64_t layers = model_.constants.at("layers");
   const auto run = [&](std::size_t i, std::int64_t layer) {
     SitePlan& plan = step.plans[i];
+    if (const auto& rows = step.sites[i].gather) gather_rows(*step.sites[i].call, *rows);
     launch_site(plan, layer, with_candidate);
     if (owners == nullptr) return;
     const bool candidate = with_candidate && plan.candidate.has_value();
@@ -456,7 +491,7 @@ Value ModelCheckRun::time_step(Expansion& step) {
   // The timed step's input: standard normal hidden states (the embedding of some tokens).
   const auto& hidden = buffers_.at("hidden");
   tasks::GeneratorSpec normal;
-  generate_on_device(device_, normal, hidden.spec->dtype, 0x68696464656EULL, 0, hidden.elements,
+  generate_on_device(device_, normal, hidden.spec->dtype, model::kStepInputSeed, 0, hidden.elements,
                      hidden_pristine_.data());
   // One direct run of each side first: it readies kernels (shared-memory limits) and fails
   // early, outside a capture, where something cannot launch.
@@ -617,10 +652,30 @@ Value ModelCheckRun::compare_hidden_states(Expansion& step, CUgraphExec referenc
   for (std::size_t s = 0; s < seqs; ++s) {
     agree += argmax_row(logits[0], s, vocab) == argmax_row(logits[1], s, vocab) ? 1 : 0;
   }
-  return Value{{"max_abs_diff", max_abs},
-               {"rel_l2", ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0},
-               {"non_finite", non_finite},
-               {"top1_agreement", static_cast<double>(agree) / static_cast<double>(seqs)}};
+  const double rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0;
+  Value out{{"max_abs_diff", max_abs},
+            {"rel_l2", rel_l2},
+            {"non_finite", non_finite},
+            {"top1_agreement", static_cast<double>(agree) / static_cast<double>(seqs)}};
+  if (model_.hidden_rel_l2) {
+    out["tolerance"] = Value{{"rel_l2", *model_.hidden_rel_l2}};
+    out["within_tolerance"] = non_finite == 0 && rel_l2 <= *model_.hidden_rel_l2;
+  }
+  if (check_.hidden_states) {
+    // Each sequence's last token (row (s + 1) * fresh - 1 of the packed tokens).
+    const auto row_width = static_cast<std::size_t>(step.values.at("hidden"));
+    const auto fresh = static_cast<std::size_t>(step.values.at("num_tokens")) / seqs;
+    Value rows = Value::array();
+    for (std::size_t s = 0; s < seqs; ++s) {
+      std::vector<float> row(row_width);
+      for (std::size_t i = 0; i < row_width; ++i) {
+        row[i] = tasks::bf16_to_float(hidden[0][((s + 1) * fresh - 1) * row_width + i]);
+      }
+      rows.push_back(std::move(row));
+    }
+    out["reference_last_hidden"] = std::move(rows);
+  }
+  return out;
 }
 
 // Greedy decoding of the model's prompts, one token a step for every sequence, with the

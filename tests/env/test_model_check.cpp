@@ -52,13 +52,40 @@ TEST_CASE("model option: names, variables and defaults resolve; mistakes are nam
     CHECK_MESSAGE(resolved.error().message.find(needle) != std::string::npos,
                   resolved.error().message);
   };
-  expect("llama4", silu, "no model 'llama4' on this server (models: llama3_8b, stories260K)");
+  expect("llama4", silu,
+         "no model 'llama4' on this server (models: llama3_8b, llama3_8b_prefill, stories260K)");
   expect("../models/llama3_8b", silu, "no model");
   expect("llama3_8b", task("llm/rms_norm"), "model llama3_8b never calls llm/rms_norm");
   expect(Value{{"name", "llama3_8b"}, {"batch", 4}}, silu, "no variable 'batch'");
   expect(Value{{"name", "llama3_8b"}, {"context", 0}}, silu,
          "'context' must be a positive integer");
   expect(Value{{"num_seqs", 4}}, silu, "needs a string 'name'");
+
+  // The prefill step: its own variables and defaults, and the prefill attention it calls.
+  const auto& prefill = task("llm/flash_attn_varlen_prefill");
+  const auto chunk = catalog.resolve(
+      Value{{"name", "llama3_8b_prefill"}, {"prompt", 1024}, {"context", 8192}}, prefill);
+  REQUIRE_MESSAGE(chunk.ok(), chunk.error().message);
+  CHECK(chunk->file == "llama3_8b_prefill.toml");
+  CHECK(chunk->variables ==
+        std::map<std::string, std::int64_t>{{"num_seqs", 1}, {"prompt", 1024}, {"context", 8192}});
+  CHECK(catalog.resolve("llama3_8b_prefill", silu).ok());
+  expect("llama3_8b_prefill", task("llm/paged_decode_attention"),
+         "model llama3_8b_prefill never calls llm/paged_decode_attention");
+  expect("llama3_8b", prefill, "model llama3_8b never calls llm/flash_attn_varlen_prefill");
+
+  // The reference step's final hidden states on request: a boolean, for at most 2^20 values.
+  const auto rows =
+      catalog.resolve(Value{{"name", "llama3_8b"}, {"num_seqs", 2}, {"hidden_states", true}}, silu);
+  REQUIRE_MESSAGE(rows.ok(), rows.error().message);
+  CHECK(rows->hidden_states);
+  CHECK(rows->to_value()["hidden_states"] == true);
+  CHECK_FALSE(by_map->hidden_states);
+  CHECK_FALSE(by_map->to_value().contains("hidden_states"));
+  expect(Value{{"name", "llama3_8b"}, {"hidden_states", 1}}, silu,
+         "'hidden_states' must be true or false");
+  expect(Value{{"name", "llama3_8b"}, {"num_seqs", 512}, {"hidden_states", true}}, silu,
+         "hidden_states returns at most 2^20 values (num_seqs * hidden)");
 }
 
 TEST_CASE("model check: the job carries every reference and the plans at each call site") {

@@ -206,6 +206,7 @@ TEST_CASE("run job: the model check crosses the pipe with its steps and per-site
   check.candidate.plan.launches.push_back(launch);
   check.candidate.cases = {concrete};
   check.time_cap_ms = 1500;
+  check.hidden_states = true;
   sent.model = check;
   const auto got = runner::RunJob::from_value(sent.to_value());
   REQUIRE_MESSAGE(got.ok(), got.error().message);
@@ -218,6 +219,7 @@ TEST_CASE("run job: the model check crosses the pipe with its steps and per-site
   CHECK(got->model->references[0].plan.cases.size() == 2);
   CHECK(got->model->candidate.cases[0].launches[0].grid[0] == 8);
   CHECK(got->model->time_cap_ms == 1500);
+  CHECK(got->model->hidden_states);
   // A check without steps is refused, and so the job.
   auto value = sent.to_value();
   value["model"]["steps"] = core::Value::array();
