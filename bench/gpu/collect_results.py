@@ -247,7 +247,7 @@ def model_check(folder, facts):
                     row["tokens"]["prompts"] = len(tokens.get("prompts", []))
             rows.append(row)
         models[name] = rows
-    out = {"benchmark": "model check: task references and candidates inside a model's decode "
+    out = {"benchmark": "model check: task references and candidates inside a model's decode or prefill "
                         "step (docs/models.md)", **facts,
            "command": "bench/gpu/device_run.sh model (crucible eval SAMPLES --model NAME -j 1 "
                       "--time-cap-ms 200 over each task's example solution and reference)",

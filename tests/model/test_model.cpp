@@ -296,6 +296,9 @@ TEST_CASE("models: the model check's settings: synthetic values, default step, p
   CHECK(llama->defaults.at("num_seqs") == 64);
   CHECK(llama->defaults.at("context") == 2048);
   CHECK(llama->prompts.empty());
+  // The hidden-state verdict's tolerance, derived on the H200 (the model files say how).
+  REQUIRE(llama->hidden_rel_l2.has_value());
+  CHECK(*llama->hidden_rel_l2 == doctest::Approx(0.09));
   // Every weight and cache of a synthetic model has a generator; the rotary table is vLLM's.
   for (const auto& buffer : llama->buffers) {
     if (buffer.kind == "weight" || buffer.kind == "cache") {
@@ -366,6 +369,12 @@ TEST_CASE("models: the model check's settings: synthetic values, default step, p
   const auto untrained = model::load_model(dir / "model.toml", registry());
   REQUIRE_FALSE(untrained.ok());
   CHECK(untrained.error().message.find("greedy tokens need trained weights") != std::string::npos);
+  std::ofstream(dir / "model.toml")
+      << std::regex_replace(base, std::regex("hidden_rel_l2 = 0.09"), "hidden_rel_l2 = -0.1");
+  const auto negative = model::load_model(dir / "model.toml", registry());
+  REQUIRE_FALSE(negative.ok());
+  CHECK(negative.error().message.find("`hidden_rel_l2` must be a positive number") !=
+        std::string::npos);
   // Prompts are fed in lockstep: every prompt must have the same length.
   std::string stories_text = [] {
     std::ifstream in(kModels / "stories260K.toml");
