@@ -8,7 +8,8 @@ the task's reference, so its per-case time sits next to the reference's in one r
 
 The variants are the ones whose figures the reference sources quote (bench/results/
 h200_reference_variants.json): the partition size of paged_decode_attention, the quotient of
-dynamic_per_token_scaled_fp8_quant, and fused_moe's block order and prefill tile height. Each is
+dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, and the
+block sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8. Each is
 a textual substitution in today's source; a substitution that no longer applies is an error, not
 a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
 """
@@ -29,6 +30,23 @@ MOE_ORDER = "constexpr int kMFirstMaxExperts = 16;"
 MOE_SKIP = "constexpr bool kSkipPaddingWarpgroups = true;"
 MOE_PREFILL = "96 * num_experts"
 MOE_DOWN = "moe_gemm<false, 2, 256, 4><<<cdiv(hidden_size, 256) *"
+
+# The block size of three small memory-bound ops whose single-token cases trail torch.compile's
+# Triton kernels by 0.1-0.4 us (h200_parity_breadth.json): fewer, larger blocks or more, smaller
+# ones, loads through the coherent path instead of the read-only one, and (moe_sum) the number
+# of slot loads kept in flight.
+SUM = "kernels/llm/moe_sum.cu"
+SUM_TILE = "cdiv(hidden_size, 1024)),\n//   128>>>"
+SILU_FP8 = "kernels/llm/silu_and_mul_fp8_quant.cu"
+SILU_TILE = "<<<dim3(num_tokens, cdiv(d, 1024)), 128>>>"
+GROUP_FP8 = "kernels/llm/per_token_group_quant_fp8.cu"
+GROUP_TILE = "cdiv(num_tokens * num_groups, 16), 128>>>"
+THREADS = "constexpr int kThreads = 128;"
+
+
+def block_size(threads, tile_text, tile_new):
+    return [(THREADS, f"constexpr int kThreads = {threads};"), (tile_text, tile_new)]
+
 
 VARIANTS = [
     ("llm/paged_decode_attention", ATTENTION, "reference", []),
@@ -52,6 +70,34 @@ VARIANTS = [
      [(MOE_PREFILL, "1048576 * num_experts")]),
     ("llm/fused_moe", MOE, "prefill_down_on_128_column_tiles",
      [(MOE_DOWN, "moe_gemm<false, 2, 128, 6><<<cdiv(hidden_size, 128) *")]),
+    ("llm/moe_sum", SUM, "reference", []),
+    ("llm/moe_sum", SUM, "blocks_of_64",
+     block_size(64, SUM_TILE, "cdiv(hidden_size, 512)),\n//   64>>>")),
+    ("llm/moe_sum", SUM, "blocks_of_256",
+     block_size(256, SUM_TILE, "cdiv(hidden_size, 2048)),\n//   256>>>")),
+    ("llm/moe_sum", SUM, "eight_slots_in_flight_for_top_2",
+     [("topk <= 2) moe_sum_vector<2>", "topk <= 2) moe_sum_vector<8>")]),
+    ("llm/moe_sum", SUM, "coherent_loads",
+     [("v[j] = __ldg(\n", "v[j] = *(\n"),
+      ("moe_sum_vector(const __nv_bfloat16* __restrict__ input,",
+       "moe_sum_vector(const __nv_bfloat16* input,")]),
+    ("llm/silu_and_mul_fp8_quant", SILU_FP8, "reference", []),
+    ("llm/silu_and_mul_fp8_quant", SILU_FP8, "blocks_of_64",
+     block_size(64, SILU_TILE, "<<<dim3(num_tokens, cdiv(d, 512)), 64>>>")),
+    ("llm/silu_and_mul_fp8_quant", SILU_FP8, "blocks_of_256",
+     block_size(256, SILU_TILE, "<<<dim3(num_tokens, cdiv(d, 2048)), 256>>>")),
+    ("llm/silu_and_mul_fp8_quant", SILU_FP8, "coherent_loads",
+     [("const __nv_bfloat16* __restrict__ input,", "const __nv_bfloat16* input,")]),
+    ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
+    ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
+     block_size(32, GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>")),
+    ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_64",
+     block_size(64, GROUP_TILE, "cdiv(num_tokens * num_groups, 8), 64>>>")),
+    ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_256",
+     block_size(256, GROUP_TILE, "cdiv(num_tokens * num_groups, 32), 256>>>")),
+    ("llm/per_token_group_quant_fp8", GROUP_FP8, "coherent_loads",
+     [("per_token_group_quant_fp8_kernel(const __nv_bfloat16* __restrict__ input,",
+       "per_token_group_quant_fp8_kernel(const __nv_bfloat16* input,")]),
 ]
 
 
