@@ -11,17 +11,14 @@
 #include <tuple>
 
 #include "model/model.hpp"
+#include "model_tests.hpp"
 #include "tasks/registry.hpp"
 
 using namespace crucible;
+using testing::kHome;
+using testing::registry;
 
 namespace {
-
-const tasks::Registry& registry() {
-  static const auto loaded = tasks::Registry::load(CRUCIBLE_SOURCE_DIR);
-  REQUIRE(loaded.ok());
-  return *loaded;
-}
 
 const std::filesystem::path kModels = std::filesystem::path(CRUCIBLE_SOURCE_DIR) / "models";
 

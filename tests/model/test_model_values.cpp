@@ -14,20 +14,15 @@
 #include "model/model.hpp"
 #include "model/oracle_decoder.hpp"
 #include "model/values.hpp"
+#include "model_tests.hpp"
 #include "tasks/generators.hpp"
 #include "tasks/registry.hpp"
 
 using namespace crucible;
+using testing::kHome;
+using testing::registry;
 
 namespace {
-
-const std::filesystem::path kHome = CRUCIBLE_SOURCE_DIR;
-
-const tasks::Registry& registry() {
-  static const auto loaded = tasks::Registry::load(kHome);
-  REQUIRE(loaded.ok());
-  return *loaded;
-}
 
 // A small synthetic Llama (Llama-3-8B's values and scalars, its own widths) running `program`.
 model::Model small_llama(const std::filesystem::path& dir, const std::string& program) {

@@ -10,20 +10,15 @@
 
 #include "model/model.hpp"
 #include "model/oracle_decoder.hpp"
+#include "model_tests.hpp"
 #include "tasks/oracle.hpp"
 #include "tasks/registry.hpp"
 
 using namespace crucible;
+using testing::kHome;
+using testing::registry;
 
 namespace {
-
-const std::filesystem::path kHome = CRUCIBLE_SOURCE_DIR;
-
-const tasks::Registry& registry() {
-  static const auto loaded = tasks::Registry::load(kHome);
-  REQUIRE(loaded.ok());
-  return *loaded;
-}
 
 // A direct decoder over the same (bf16-rounded) weights: RMSNorm, GPT-J rotary from the same
 // cos/sin table, grouped-query attention over every cached position, SwiGLU, tied LM head, and
