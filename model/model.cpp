@@ -359,39 +359,10 @@ const Buffer* Model::find_buffer(std::string_view buffer_name) const {
 
 namespace {
 
-// A model file with `base = "other.toml"` (beside it) takes the other model's constants,
-// scalars, weights and [values], its own keys winning; name, title, description, program,
-// [defaults] and [tokens] are its own. One level: a base has no base.
-core::Result<toml::table> read_model_table(const std::filesystem::path& file) {
-  auto table = read_toml(file);
-  if (!table) return table.error();
-  const std::string base_name = string_or(*table, "base");
-  if (base_name.empty()) return table;
-  const auto base_file = file.parent_path() / base_name;
-  auto base = read_toml(base_file);
-  if (!base) return base.error();
-  if (base->contains("base")) return bad(file, "base", base_name + " has a base itself");
-  toml::table merged = std::move(table).value();
-  if (!merged.contains("weights") && base->contains("weights")) {
-    merged.insert("weights", *base->get("weights"));
-  }
-  for (const char* section : {"constants", "scalars", "values"}) {
-    const auto* inherited = base->get_as<toml::table>(section);
-    if (inherited == nullptr) continue;
-    if (!merged.contains(section)) merged.insert(section, toml::table{});
-    auto* own = merged.get_as<toml::table>(section);
-    if (own == nullptr) return bad(file, section, "must be a table");
-    for (const auto& [key, value] : *inherited) {
-      if (!own->contains(key.str())) own->insert(key, value);
-    }
-  }
-  return merged;
-}
-
-// A program with `base = "other.toml"` (beside it) is the other program with its own entries
-// laid over it: a variable, derived value or buffer of the same `name`, or a call of the same
-// `site`, replaces the base's in place; the others are appended. One level.
-core::Result<toml::table> read_program_table(const std::filesystem::path& file) {
+// Reads `file`; when it names `base = "other.toml"` (beside it), reads that too and returns
+// lay_over(file's table, base's table). One level: a base has no base.
+template <typename LayOver>
+core::Result<toml::table> read_with_base(const std::filesystem::path& file, LayOver lay_over) {
   auto table = read_toml(file);
   if (!table) return table.error();
   const std::string base_name = string_or(*table, "base");
@@ -399,28 +370,61 @@ core::Result<toml::table> read_program_table(const std::filesystem::path& file) 
   auto base = read_toml(file.parent_path() / base_name);
   if (!base) return base.error();
   if (base->contains("base")) return bad(file, "base", base_name + " has a base itself");
-  for (const auto& [section, key] : {std::pair{"variables", "name"}, std::pair{"derived", "name"},
-                                     std::pair{"buffers", "name"}, std::pair{"calls", "site"}}) {
-    const auto* own = table->get_as<toml::array>(section);
-    if (own == nullptr) continue;
-    if (!base->contains(section)) base->insert(section, toml::array{});
-    auto* merged = base->get_as<toml::array>(section);
-    if (merged == nullptr) return bad(file, section, "must be an array of tables");
-    for (const auto& entry : *own) {
-      const auto* entry_table = entry.as_table();
-      if (entry_table == nullptr) return bad(file, section, "each entry is a table");
-      const std::string id = string_or(*entry_table, key);
-      auto same = std::find_if(merged->begin(), merged->end(), [&](const toml::node& node) {
-        return node.as_table() != nullptr && !id.empty() && string_or(*node.as_table(), key) == id;
+  return lay_over(std::move(table).value(), std::move(base).value());
+}
+
+// A model file's base gives its constants, scalars, weights and [values], the file's own keys
+// winning; name, title, description, program, [defaults], [check] and [tokens] are its own.
+core::Result<toml::table> read_model_table(const std::filesystem::path& file) {
+  return read_with_base(
+      file, [&](toml::table merged, const toml::table& base) -> core::Result<toml::table> {
+        if (!merged.contains("weights") && base.contains("weights")) {
+          merged.insert("weights", *base.get("weights"));
+        }
+        for (const char* section : {"constants", "scalars", "values"}) {
+          const auto* inherited = base.get_as<toml::table>(section);
+          if (inherited == nullptr) continue;
+          if (!merged.contains(section)) merged.insert(section, toml::table{});
+          auto* own = merged.get_as<toml::table>(section);
+          if (own == nullptr) return bad(file, section, "must be a table");
+          for (const auto& [key, value] : *inherited) {
+            if (!own->contains(key.str())) own->insert(key, value);
+          }
+        }
+        return merged;
       });
-      if (same != merged->end()) {
-        merged->replace(same, *entry_table);
-      } else {
-        merged->push_back(*entry_table);
-      }
-    }
-  }
-  return base;
+}
+
+// A program's base is laid under it: a variable, derived value or buffer of the same `name`, or
+// a call of the same `site`, replaces the base's in place; the others are appended.
+core::Result<toml::table> read_program_table(const std::filesystem::path& file) {
+  return read_with_base(
+      file, [&](const toml::table& table, toml::table base) -> core::Result<toml::table> {
+        for (const auto& [section, key] :
+             {std::pair{"variables", "name"}, std::pair{"derived", "name"},
+              std::pair{"buffers", "name"}, std::pair{"calls", "site"}}) {
+          const auto* own = table.get_as<toml::array>(section);
+          if (own == nullptr) continue;
+          if (!base.contains(section)) base.insert(section, toml::array{});
+          auto* merged = base.get_as<toml::array>(section);
+          if (merged == nullptr) return bad(file, section, "must be an array of tables");
+          for (const auto& entry : *own) {
+            const auto* entry_table = entry.as_table();
+            if (entry_table == nullptr) return bad(file, section, "each entry is a table");
+            const std::string id = string_or(*entry_table, key);
+            auto same = std::find_if(merged->begin(), merged->end(), [&](const toml::node& node) {
+              return node.as_table() != nullptr && !id.empty() &&
+                     string_or(*node.as_table(), key) == id;
+            });
+            if (same != merged->end()) {
+              merged->replace(same, *entry_table);
+            } else {
+              merged->push_back(*entry_table);
+            }
+          }
+        }
+        return base;
+      });
 }
 
 }  // namespace
@@ -503,9 +507,9 @@ core::Result<std::pair<Values, std::vector<CallSite>>> expand_step(
       if (__builtin_mul_overflow(elements, *value, &elements)) {
         return refuse("buffer '" + buffer.name + "' has more elements than 64 bits count");
       }
+      if (&dim == &buffer.shape.front()) buffer_rows[buffer.name] = *value;
     }
     buffer_elements[buffer.name] = elements;
-    buffer_rows[buffer.name] = *buffer.shape.front().eval(values);
   }
   std::vector<CallSite> sites;
   for (const auto& call : model.calls) {
@@ -566,6 +570,31 @@ core::Result<std::pair<Values, std::vector<CallSite>>> expand_step(
     sites.push_back(std::move(site));
   }
   return std::make_pair(std::move(values), std::move(sites));
+}
+
+StepMetadata step_metadata(const Values& values, const std::vector<std::int64_t>& lengths,
+                           std::int64_t fresh) {
+  const std::int64_t seqs = values.at("num_seqs"), block = values.at("block_size"),
+                     blocks = values.at("max_blocks_per_seq");
+  StepMetadata meta;
+  meta.positions.resize(static_cast<std::size_t>(seqs * fresh));
+  meta.slot_mapping.resize(meta.positions.size());
+  meta.block_tables.resize(static_cast<std::size_t>(seqs * blocks));
+  meta.seq_lens.resize(static_cast<std::size_t>(seqs));
+  meta.query_start_loc.assign(static_cast<std::size_t>(seqs + 1), 0);
+  for (std::int64_t s = 0; s < seqs; ++s) {
+    for (std::int64_t j = 0; j < blocks; ++j) {
+      meta.block_tables[s * blocks + j] = static_cast<std::int32_t>(j * seqs + s);
+    }
+    for (std::int64_t i = 0; i < fresh; ++i) {
+      const std::int64_t position = lengths[s] + i;
+      meta.positions[s * fresh + i] = position;
+      meta.slot_mapping[s * fresh + i] = ((position / block) * seqs + s) * block + position % block;
+    }
+    meta.seq_lens[s] = static_cast<std::int32_t>(lengths[s] + fresh);
+    meta.query_start_loc[s + 1] = static_cast<std::int32_t>((s + 1) * fresh);
+  }
+  return meta;
 }
 
 }  // namespace crucible::model

@@ -115,4 +115,19 @@ using Values = std::map<std::string, std::int64_t, std::less<>>;
 core::Result<std::pair<Values, std::vector<CallSite>>> expand_step(
     const Model& model, const std::map<std::string, std::int64_t>& variables);
 
+// The step metadata of a program over a paged cache (its buffers positions, slot_mapping,
+// block_tables, seq_lens and, for prefill, query_start_loc): sequence s holds lengths[s] tokens
+// before the step and gets `fresh` new ones, packed sequence after sequence. Block j of sequence
+// s is block j * num_seqs + s, so a cache grown by one block keeps every block it had. What the
+// GPU runner uploads and the float64 oracle reads, so that both lay the cache out alike.
+// `values` gives num_seqs, block_size and max_blocks_per_seq.
+struct StepMetadata {
+  std::vector<std::int64_t> positions, slot_mapping;  // [num_seqs * fresh]
+  std::vector<std::int32_t> block_tables;             // [num_seqs, max_blocks_per_seq]
+  std::vector<std::int32_t> seq_lens;                 // [num_seqs]
+  std::vector<std::int32_t> query_start_loc;          // [num_seqs + 1]
+};
+StepMetadata step_metadata(const Values& values, const std::vector<std::int64_t>& lengths,
+                           std::int64_t fresh);
+
 }  // namespace crucible::model

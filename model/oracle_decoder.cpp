@@ -84,26 +84,17 @@ core::Result<std::vector<std::vector<double>>> OracleDecoder::step(
 }
 
 void OracleDecoder::write_metadata(std::int64_t fresh) {
-  const auto& v = values_;
-  const std::int64_t num_seqs = v.at("num_seqs"), block_size = v.at("block_size"),
-                     max_blocks = v.at("max_blocks_per_seq");
-  const auto starts = buffers_.find("query_start_loc");
-  for (std::int64_t s = 0; s < num_seqs; ++s) {
-    for (std::int64_t b = 0; b < max_blocks; ++b) {
-      buffers_.at("block_tables")[s * max_blocks + b] = static_cast<double>(b * num_seqs + s);
-    }
-    for (std::int64_t i = 0; i < fresh; ++i) {
-      const std::int64_t row = s * fresh + i, position = lengths_[s] + i;
-      buffers_.at("positions")[row] = static_cast<double>(position);
-      buffers_.at("slot_mapping")[row] = static_cast<double>(
-          ((position / block_size) * num_seqs + s) * block_size + position % block_size);
-    }
-    buffers_.at("seq_lens")[s] = static_cast<double>(lengths_[s] + fresh);
-    if (starts != buffers_.end()) {
-      starts->second[s] = static_cast<double>(s * fresh);
-      starts->second[s + 1] = static_cast<double>((s + 1) * fresh);
-    }
-  }
+  const auto meta = step_metadata(values_, lengths_, fresh);
+  const auto store = [&](const char* name, const auto& values) {
+    auto& buffer = buffers_.at(name);
+    std::transform(values.begin(), values.end(), buffer.begin(),
+                   [](auto v) { return static_cast<double>(v); });
+  };
+  store("positions", meta.positions);
+  store("slot_mapping", meta.slot_mapping);
+  store("block_tables", meta.block_tables);
+  store("seq_lens", meta.seq_lens);
+  if (buffers_.contains("query_start_loc")) store("query_start_loc", meta.query_start_loc);
 }
 
 core::Result<std::vector<std::vector<double>>> OracleDecoder::advance(

@@ -69,9 +69,8 @@ class OracleDecoder {
  private:
   OracleDecoder() = default;
 
-  // Positions, slots, block tables, sequence lengths and query starts of a step that appends
-  // `fresh` tokens to every sequence (lengths_ before it). Block j of sequence s is block
-  // j * num_seqs + s, as the GPU runner lays the cache out.
+  // The metadata buffers of a step that appends `fresh` tokens to every sequence (lengths_
+  // before it): model::step_metadata, as the GPU runner uploads it.
   void write_metadata(std::int64_t fresh);
   // Runs the program's calls in order over the buffers; returns the logits.
   core::Result<std::vector<std::vector<double>>> execute();

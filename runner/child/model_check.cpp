@@ -325,45 +325,30 @@ void ModelCheckRun::fill_weights_and_cache(bool zero_cache) {
   check(cuStreamSynchronize(device_.stream), "fill the model's buffers");
 }
 
-// The step metadata of `step`: every sequence `context` tokens long after the step, its last
-// num_tokens / num_seqs tokens (one in a decode step, `prompt` in a prefill) the new ones, packed
-// sequence after sequence. Block j of sequence s is block j * num_seqs + s, so a cache grown by
-// one block keeps every block it had (greedy decoding runs steps of growing context over one
-// cache).
+// The step metadata of `step` (model::step_metadata): every sequence `context` tokens long
+// after the step, its last num_tokens / num_seqs tokens (one in a decode step, `prompt` in a
+// prefill) the new ones.
 void ModelCheckRun::write_metadata(const Expansion& step) {
   const std::int64_t seqs = step.values.at("num_seqs");
   const std::int64_t context = step.values.at("context");
-  const std::int64_t block = step.values.at("block_size");
   const std::int64_t fresh = step.values.at("num_tokens") / seqs;
   if (fresh > context) {
     throw CheckError("context " + std::to_string(context) + " is shorter than the step's " +
                      std::to_string(fresh) + " new tokens a sequence");
   }
-  const std::int64_t blocks = (context + block - 1) / block;
-  std::vector<std::int64_t> positions(seqs * fresh), slots(seqs * fresh);
-  std::vector<std::int32_t> tables(seqs * blocks), lengths(seqs), starts(seqs + 1);
-  for (std::int64_t s = 0; s < seqs; ++s) {
-    for (std::int64_t i = 0; i < fresh; ++i) {
-      const std::int64_t position = context - fresh + i;
-      positions[s * fresh + i] = position;
-      slots[s * fresh + i] = ((position / block) * seqs + s) * block + position % block;
-    }
-    lengths[s] = static_cast<std::int32_t>(context);
-    starts[s + 1] = static_cast<std::int32_t>((s + 1) * fresh);
-    for (std::int64_t j = 0; j < blocks; ++j) {
-      tables[s * blocks + j] = static_cast<std::int32_t>(j * seqs + s);
-    }
-  }
-  const auto upload = [&](const char* name, const void* data, std::size_t bytes) {
-    check(cuMemcpyHtoD(buffers_.at(name).memory.data(), data, bytes), "upload step metadata");
+  const auto meta = model::step_metadata(
+      step.values, std::vector<std::int64_t>(static_cast<std::size_t>(seqs), context - fresh),
+      fresh);
+  const auto upload = [&](const char* name, const auto& values) {
+    check(cuMemcpyHtoD(buffers_.at(name).memory.data(), values.data(),
+                       values.size() * sizeof(values[0])),
+          "upload step metadata");
   };
-  upload("positions", positions.data(), positions.size() * 8);
-  upload("slot_mapping", slots.data(), slots.size() * 8);
-  upload("block_tables", tables.data(), tables.size() * 4);
-  upload("seq_lens", lengths.data(), lengths.size() * 4);
-  if (buffers_.contains("query_start_loc")) {
-    upload("query_start_loc", starts.data(), starts.size() * 4);
-  }
+  upload("positions", meta.positions);
+  upload("slot_mapping", meta.slot_mapping);
+  upload("block_tables", meta.block_tables);
+  upload("seq_lens", meta.seq_lens);
+  if (buffers_.contains("query_start_loc")) upload("query_start_loc", meta.query_start_loc);
 }
 
 // A call's gather (model.hpp): one strided copy on the stream, captured as a memcpy node of the
