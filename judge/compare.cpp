@@ -505,13 +505,10 @@ Tally tally_in_slices(DType dtype, const void* candidate, const void* reference,
   return total;
 }
 
-}  // namespace
-
-CompareReport compare_outputs(DType dtype, const void* candidate, const void* reference,
-                              std::size_t count, const std::vector<std::int64_t>& shape,
-                              const Tolerance& tol, int poison_variant, bool reveal_values,
-                              std::string_view output_name) {
-  const Tally tally = tally_in_slices(dtype, candidate, reference, count, tol, poison_variant);
+// The report on `count` elements from their tally.
+CompareReport report_from_tally(const Tally& tally, std::size_t count,
+                                const std::vector<std::int64_t>& shape, const Tolerance& tol,
+                                bool reveal_values, std::string_view output_name) {
   CompareReport report;
   report.output_name = std::string(output_name);
   report.count = count;
@@ -533,6 +530,27 @@ CompareReport compare_outputs(DType dtype, const void* candidate, const void* re
   report.pass = tally.mismatches == 0 && tally.reference_nans == 0 && !report.all_zero;
   report.summary = build_summary(report, tally.first_unwritten);
   return report;
+}
+
+}  // namespace
+
+CompareReport compare_outputs(DType dtype, const void* candidate, const void* reference,
+                              std::size_t count, const std::vector<std::int64_t>& shape,
+                              const Tolerance& tol, int poison_variant, bool reveal_values,
+                              std::string_view output_name) {
+  return report_from_tally(tally_in_slices(dtype, candidate, reference, count, tol, poison_variant),
+                           count, shape, tol, reveal_values, output_name);
+}
+
+CompareReport passing_report(std::size_t count, double max_abs_error, double max_rel_error,
+                             const Tolerance& tol, bool reveal_values,
+                             std::string_view output_name) {
+  Tally tally;
+  tally.max_abs_error = max_abs_error;
+  tally.max_rel_error = max_rel_error;
+  // Not all zero: a non-zero candidate, or a reference that is zero too.
+  tally.candidate_nonzero = true;
+  return report_from_tally(tally, count, {}, tol, reveal_values, output_name);
 }
 
 core::Value CompareReport::to_value() const {

@@ -111,6 +111,13 @@ CompareReport compare_outputs(core::DType dtype, const void* candidate, const vo
                               const Tolerance& tol, int poison_variant, bool reveal_values,
                               std::string_view output_name);
 
+// The report compare_outputs gives on `count` elements that all pass and are not all zero where
+// the reference is non-zero, from their error maxima measured elsewhere with compare_outputs'
+// operations (the GPU runner's device check): the same fields, summary and observation.
+CompareReport passing_report(std::size_t count, double max_abs_error, double max_rel_error,
+                             const Tolerance& tol, bool reveal_values,
+                             std::string_view output_name);
+
 // Byte-for-byte comparison, for read-only inputs the candidate must leave untouched.
 // first_diff is `bytes` when equal; diff_bytes counts every differing byte.
 struct ByteDiff {

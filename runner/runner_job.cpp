@@ -115,6 +115,7 @@ Value RunJob::to_value() const {
               {"max_samples", timing.max_samples},
               {"warmup_calls", timing.warmup_calls},
               {"time_cap_ms", timing.time_cap_ms},
+              {"step_budget_ms", timing.step_budget_ms},
               {"check_fraction", timing.check_fraction}}}};
   if (model) out["model"] = model->to_value();
   return out;
@@ -148,6 +149,7 @@ core::Result<RunJob> RunJob::from_value(const Value& value) {
     job.timing.max_samples = get_or(timing, "max_samples", job.timing.max_samples);
     job.timing.warmup_calls = get_or(timing, "warmup_calls", job.timing.warmup_calls);
     job.timing.time_cap_ms = get_or(timing, "time_cap_ms", job.timing.time_cap_ms);
+    job.timing.step_budget_ms = get_or(timing, "step_budget_ms", job.timing.step_budget_ms);
     job.timing.check_fraction = get_or(timing, "check_fraction", job.timing.check_fraction);
     if (const auto it = value.find("model"); it != value.end() && !it->is_null()) {
       auto model = ModelCheck::from_value(*it);

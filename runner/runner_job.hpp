@@ -26,6 +26,12 @@ struct TimingOptions {
   std::uint32_t max_samples = 1000;
   std::uint32_t warmup_calls = 5;
   double time_cap_ms = 1000;  // per timing case, wall clock
+  // The visible cases' timing together, wall clock: a case whose share of what is left of it
+  // (what is left over the cases left) is spent stops once each side has min_samples, whether
+  // or not its interval is as narrow as target_rel_ci. Bounds a slow candidate's step (every
+  // call of a kernel 100x slower than the reference costs 100 of the reference's) at about
+  // min_samples of its calls per case.
+  double step_budget_ms = 1000;
   // Timed calls whose outputs are checked against a reference run on the same inputs: the first
   // timed call and a random share of the others, chosen from a seed the kernel cannot see (so a
   // kernel that misbehaves on some calls is caught).

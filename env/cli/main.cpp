@@ -932,6 +932,12 @@ void add_measure_options(CLI::App* command, env::PipelineOptions& pipeline) {
       ->capture_default_str()
       ->check(real_number(1, kMaxTimeCapMs, false, " (milliseconds)"));
   command
+      ->add_option("--step-budget-ms", pipeline.gpu_options.timing.step_budget_ms,
+                   "timing budget of a step's visible cases together: once a case's share is "
+                   "spent it stops at the minimum sample count (1 to 600000)")
+      ->capture_default_str()
+      ->check(real_number(1, kMaxTimeCapMs, false, " (milliseconds)"));
+  command
       ->add_option("--target-ci", pipeline.gpu_options.timing.target_rel_ci,
                    "stop timing a case once the median's 95% confidence interval is within "
                    "this fraction (above 0, at most 1)")

@@ -54,16 +54,31 @@ __device__ long long crucible_int_at(const unsigned char* p, unsigned long long 
   }
 }
 
+// The largest of `value` over the warp's lanes (non-negative doubles as their bits: for them the
+// integer order is the numeric order), raised into *target by lane 0.
+__device__ void crucible_warp_max(unsigned long long value, unsigned long long* target) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const unsigned long long other = __shfl_down_sync(0xFFFFFFFFu, value, offset);
+    value = other > value ? other : value;
+  }
+  if ((threadIdx.x & 31) == 0 && value != 0) atomicMax(target, value);
+}
+
 // result[0] += elements that fail; result[1] / result[2] set when any candidate / reference
-// element is non-zero (NaN counts as non-zero, as on the host). `poison`: the integer poison
-// value (an integer element left holding it fails unless the reference holds it too; float
-// poisons are NaNs and fail as such).
+// element is non-zero (NaN counts as non-zero, as on the host); result[3] / result[4] raised to
+// the largest absolute / relative error (double bits) over the pairs the host's maxima range over
+// (floats: both finite, relative where the reference is non-zero; integers: pairs that differ),
+// computed with the host's operations, so equal to its max_abs_error / max_rel_error bit for bit.
+// `poison`: the integer poison value (an integer element left holding it fails unless the
+// reference holds it too; float poisons are NaNs and fail as such). blockDim.x is a multiple of
+// 32.
 extern "C" __global__ void crucible_check(const unsigned char* got, const unsigned char* want,
                                           unsigned long long count, int kind, double atol,
                                           double rtol, long long poison,
                                           unsigned long long* result) {
   unsigned long long failures = 0;
   bool got_nonzero = false, want_nonzero = false;
+  double max_abs = 0.0, max_rel = 0.0;
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count;
        i += (unsigned long long)gridDim.x * blockDim.x) {
     if (kind <= 5) {
@@ -71,9 +86,19 @@ extern "C" __global__ void crucible_check(const unsigned char* got, const unsign
       got_nonzero |= !(g == 0.0);
       want_nonzero |= !(w == 0.0);
       bool ok;
-      if (isnan(w)) ok = false;
-      else if (isfinite(g) && isfinite(w)) ok = fabs(g - w) <= atol + rtol * fabs(w);
-      else ok = g == w;
+      if (isnan(w)) {
+        ok = false;
+      } else if (isfinite(g) && isfinite(w)) {
+        const double error = fabs(g - w), magnitude = fabs(w);
+        max_abs = error > max_abs ? error : max_abs;
+        if (magnitude != 0.0) {
+          const double relative = error / magnitude;
+          max_rel = relative > max_rel ? relative : max_rel;
+        }
+        ok = error <= atol + rtol * magnitude;
+      } else {
+        ok = g == w;
+      }
       failures += ok ? 0 : 1;
     } else {
       const long long g = crucible_int_at(got, i, kind), w = crucible_int_at(want, i, kind);
@@ -85,11 +110,42 @@ extern "C" __global__ void crucible_check(const unsigned char* got, const unsign
             g > w ? (unsigned long long)g - (unsigned long long)w
                   : (unsigned long long)w - (unsigned long long)g;
         const double error = (double)distance;
-        failures += g != poison && error <= atol + rtol * fabs((double)w) ? 0 : 1;
+        const bool unwritten = g == poison;
+        if (!unwritten) {
+          const double magnitude = fabs((double)w);
+          max_abs = error > max_abs ? error : max_abs;
+          if (magnitude != 0.0) {
+            const double relative = error / magnitude;
+            max_rel = relative > max_rel ? relative : max_rel;
+          }
+        }
+        failures += !unwritten && error <= atol + rtol * fabs((double)w) ? 0 : 1;
       }
     }
   }
   if (failures != 0) atomicAdd(&result[0], failures);
   if (got_nonzero) atomicOr(&result[1], 1ull);
   if (want_nonzero) atomicOr(&result[2], 1ull);
+  crucible_warp_max((unsigned long long)__double_as_longlong(max_abs), &result[3]);
+  crucible_warp_max((unsigned long long)__double_as_longlong(max_rel), &result[4]);
+}
+
+// XORs `bytes` bytes at `data` with a keystream of `key` (splitmix64 of key and the 8-byte word
+// index; byte j of a word from bits 8j..8j+7). Applied twice with one key it restores the data:
+// the reference's answer stays on the device scrambled while candidate code runs.
+extern "C" __global__ void crucible_scramble(unsigned char* data, unsigned long long bytes,
+                                             unsigned long long key) {
+  const unsigned long long words = (bytes + 7) / 8;
+  for (unsigned long long w = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; w < words;
+       w += (unsigned long long)gridDim.x * blockDim.x) {
+    unsigned long long z = key + (w + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const unsigned long long first = w * 8;
+    const unsigned long long last = first + 8 < bytes ? first + 8 : bytes;
+    for (unsigned long long b = first; b < last; ++b) {
+      data[b] ^= (unsigned char)(z >> (8 * (b - first)));
+    }
+  }
 }

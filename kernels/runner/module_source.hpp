@@ -1,10 +1,11 @@
 // The GPU runner's own kernels as the one NVRTC program it compiles: texts, options, names.
 //
-// The kernels are .cu files beside this header (an L2 flush and the device-side output check;
-// the input value generators), embedded in the binary at build time by cmake/embed_text.cmake,
-// byte for byte. They are not task references: kernels::list_references skips this folder.
-// The runner (runner/child/device.cpp) and the NVRTC compile test (tests/kernels) both build
-// the program from this header, so the test compiles exactly what the runner compiles.
+// The kernels are .cu files beside this header (an L2 flush, the device-side output check and a
+// scrambler; the input value generators), embedded in the binary at build time by
+// cmake/embed_text.cmake, byte for byte. They are not task references: kernels::list_references
+// skips this folder. The runner (runner/child/device.cpp) and the NVRTC compile test
+// (tests/kernels) both build the program from this header, so the test compiles exactly what the
+// runner compiles.
 #pragma once
 
 #include <array>
@@ -41,7 +42,8 @@ std::vector<std::string> runner_program_options(std::string_view arch);
 inline constexpr const char* kL2SweepKernel = "crucible_l2_sweep";
 inline constexpr const char* kCheckKernel = "crucible_check";
 inline constexpr const char* kGenerateKernel = "crucible_generate";
-inline constexpr std::array<const char*, 3> kRunnerKernels = {kL2SweepKernel, kCheckKernel,
-                                                              kGenerateKernel};
+inline constexpr const char* kScrambleKernel = "crucible_scramble";
+inline constexpr std::array<const char*, 4> kRunnerKernels = {kL2SweepKernel, kCheckKernel,
+                                                              kGenerateKernel, kScrambleKernel};
 
 }  // namespace crucible::kernels

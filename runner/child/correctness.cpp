@@ -122,48 +122,108 @@ HostValueCache::Bytes JobRunner::fill_input(const tasks::Case& c, const tasks::T
   return values;
 }
 
+// The device's verdict on the candidate's run of a case (no task checker): canaries, read-only
+// inputs against their pristine copies and every output against the reference's, all on the
+// GPU. True with `reports` filled (compare_outputs' reports, from the device's tallies) when
+// everything passed; false when anything did not, and the host then looks at every byte to
+// describe it.
+bool JobRunner::device_verdict(const CaseSetup& setup, int draw, CaseBuffers& buffers,
+                               std::vector<judge::CompareReport>& reports) {
+  const CUstream stream = device_.stream;
+  const std::size_t n = task_.tensors.size();
+  check(cuMemsetD8Async(buffers.results.data(), 0, buffers.results.bytes(), stream), "results");
+  auto result = [&](std::size_t t, std::size_t k) {
+    return buffers.results.data() + Device::kCheckBytes * (3 * t + k);
+  };
+  for (std::size_t t = 0; t < n; ++t) {
+    const auto& tensor = task_.tensors[t];
+    const DeviceBuffer& buffer = buffers.tensors[t];
+    const CUdeviceptr canaries = buffers.canaries[t].data();
+    device_.launch_equal(buffer.base(), canaries, DeviceBuffer::kCanaryBytes, result(t, 0));
+    device_.launch_equal(buffer.data() + buffer.bytes(), canaries + DeviceBuffer::kCanaryBytes,
+                         DeviceBuffer::kCanaryBytes, result(t, 1));
+    if (tensor.role == tasks::Role::kIn && setup.bytes[t] > 0) {
+      device_.launch_equal(buffer.data(), buffers.pristine[t].data(), setup.bytes[t], result(t, 2));
+    }
+    if (tasks::is_output(tensor.role) && setup.counts[t] > 0) {
+      const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
+      device_.launch_check(buffer.data(), buffers.expected[t].data(), setup.counts[t], tensor.dtype,
+                           tol.atol, tol.rtol, result(t, 2), draw);
+    }
+  }
+  std::byte* host = device_.staging("case check results", buffers.results.bytes());
+  download(host, buffers.results.data(), buffers.results.bytes(), stream);
+  check(cuStreamSynchronize(stream), "device check");
+  auto read = [&](std::size_t t, std::size_t k) {
+    return CheckResult::read(host + Device::kCheckBytes * (3 * t + k));
+  };
+  std::vector<judge::CompareReport> passed;
+  for (std::size_t t = 0; t < n; ++t) {
+    const auto& tensor = task_.tensors[t];
+    if (read(t, 0).failures != 0 || read(t, 1).failures != 0) return false;
+    if (tensor.role == tasks::Role::kIn && read(t, 2).failures != 0) return false;
+    if (!tasks::is_output(tensor.role)) continue;
+    const CheckResult output = read(t, 2);
+    if (!output.pass(setup.counts[t])) return false;
+    const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
+    passed.push_back(
+        judge::passing_report(setup.counts[t], output.max_abs_error, output.max_rel_error,
+                              judge::Tolerance{tol.atol, tol.rtol}, !setup.c->hidden, tensor.name));
+  }
+  reports = std::move(passed);
+  return true;
+}
+
 // Runs reference then candidate on one draw of a case; records the verdict in case_reports_.
 Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffers) {
   const auto& c = *setup.c;
   const CUstream stream = device_.stream;
   const std::size_t n = task_.tensors.size();
-  // Inputs: made on the device where the generator allows (device_values.hpp, the same bytes
-  // as the host's) and brought to the host for the read-only check and the checker; else
-  // made on the host and uploaded.
   // Where the host's time goes, summed over cases into phases "correctness: <part>".
   auto part_started = Clock::now();
   auto part_done = [&](const char* part) {
     add_to_phase(std::string("correctness: ") + part, milliseconds_since(part_started));
     part_started = Clock::now();
   };
+  // Inputs: made on the device where the generator allows (device_values.hpp, the same bytes
+  // as the host's), else made on the host and uploaded, into the pristine copies.
   std::vector<HostValueCache::Bytes> input_values(n);
-  std::vector<const std::byte*> input_bytes(n, nullptr);
   for (std::size_t t = 0; t < n; ++t) {
     const auto& tensor = task_.tensors[t];
     if (!tasks::is_input(tensor.role)) continue;
     const std::uint64_t seed =
         tasks::tensor_seed(setup.seed, tensor.name, static_cast<std::uint64_t>(draw));
     input_values[t] = fill_input(c, tensor, seed, setup.counts[t], buffers.pristine[t].data());
-    if (input_values[t] != nullptr) {
-      input_bytes[t] = input_values[t]->data();
-      continue;
-    }
-    std::byte* host = device_.staging("input:" + std::to_string(t), setup.bytes[t]);
-    download(host, buffers.pristine[t].data(), setup.bytes[t], stream);
-    input_bytes[t] = host;
   }
   check(cuStreamSynchronize(stream), "inputs");
   part_done("inputs");
-  auto inputs = [&](std::size_t t) { return input_bytes[t]; };
+  // Host copies of the inputs, made only when a host verdict needs them (a checker, or a
+  // failure to describe): those drawn on the device come down from the pristine copies.
+  std::vector<const std::byte*> input_bytes(n, nullptr);
+  auto host_inputs = [&]() -> const Views& {
+    for (std::size_t t = 0; t < n; ++t) {
+      if (!tasks::is_input(task_.tensors[t].role) || input_bytes[t] != nullptr) continue;
+      if (input_values[t] != nullptr) {
+        input_bytes[t] = input_values[t]->data();
+        continue;
+      }
+      std::byte* host = device_.staging("input:" + std::to_string(t), setup.bytes[t]);
+      download(host, buffers.pristine[t].data(), setup.bytes[t], stream);
+      input_bytes[t] = host;
+    }
+    check(cuStreamSynchronize(stream), "inputs");
+    return input_bytes;
+  };
   const std::vector<CUdeviceptr>& pointers = buffers.pointers;
-  std::vector<std::byte> canary(DeviceBuffer::kCanaryBytes);
   auto write_canaries = [&] {
     for (std::size_t t = 0; t < n; ++t) {
-      judge::fill_canary(canary.data(), canary.size(), canary_seed(t, 0));
-      upload(buffers.tensors[t].base(), canary.data(), canary.size(), stream);
-      judge::fill_canary(canary.data(), canary.size(), canary_seed(t, 1));
-      upload(buffers.tensors[t].data() + buffers.tensors[t].bytes(), canary.data(), canary.size(),
-             stream);
+      const DeviceBuffer& buffer = buffers.tensors[t];
+      const CUdeviceptr canaries = buffers.canaries[t].data();
+      check(cuMemcpyDtoDAsync(buffer.base(), canaries, DeviceBuffer::kCanaryBytes, stream),
+            "canary");
+      check(cuMemcpyDtoDAsync(buffer.data() + buffer.bytes(), canaries + DeviceBuffer::kCanaryBytes,
+                              DeviceBuffer::kCanaryBytes, stream),
+            "canary");
     }
   };
   auto write_inputs_and_poison = [&](int variant) {
@@ -180,8 +240,18 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     }
   };
 
-  // Reference on pristine inputs; its outputs go to the host, its workspaces are scrubbed.
-  std::vector<std::byte*> expected(n, nullptr);
+  // Reference on pristine inputs; its outputs are kept on the device, scrambled with a key from
+  // the job's secret while candidate code runs (a kernel that searched device memory for the
+  // answer would find noise), and its workspaces are scrubbed.
+  const std::uint64_t answer_key =
+      mix(job_.secret, mix(setup.index, 0xA5500000u + static_cast<std::uint64_t>(draw)));
+  auto scramble_answers = [&] {
+    for (std::size_t t = 0; t < n; ++t) {
+      if (tasks::is_output(task_.tensors[t].role)) {
+        device_.scramble(buffers.expected[t].data(), setup.bytes[t], mix(answer_key, t));
+      }
+    }
+  };
   {
     std::vector<DeviceBuffer> workspace;
     std::vector<CUdeviceptr> workspace_ptrs;
@@ -199,10 +269,11 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     if (reference_ms_.size() < cases_.size()) reference_ms_.assign(cases_.size(), 0.0);
     reference_ms_[setup.index] = std::max(reference_ms_[setup.index], reference_ms);
     for (std::size_t t = 0; t < n; ++t) {
-      if (!tasks::is_output(task_.tensors[t].role)) continue;
-      expected[t] = device_.staging("expected:" + std::to_string(t), setup.bytes[t]);
-      download(expected[t], pointers[t], setup.bytes[t], stream);
+      if (!tasks::is_output(task_.tensors[t].role) || setup.bytes[t] == 0) continue;
+      check(cuMemcpyDtoDAsync(buffers.expected[t].data(), pointers[t], setup.bytes[t], stream),
+            "expected outputs");
     }
+    scramble_answers();
     for (auto& buffer : workspace) {
       check(cuMemsetD8Async(buffer.data(), 0, buffer.bytes(), stream), "scrub");
     }
@@ -225,11 +296,12 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
   }
   write_canaries();
   write_inputs_and_poison(draw);
-  const bool stale = draw == 1 && buffers.stale.size() == n;
+  const bool stale = draw == 1 && buffers.stale_written;
   if (stale) {
     for (std::size_t t = 0; t < n; ++t) {
-      if (task_.tensors[t].role != tasks::Role::kOut) continue;
-      upload(pointers[t], buffers.stale[t].data(), buffers.stale[t].size(), stream);
+      if (task_.tensors[t].role != tasks::Role::kOut || setup.bytes[t] == 0) continue;
+      check(cuMemcpyDtoDAsync(pointers[t], buffers.stale[t].data(), setup.bytes[t], stream),
+            "stale outputs");
     }
   }
   check(cuStreamSynchronize(stream), "inputs");
@@ -237,12 +309,15 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
   launch(candidate_side(), setup.candidate, setup, pointers, workspace_ptrs);
   sync_or_fail(stream, true, "on " + setup.label, deadline_ms(setup), deadline_text(setup));
   part_done("candidate");
+  scramble_answers();  // undone: the candidate has finished
   if (draw == 0) {
-    buffers.stale.assign(n, {});
     for (std::size_t t = 0; t < n; ++t) {
-      if (task_.tensors[t].role != tasks::Role::kOut) continue;
-      buffers.stale[t].assign(expected[t], expected[t] + setup.bytes[t]);
+      if (task_.tensors[t].role != tasks::Role::kOut || setup.bytes[t] == 0) continue;
+      check(cuMemcpyDtoDAsync(buffers.stale[t].data(), buffers.expected[t].data(), setup.bytes[t],
+                              stream),
+            "stale outputs");
     }
+    buffers.stale_written = true;
   }
 
   // A hidden case is named by its label only: no name, no symbols (they would give its shape).
@@ -251,60 +326,76 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     verdict["symbols"] = setup.symbols_value;
     verdict["deadline_ms"] = deadline_ms(setup);
   }
-  Value outputs = Value::array();
   // Each problem twice: in detail (a visible case's reply) and as its kind only (a hidden
   // case's: no count, position or value that would tell its shape).
   std::vector<std::string> problems, kinds;
-  std::vector<std::byte*> whole(n, nullptr);
-  for (std::size_t t = 0; t < n; ++t) {
-    whole[t] = device_.staging("whole:" + std::to_string(t), buffers.tensors[t].total_bytes());
-    download(whole[t], buffers.tensors[t].base(), buffers.tensors[t].total_bytes(), stream);
-  }
-  check(cuStreamSynchronize(stream), "download");
-  part_done("download");
-  for (std::size_t t = 0; t < n; ++t) {
-    const auto& tensor = task_.tensors[t];
-    std::size_t bad = 0;
-    if (!judge::check_canary(whole[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 0), &bad)) {
-      problems.push_back("wrote " + std::to_string(DeviceBuffer::kCanaryBytes - bad) +
-                         " bytes before the start of '" + tensor.name + "'");
-      kinds.push_back("wrote before the start of '" + tensor.name + "'");
-    }
-    const std::byte* payload = whole[t] + DeviceBuffer::kCanaryBytes;
-    if (!judge::check_canary(payload + setup.bytes[t], DeviceBuffer::kCanaryBytes,
-                             canary_seed(t, 1), &bad)) {
-      problems.push_back("wrote past the end of '" + tensor.name + "' (byte " +
-                         std::to_string(bad) + " after its last element)");
-      kinds.push_back("wrote past the end of '" + tensor.name + "'");
-    }
-    if (tensor.role == tasks::Role::kIn) {
-      const auto diff = judge::compare_bytes(payload, inputs(t), setup.bytes[t]);
-      if (!diff.equal) {
-        problems.push_back("modified the read-only input '" + tensor.name + "' (" +
-                           std::to_string(diff.diff_bytes) + " bytes changed, first at element " +
-                           std::to_string(diff.first_diff / core::dtype_size(tensor.dtype)) + ")");
-        kinds.push_back("modified the read-only input '" + tensor.name + "'");
+  std::vector<judge::CompareReport> reports;
+  const bool clean = checker_ == nullptr && device_verdict(setup, draw, buffers, reports);
+  part_done("device check");
+  if (!clean) {
+    // Every byte to the host: the guards, the payloads, the reference's outputs, the inputs.
+    std::vector<std::byte*> whole(n, nullptr), expected(n, nullptr);
+    std::vector<std::byte*> stale_bytes(n, nullptr);
+    for (std::size_t t = 0; t < n; ++t) {
+      whole[t] = device_.staging("whole:" + std::to_string(t), buffers.tensors[t].total_bytes());
+      download(whole[t], buffers.tensors[t].base(), buffers.tensors[t].total_bytes(), stream);
+      if (!tasks::is_output(task_.tensors[t].role)) continue;
+      expected[t] = device_.staging("expected:" + std::to_string(t), setup.bytes[t]);
+      download(expected[t], buffers.expected[t].data(), setup.bytes[t], stream);
+      if (stale && checker_ != nullptr && task_.tensors[t].role == tasks::Role::kOut) {
+        stale_bytes[t] = device_.staging("stale:" + std::to_string(t), setup.bytes[t]);
+        download(stale_bytes[t], buffers.stale[t].data(), setup.bytes[t], stream);
       }
     }
-  }
-  Views payloads(n, nullptr), before(n, nullptr);
-  std::vector<std::vector<std::byte>> poisoned(n);
-  for (std::size_t t = 0; t < n; ++t) {
-    payloads[t] = whole[t] + DeviceBuffer::kCanaryBytes;
-    if (tasks::is_input(task_.tensors[t].role)) {
-      before[t] = inputs(t);
-    } else if (checker_ != nullptr) {  // a checker sees what the call started from
-      if (stale && task_.tensors[t].role == tasks::Role::kOut) {
-        before[t] = buffers.stale[t].data();
-        continue;
+    const Views& inputs = host_inputs();
+    part_done("download");
+    for (std::size_t t = 0; t < n; ++t) {
+      const auto& tensor = task_.tensors[t];
+      std::size_t bad = 0;
+      if (!judge::check_canary(whole[t], DeviceBuffer::kCanaryBytes, canary_seed(t, 0), &bad)) {
+        problems.push_back("wrote " + std::to_string(DeviceBuffer::kCanaryBytes - bad) +
+                           " bytes before the start of '" + tensor.name + "'");
+        kinds.push_back("wrote before the start of '" + tensor.name + "'");
       }
-      poisoned[t].resize(setup.bytes[t]);
-      judge::fill_poison(task_.tensors[t].dtype, poisoned[t].data(), setup.counts[t], draw);
-      before[t] = poisoned[t].data();
+      const std::byte* payload = whole[t] + DeviceBuffer::kCanaryBytes;
+      if (!judge::check_canary(payload + setup.bytes[t], DeviceBuffer::kCanaryBytes,
+                               canary_seed(t, 1), &bad)) {
+        problems.push_back("wrote past the end of '" + tensor.name + "' (byte " +
+                           std::to_string(bad) + " after its last element)");
+        kinds.push_back("wrote past the end of '" + tensor.name + "'");
+      }
+      if (tensor.role == tasks::Role::kIn) {
+        const auto diff = judge::compare_bytes(payload, inputs[t], setup.bytes[t]);
+        if (!diff.equal) {
+          problems.push_back("modified the read-only input '" + tensor.name + "' (" +
+                             std::to_string(diff.diff_bytes) + " bytes changed, first at element " +
+                             std::to_string(diff.first_diff / core::dtype_size(tensor.dtype)) +
+                             ")");
+          kinds.push_back("modified the read-only input '" + tensor.name + "'");
+        }
+      }
     }
+    Views payloads(n, nullptr), before(n, nullptr);
+    std::vector<std::vector<std::byte>> poisoned(n);
+    for (std::size_t t = 0; t < n; ++t) {
+      payloads[t] = whole[t] + DeviceBuffer::kCanaryBytes;
+      if (tasks::is_input(task_.tensors[t].role)) {
+        before[t] = inputs[t];
+      } else if (checker_ != nullptr) {  // a checker sees what the call started from
+        if (stale_bytes[t] != nullptr) {
+          before[t] = stale_bytes[t];
+          continue;
+        }
+        poisoned[t].resize(setup.bytes[t]);
+        judge::fill_poison(task_.tensors[t].dtype, poisoned[t].data(), setup.counts[t], draw);
+        before[t] = poisoned[t].data();
+      }
+    }
+    reports = judge_outputs(setup, before, payloads, as_views(expected), draw, !c.hidden);
+    part_done("compare");
   }
-  for (const auto& report :
-       judge_outputs(setup, before, payloads, as_views(expected), draw, !c.hidden)) {
+  Value outputs = Value::array();
+  for (const auto& report : reports) {
     if (report.reference_invalid()) {
       fail(StepStatus::kInfraError, "the reference produced NaN on " + setup.label);
     }
@@ -318,7 +409,6 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
       outputs.push_back(report.to_value());
     }
   }
-  part_done("compare");
   verdict["outputs"] = std::move(outputs);
   verdict["pass"] = problems.empty();
   if (!problems.empty()) {
@@ -342,13 +432,26 @@ Value JobRunner::check_all_cases() {
   for (const auto& setup : cases_) {
     const auto started = Clock::now();
     CaseBuffers buffers;
-    for (std::size_t t = 0; t < task_.tensors.size(); ++t) {
+    const std::size_t n = task_.tensors.size();
+    std::vector<std::byte> pattern(2 * DeviceBuffer::kCanaryBytes);
+    for (std::size_t t = 0; t < n; ++t) {
+      const auto role = task_.tensors[t].role;
       buffers.tensors.emplace_back(setup.bytes[t], true);
       buffers.pointers.push_back(buffers.tensors.back().data());
-      buffers.pristine.emplace_back(tasks::is_input(task_.tensors[t].role)
-                                        ? DeviceBuffer(setup.bytes[t], false)
-                                        : DeviceBuffer());
+      buffers.pristine.emplace_back(tasks::is_input(role) ? DeviceBuffer(setup.bytes[t], false)
+                                                          : DeviceBuffer());
+      buffers.expected.emplace_back(tasks::is_output(role) ? DeviceBuffer(setup.bytes[t], false)
+                                                           : DeviceBuffer());
+      buffers.stale.emplace_back(role == tasks::Role::kOut ? DeviceBuffer(setup.bytes[t], false)
+                                                           : DeviceBuffer());
+      judge::fill_canary(pattern.data(), DeviceBuffer::kCanaryBytes, canary_seed(t, 0));
+      judge::fill_canary(pattern.data() + DeviceBuffer::kCanaryBytes, DeviceBuffer::kCanaryBytes,
+                         canary_seed(t, 1));
+      buffers.canaries.emplace_back(pattern.size(), false);
+      upload(buffers.canaries.back().data(), pattern.data(), pattern.size(), device_.stream);
+      check(cuStreamSynchronize(device_.stream), "canaries");
     }
+    buffers.results = DeviceBuffer(Device::kCheckBytes * 3 * n, false);
     add_to_phase("correctness: buffers", milliseconds_since(started));
     for (int draw = 0; draw < 2; ++draw) {
       case_reports_.push_back(check_case(setup, draw, buffers));

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -150,6 +152,8 @@ void Device::open(int index) {
         "cuModuleGetFunction");
   check(cuModuleGetFunction(&generate_kernel, runner_module, kernels::kGenerateKernel),
         "cuModuleGetFunction");
+  check(cuModuleGetFunction(&scramble_kernel, runner_module, kernels::kScrambleKernel),
+        "cuModuleGetFunction (scramble)");
   check(cuStreamSynchronize(stream), "L2 scratch");
 }
 
@@ -220,14 +224,36 @@ int check_kind(core::DType dtype) {
 }
 }  // namespace
 
+void Device::scramble(CUdeviceptr data, std::size_t bytes, std::uint64_t key) {
+  if (bytes == 0) return;
+  unsigned long long n = bytes;
+  unsigned long long k = key;
+  void* params[] = {&data, &n, &k};
+  const unsigned int blocks = static_cast<unsigned int>(
+      std::clamp<std::size_t>((bytes / 8 + 256) / 256, 1, static_cast<std::size_t>(sm_count) * 8));
+  check(cuLaunchKernel(scramble_kernel, blocks, 1, 1, 256, 1, 1, 0, stream, params, nullptr),
+        "cuLaunchKernel (scramble)");
+}
+
+void Device::launch_equal(CUdeviceptr got, CUdeviceptr want, std::size_t bytes,
+                          CUdeviceptr result) {
+  // As 8-byte words where both are aligned to them: a large input's check then reads at full
+  // bandwidth.
+  if (bytes % 8 == 0 && got % 8 == 0 && want % 8 == 0) {
+    launch_check(got, want, bytes / 8, core::DType::kI64, 0.0, 0.0, result);
+    return;
+  }
+  launch_check(got, want, bytes, core::DType::kU8, 0.0, 0.0, result);
+}
+
 void Device::launch_check(CUdeviceptr got, CUdeviceptr want, std::size_t count, core::DType dtype,
-                          double atol, double rtol, CUdeviceptr result) {
+                          double atol, double rtol, CUdeviceptr result, int variant) {
   unsigned long long n = count;
   int kind = check_kind(dtype);
-  // The integer poison of variant 0 (what timed calls poison with), as the kernel reads it.
+  // The integer poison of `variant`, as the kernel reads it.
   long long poison = 0;
   if (kind >= 6) {
-    const std::uint64_t bits = judge::poison_pattern(dtype, 0);
+    const std::uint64_t bits = judge::poison_pattern(dtype, variant);
     switch (core::dtype_size(dtype)) {
       case 1:
         poison = kind == 6 ? static_cast<std::int8_t>(bits) : static_cast<long long>(bits & 0xFF);
@@ -247,6 +273,13 @@ void Device::launch_check(CUdeviceptr got, CUdeviceptr want, std::size_t count, 
       std::clamp<std::size_t>((count + 255) / 256, 1, static_cast<std::size_t>(sm_count) * 8));
   check(cuLaunchKernel(check_kernel, blocks, 1, 1, 256, 1, 1, 0, stream, params, nullptr),
         "cuLaunchKernel (output check)");
+}
+
+CheckResult CheckResult::read(const std::byte* words) {
+  std::uint64_t w[Device::kCheckWords];
+  std::memcpy(w, words, sizeof w);
+  return CheckResult{w[0], w[1] != 0, w[2] != 0, std::bit_cast<double>(w[3]),
+                     std::bit_cast<double>(w[4])};
 }
 
 core::Value Device::describe() const {

@@ -76,6 +76,20 @@ class PinnedHostBuffer {
   std::size_t bytes_ = 0;
 };
 
+// What launch_check left in its result words (host copy).
+struct CheckResult {
+  std::uint64_t failures = 0;
+  bool got_nonzero = false;
+  bool want_nonzero = false;
+  double max_abs_error = 0.0;
+  double max_rel_error = 0.0;
+
+  static CheckResult read(const std::byte* words);
+  // compare_outputs' all-zero rule: the candidate all zero where the reference is not.
+  bool all_zero(std::size_t count) const { return count > 0 && !got_nonzero && want_nonzero; }
+  bool pass(std::size_t count) const { return failures == 0 && !all_zero(count); }
+};
+
 struct Device {
   int ordinal = 0;
   // The runner's share of the GPU with the other runners on it: exclusive while it times.
@@ -95,6 +109,7 @@ struct Device {
   CUfunction sweep = nullptr;            // reads all of l2_scratch
   CUfunction check_kernel = nullptr;     // elementwise output check (launch_check)
   CUfunction generate_kernel = nullptr;  // input values (device_values.hpp)
+  CUfunction scramble_kernel = nullptr;  // XOR with a keystream (scramble)
   double copy_bandwidth_bps = 0.0;       // device-to-device copy, bytes read + written per second
 
   // cuInit, primary context, a stream and the scratch buffer; no kernel runs, so a spare runner
@@ -109,12 +124,23 @@ struct Device {
   void flush_l2(std::uint32_t salt);
   // Enqueues the elementwise check of `count` elements of `got` against `want` on the stream,
   // with compare_outputs' rule (a NaN reference fails, non-finite values must match exactly,
-  // integers differ by at least 1): adds the failing elements to result[0], and sets result[1]
-  // / result[2] to 1 when any candidate / reference element is non-zero. `result` is three
-  // u64 in device memory, zeroed by the caller. A pass here is a pass of compare_outputs
-  // except for the all-zero rule, which the caller applies from result[1] and result[2].
+  // integers differ by at least 1): adds the failing elements to result[0], sets result[1] /
+  // result[2] to 1 when any candidate / reference element is non-zero, and raises result[3] /
+  // result[4] to compare_outputs' max_abs_error / max_rel_error (as double bits). `result` is
+  // kCheckWords u64 in device memory, zeroed by the caller (CheckResult reads them). A pass here
+  // is a pass of compare_outputs except for the all-zero rule, which CheckResult applies.
+  static constexpr std::size_t kCheckWords = 5;
+  static constexpr std::size_t kCheckBytes = 8 * kCheckWords;
+  // `variant`: the poison variant the outputs were filled with (an integer element left holding
+  // it is unwritten).
   void launch_check(CUdeviceptr got, CUdeviceptr want, std::size_t count, core::DType dtype,
-                    double atol, double rtol, CUdeviceptr result);
+                    double atol, double rtol, CUdeviceptr result, int variant = 0);
+  // Enqueues an XOR of `bytes` at `data` with the keystream of `key`; a second call with the
+  // same key undoes it.
+  void scramble(CUdeviceptr data, std::size_t bytes, std::uint64_t key);
+  // Enqueues a byte-for-byte comparison of `bytes` at `got` and `want` into the check result
+  // at `result` (failures: differing words, or bytes where the two are not 8-byte aligned).
+  void launch_equal(CUdeviceptr got, CUdeviceptr want, std::size_t bytes, CUdeviceptr result);
   core::Value describe() const;
   // A page-locked host buffer of at least `bytes`, named by `key` and kept for the runner's
   // life: pinning costs about a millisecond per 10 MB, so buffers are reused across jobs and

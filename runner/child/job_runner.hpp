@@ -100,8 +100,14 @@ class JobRunner {
     std::vector<DeviceBuffer> tensors;
     std::vector<DeviceBuffer> pristine;
     std::vector<CUdeviceptr> pointers;
-    std::vector<std::vector<std::byte>> stale;  // per output tensor: draw 0's expected bytes
+    std::vector<DeviceBuffer> expected;  // per output: the reference's answer on this draw
+    std::vector<DeviceBuffer> stale;     // per out tensor: draw 0's answer, where draw 1 starts
+    bool stale_written = false;
+    std::vector<DeviceBuffer> canaries;  // per tensor: its front and back canary patterns
+    DeviceBuffer results;                // device_verdict's check results, three per tensor
   };
+  bool device_verdict(const CaseSetup& setup, int draw, CaseBuffers& buffers,
+                      std::vector<judge::CompareReport>& reports);
   std::vector<judge::CompareReport> judge_outputs(const CaseSetup& setup, const Views& inputs,
                                                   const Views& candidate, const Views& reference,
                                                   int variant, bool reveal);
@@ -132,7 +138,7 @@ class JobRunner {
   std::string deadline_text(const CaseSetup& setup) const;
 
   // timing.cpp
-  Value time_case(const CaseSetup& setup);
+  Value time_case(const CaseSetup& setup, double budget_ms);
   Value time_visible_cases();
   // The plausibility floor's peak rates on this GPU and the bytes a call must move through
   // HBM (docs/runner.md, "Plausibility").

@@ -55,20 +55,9 @@ enum class Source {
   kDrawn,  // one of kHostDraws host draws, chosen per call from the secret
 };
 
-// Every element of `got` equals `want`, byte for byte, checked on the device (as 8-byte words
-// where both are aligned to them: a large input's check then reads at full bandwidth).
-void check_bytes(Device& device, CUdeviceptr got, CUdeviceptr want, std::size_t bytes,
-                 CUdeviceptr result) {
-  if (bytes % 8 == 0 && got % 8 == 0 && want % 8 == 0) {
-    device.launch_check(got, want, bytes / 8, core::DType::kI64, 0.0, 0.0, result);
-    return;
-  }
-  device.launch_check(got, want, bytes, core::DType::kU8, 0.0, 0.0, result);
-}
-
 }  // namespace
 
-Value JobRunner::time_case(const CaseSetup& setup) {
+Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
   const auto setup_started = Clock::now();
   const auto& c = *setup.c;
   const CUstream stream = device_.stream;
@@ -264,28 +253,59 @@ Value JobRunner::time_case(const CaseSetup& setup) {
   rule.min_samples = job_.timing.min_samples;
   rule.max_samples = job_.timing.max_samples;
   const auto order = judge::interleaved_order(job_.timing.max_samples + schedule.warmup_pairs);
+  // Why the measurement ended: both intervals within target_rel_ci ("interval"), max_samples,
+  // the case's time_cap_ms, or the case's share of the step's budget with min_samples a side.
+  std::string stopped = "max_samples";
 
   // Checked calls: the candidate's outputs set aside, the call's inputs drawn again (the
-  // pristine copy), the reference on them, and the runner's device checks (three u64 per check:
-  // two canaries and one input-or-output comparison per tensor); host copies only on failure.
-  std::vector<DeviceBuffer> kept(n), pristine(n);
+  // pristine copy), the reference on them, and the runner's device checks (three per tensor:
+  // two canaries and one input-or-output comparison). Their verdicts are read at the next
+  // collect(), which waits for the stream anyway: a checked call does not stop the stream.
+  // Until then its evidence stays on the device in a check set (the candidate's and the
+  // reference's outputs, and the call's inputs for a task checker), from which the host
+  // judges a suspect call in full; with every set in use, a checked call collects first.
+  std::vector<DeviceBuffer> pristine(n);
   std::vector<CUdeviceptr> pristine_ptrs(n, 0);
+  std::size_t set_bytes = 0;
   for (std::size_t t = 0; t < n; ++t) {
-    if (tasks::is_output(task_.tensors[t].role)) kept[t] = DeviceBuffer(setup.bytes[t], false);
-    if (tasks::is_input(task_.tensors[t].role) && !partial[t]) {
+    const auto role = task_.tensors[t].role;
+    if (tasks::is_input(role) && !partial[t]) {
       pristine[t] = DeviceBuffer(setup.bytes[t], false);
       pristine_ptrs[t] = pristine[t].data();
     }
+    if (tasks::is_output(role)) set_bytes += 2 * setup.bytes[t];
+    if (checker_ != nullptr && tasks::is_input(role)) set_bytes += setup.bytes[t];
   }
   const std::size_t kChecks = 3;
-  DeviceBuffer check_results(24 * kChecks * n, false);
-  std::byte* check_host = device_.staging("check results", 24 * kChecks * n);
+  struct CheckSet {
+    std::vector<DeviceBuffer> got, want, inputs;  // per task tensor (unused ones empty)
+    DeviceBuffer results;
+    std::byte* host = nullptr;  // the results, downloaded
+    std::size_t call = 0;
+  };
+  std::vector<CheckSet> sets(
+      std::clamp<std::size_t>((std::size_t{1} << 30) / std::max<std::size_t>(set_bytes, 1), 1, 8));
+  for (std::size_t k = 0; k < sets.size(); ++k) {
+    CheckSet& set = sets[k];
+    for (std::size_t t = 0; t < n; ++t) {
+      const auto role = task_.tensors[t].role;
+      const bool output = tasks::is_output(role);
+      set.got.emplace_back(output ? setup.bytes[t] : 0, false);
+      set.want.emplace_back(output ? setup.bytes[t] : 0, false);
+      set.inputs.emplace_back(checker_ != nullptr && tasks::is_input(role) ? setup.bytes[t] : 0,
+                              false);
+    }
+    set.results = DeviceBuffer(Device::kCheckBytes * kChecks * n, false);
+    set.host = device_.staging("check results " + std::to_string(k), set.results.bytes());
+  }
+  std::vector<std::size_t> waiting;  // sets whose verdicts are not read yet, in call order
   record_phase("timing setup " + c.name, setup_started);
 
-  auto check_call = [&](const Slot& slot, std::size_t this_call) {
+  auto enqueue_check = [&](CheckSet& set, const Slot& slot, std::size_t this_call) {
+    set.call = this_call;
     for (std::size_t t = 0; t < n; ++t) {
       if (!tasks::is_output(task_.tensors[t].role) || setup.bytes[t] == 0) continue;
-      check(cuMemcpyDtoDAsync(kept[t].data(), slot.tensor_ptrs[t], setup.bytes[t], stream),
+      check(cuMemcpyDtoDAsync(set.got[t].data(), slot.tensor_ptrs[t], setup.bytes[t], stream),
             "keep outputs");
     }
     write_inputs(pristine_ptrs, this_call, nullptr);
@@ -294,24 +314,28 @@ Value JobRunner::time_case(const CaseSetup& setup) {
     for (std::size_t t = 0; t < n; ++t) {
       if (partial[t]) before[t] = slot.pristine[t].data();
     }
-    check(cuMemsetD8Async(check_results.data(), 0, check_results.bytes(), stream), "results");
+    check(cuMemsetD8Async(set.results.data(), 0, set.results.bytes(), stream), "results");
     auto result = [&](std::size_t t, std::size_t k) {
-      return check_results.data() + 24 * (kChecks * t + k);
+      return set.results.data() + Device::kCheckBytes * (kChecks * t + k);
     };
     for (std::size_t t = 0; t < n; ++t) {
       const DeviceBuffer& buffer = slot.tensors[t];
-      check_bytes(device_, buffer.base(), canaries[t].data(), DeviceBuffer::kCanaryBytes,
-                  result(t, 0));
-      check_bytes(device_, buffer.data() + buffer.bytes(),
-                  canaries[t].data() + DeviceBuffer::kCanaryBytes, DeviceBuffer::kCanaryBytes,
-                  result(t, 1));
+      device_.launch_equal(buffer.base(), canaries[t].data(), DeviceBuffer::kCanaryBytes,
+                           result(t, 0));
+      device_.launch_equal(buffer.data() + buffer.bytes(),
+                           canaries[t].data() + DeviceBuffer::kCanaryBytes,
+                           DeviceBuffer::kCanaryBytes, result(t, 1));
       if (task_.tensors[t].role == tasks::Role::kIn) {
-        check_bytes(device_, slot.tensor_ptrs[t], before[t], setup.bytes[t], result(t, 2));
+        device_.launch_equal(slot.tensor_ptrs[t], before[t], setup.bytes[t], result(t, 2));
       }
     }
     // The reference runs on the same inputs (in-place tensors restored) in the same slot.
     for (std::size_t t = 0; t < n; ++t) {
       if (!tasks::is_input(task_.tensors[t].role) || setup.bytes[t] == 0) continue;
+      if (checker_ != nullptr) {
+        check(cuMemcpyDtoDAsync(set.inputs[t].data(), before[t], setup.bytes[t], stream),
+              "keep inputs");
+      }
       check(cuMemcpyDtoDAsync(slot.tensor_ptrs[t], before[t], setup.bytes[t], stream),
             "restore inputs");
     }
@@ -320,41 +344,42 @@ Value JobRunner::time_case(const CaseSetup& setup) {
     for (std::size_t t = 0; t < n; ++t) {
       const auto& tensor = task_.tensors[t];
       if (!tasks::is_output(tensor.role)) continue;
+      if (setup.bytes[t] > 0) {
+        check(cuMemcpyDtoDAsync(set.want[t].data(), slot.tensor_ptrs[t], setup.bytes[t], stream),
+              "keep reference outputs");
+      }
       const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
-      device_.launch_check(kept[t].data(), slot.tensor_ptrs[t], setup.counts[t], tensor.dtype,
+      device_.launch_check(set.got[t].data(), set.want[t].data(), setup.counts[t], tensor.dtype,
                            tol.atol, tol.rtol, result(t, 2));
     }
-    download(check_host, check_results.data(), check_results.bytes(), stream);
-    // Candidate, its checks and the reference: a few deadlines' worth.
-    sync_or_fail(stream, true, "in timed call " + std::to_string(this_call) + " of " + setup.label,
-                 4 * deadline_ms(setup));
+    download(set.host, set.results.data(), set.results.bytes(), stream);
+  };
+
+  // The verdict on a checked call whose results are on the host (after a synchronize).
+  auto judge_check = [&](const CheckSet& set) {
     auto verdict = [&](std::size_t t, std::size_t k) {
-      std::uint64_t v[3];
-      std::memcpy(v, check_host + 24 * (kChecks * t + k), sizeof v);
-      return std::array<std::uint64_t, 3>{v[0], v[1], v[2]};
+      return CheckResult::read(set.host + Device::kCheckBytes * (kChecks * t + k));
     };
-    const std::string where = setup.label + ", timed call " + std::to_string(this_call);
+    const std::string where = setup.label + ", timed call " + std::to_string(set.call);
     bool suspect = false;
     for (std::size_t t = 0; t < n; ++t) {
       const auto& tensor = task_.tensors[t];
-      if (verdict(t, 0)[0] != 0) {
-        fail(StepStatus::kIncorrect, where + ": wrote " + std::to_string(verdict(t, 0)[0]) +
+      if (verdict(t, 0).failures != 0) {
+        fail(StepStatus::kIncorrect, where + ": wrote " + std::to_string(verdict(t, 0).failures) +
                                          " bytes before the start of '" + tensor.name +
                                          "' (the correctness runs passed)");
       }
-      if (verdict(t, 1)[0] != 0) {
+      if (verdict(t, 1).failures != 0) {
         fail(StepStatus::kIncorrect,
              where + ": wrote past the end of '" + tensor.name + "' (the correctness runs passed)");
       }
-      if (tensor.role == tasks::Role::kIn && verdict(t, 2)[0] != 0) {
+      if (tensor.role == tasks::Role::kIn && verdict(t, 2).failures != 0) {
         fail(StepStatus::kIncorrect, where + ": modified the read-only input '" + tensor.name +
-                                         "' (changed in " + std::to_string(verdict(t, 2)[0]) +
+                                         "' (changed in " + std::to_string(verdict(t, 2).failures) +
                                          " places; the correctness runs passed)");
       }
       if (!tasks::is_output(tensor.role)) continue;
-      const auto v = verdict(t, 2);
-      const bool all_zero = setup.counts[t] > 0 && v[1] == 0 && v[2] != 0;
-      suspect |= v[0] != 0 || all_zero;
+      suspect |= !verdict(t, 2).pass(setup.counts[t]);
     }
     if (!suspect) return;
     // Both sides' outputs to the host, and (for a task checker) the call's inputs; then the
@@ -364,12 +389,12 @@ Value JobRunner::time_case(const CaseSetup& setup) {
       if (tasks::is_output(task_.tensors[t].role)) {
         got[t] = device_.staging("got:" + std::to_string(t), setup.bytes[t]);
         want[t] = device_.staging("want:" + std::to_string(t), setup.bytes[t]);
-        download(got[t], kept[t].data(), setup.bytes[t], stream);
-        download(want[t], slot.tensor_ptrs[t], setup.bytes[t], stream);
+        download(got[t], set.got[t].data(), setup.bytes[t], stream);
+        download(want[t], set.want[t].data(), setup.bytes[t], stream);
       }
       if (checker_ != nullptr && tasks::is_input(task_.tensors[t].role)) {
         call_inputs[t] = device_.staging("call input:" + std::to_string(t), setup.bytes[t]);
-        download(call_inputs[t], before[t], setup.bytes[t], stream);
+        download(call_inputs[t], set.inputs[t].data(), setup.bytes[t], stream);
       }
     }
     check(cuStreamSynchronize(stream), "download");
@@ -400,6 +425,8 @@ Value JobRunner::time_case(const CaseSetup& setup) {
     from = Clock::now();
     const auto spans = timer_.collect();
     records_ms += milliseconds_since(from);
+    for (const std::size_t k : waiting) judge_check(sets[k]);
+    waiting.clear();
     for (const auto& [tag, span] : spans) {
       const auto it = pending.find(tag);
       if (it == pending.end()) continue;
@@ -412,6 +439,12 @@ Value JobRunner::time_case(const CaseSetup& setup) {
       }
       pending.erase(it);
     }
+  };
+  auto check_call = [&](const Slot& slot, std::size_t this_call) {
+    if (waiting.size() == sets.size()) collect();
+    const std::size_t k = waiting.size();  // sets fill in order and are read all at once
+    enqueue_check(sets[k], slot, this_call);
+    waiting.push_back(k);
   };
   auto timed_call = [&](bool is_candidate, bool counted) {
     Slot& slot = slots[call % slots.size()];
@@ -449,10 +482,22 @@ Value JobRunner::time_case(const CaseSetup& setup) {
     }
     if (i % 32 == 31 || i + 1 == order.size()) {
       collect();
-      const bool enough =
-          judge::should_stop(reference_ns, rule) && judge::should_stop(candidate_ns, rule);
-      const bool out_of_time = Clock::now() - started > cap;
-      if (enough || out_of_time) break;
+      const double spent_ms = milliseconds_since(started);
+      if (judge::should_stop(reference_ns, rule) && judge::should_stop(candidate_ns, rule)) {
+        stopped = reference_ns.size() >= rule.max_samples || candidate_ns.size() >= rule.max_samples
+                      ? "max_samples"
+                      : "interval";
+        break;
+      }
+      if (spent_ms > cap.count()) {
+        stopped = "time_cap";
+        break;
+      }
+      if (spent_ms > budget_ms && reference_ns.size() >= rule.min_samples &&
+          candidate_ns.size() >= rule.min_samples) {
+        stopped = "step_budget";
+        break;
+      }
     }
   }
   // The last call is always checked: one more candidate call, prepared like every other, so a
@@ -496,6 +541,8 @@ Value JobRunner::time_case(const CaseSetup& setup) {
               {"checked_calls", checked},
               {"incomplete_calls", incomplete},
               {"calls", call},
+              {"stopped", stopped},
+              {"budget_ms", budget_ms},
               {"host_ms",
                {{"prepare", prepare_ms},
                 {"launch", launch_ms},
@@ -514,9 +561,15 @@ Value JobRunner::time_case(const CaseSetup& setup) {
 Value JobRunner::time_visible_cases() {
   Value cases = Value::array();
   estimates_.clear();
+  // The step's budget, shared: each case may use what is left of it over the cases left.
+  std::size_t left = 0;
+  for (const auto& setup : cases_) left += setup.c->hidden ? 0 : 1;
+  const auto started = Clock::now();
   for (const auto& setup : cases_) {
     if (setup.c->hidden) continue;
-    cases.push_back(time_case(setup));
+    const double remaining =
+        std::max(0.0, job_.timing.step_budget_ms - milliseconds_since(started));
+    cases.push_back(time_case(setup, remaining / static_cast<double>(left--)));
   }
   const auto combined = judge::combined_speedup(estimates_);
   Value out{{"cases", std::move(cases)}, {"method", "CUPTI kernel activity, median"}};

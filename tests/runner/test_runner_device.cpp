@@ -1,7 +1,7 @@
-// On a GPU: the runner's device-side output check (Device::launch_check) reaches the verdict of
-// the host's compare_outputs on every dtype, over random bit patterns (every NaN, infinity,
-// subnormal and poison included) and values at the tolerance bound. Timed calls are checked
-// on the device and a wrong verdict there would let a kernel misbehave in timed calls, so
+// On a GPU: the runner's device-side output check (Device::launch_check) reaches the verdict and
+// the error maxima of the host's compare_outputs on every dtype, over random bit patterns (every
+// NaN, infinity, subnormal and poison included) and values at the tolerance bound. Timed calls are
+// checked on the device and a wrong verdict there would let a kernel misbehave in timed calls, so
 // the two implementations are held to the same element counts. test_library_reference.cpp
 // holds the library references (cuBLASLt) to their oracles. Without a CUDA device the suite
 // reports itself skipped (exit 77).
@@ -33,44 +33,47 @@ const DType kAllDTypes[] = {DType::kBF16,    DType::kF16,     DType::kF32, DType
                             DType::kFP8E4M3, DType::kFP8E5M2, DType::kI8,  DType::kU8,
                             DType::kI16,     DType::kI32,     DType::kI64, DType::kBool};
 
-struct DeviceVerdict {
-  std::uint64_t failures;
-  bool got_nonzero;
-  bool want_nonzero;
-};
-
-DeviceVerdict device_check(DType dtype, const std::vector<unsigned char>& got,
-                           const std::vector<unsigned char>& want, judge::Tolerance tol) {
+runner::child::CheckResult device_check(DType dtype, const std::vector<unsigned char>& got,
+                                        const std::vector<unsigned char>& want,
+                                        judge::Tolerance tol, int variant) {
   Device& device = *g_device;
   const std::size_t count = want.size() / core::dtype_size(dtype);
-  DeviceBuffer got_buffer(got.size(), false), want_buffer(want.size(), false), result(24, false);
+  DeviceBuffer got_buffer(got.size(), false), want_buffer(want.size(), false),
+      result(Device::kCheckBytes, false);
   using runner::child::check;
   // Everything on the runner's stream, in order, as the runner does it: that stream does not
   // synchronise with the legacy default stream the non-Async calls use.
   const CUstream stream = device.stream;
   check(cuMemcpyHtoDAsync(got_buffer.data(), got.data(), got.size(), stream), "upload");
   check(cuMemcpyHtoDAsync(want_buffer.data(), want.data(), want.size(), stream), "upload");
-  check(cuMemsetD8Async(result.data(), 0, 24, stream), "memset");
+  check(cuMemsetD8Async(result.data(), 0, Device::kCheckBytes, stream), "memset");
   device.launch_check(got_buffer.data(), want_buffer.data(), count, dtype, tol.atol, tol.rtol,
-                      result.data());
-  std::uint64_t out[3] = {};
+                      result.data(), variant);
+  std::byte out[Device::kCheckBytes] = {};
   check(cuMemcpyDtoHAsync(out, result.data(), sizeof out, stream), "download");
   check(cuStreamSynchronize(stream), "check");
-  return {out[0], out[1] != 0, out[2] != 0};
+  return runner::child::CheckResult::read(out);
 }
 
 void expect_same_verdict(DType dtype, const std::vector<unsigned char>& got,
-                         const std::vector<unsigned char>& want, judge::Tolerance tol) {
+                         const std::vector<unsigned char>& want, judge::Tolerance tol,
+                         int variant = 0) {
   const std::size_t count = want.size() / core::dtype_size(dtype);
   const auto host =
-      judge::compare_outputs(dtype, got.data(), want.data(), count, {}, tol, 0, true, "out");
-  const DeviceVerdict device = device_check(dtype, got, want, tol);
+      judge::compare_outputs(dtype, got.data(), want.data(), count, {}, tol, variant, true, "out");
+  const auto device = device_check(dtype, got, want, tol, variant);
   // The device counts a NaN reference element as a failure; the host reports it apart.
   CHECK(device.failures == host.mismatches + host.reference_nans);
-  const bool device_all_zero = count > 0 && !device.got_nonzero && device.want_nonzero;
-  CHECK(device_all_zero == host.all_zero);
-  const bool device_pass = device.failures == 0 && !device_all_zero;
-  CHECK(device_pass == host.pass);
+  CHECK(device.all_zero(count) == host.all_zero);
+  CHECK(device.pass(count) == host.pass);
+  // The error maxima, bit for bit: a passing case's reply is built from the device's.
+  CHECK(device.max_abs_error == host.max_abs_error);
+  CHECK(device.max_rel_error == host.max_rel_error);
+  if (host.pass) {
+    const auto rebuilt =
+        judge::passing_report(count, device.max_abs_error, device.max_rel_error, tol, true, "out");
+    CHECK(rebuilt.to_value() == host.to_value());
+  }
 }
 
 }  // namespace
@@ -100,6 +103,7 @@ TEST_CASE("device check: random bit patterns get the host's verdict on every dty
     expect_same_verdict(dtype, want, want, tol);
     expect_same_verdict(dtype, got, want, judge::Tolerance{0.0, 0.0});
     expect_same_verdict(dtype, got, want, judge::Tolerance{0.5, 0.25});
+    expect_same_verdict(dtype, got, want, judge::Tolerance{0.5, 0.25}, 1);
   }
 }
 
@@ -122,6 +126,11 @@ TEST_CASE("device check: clean, poisoned, all-zero and at-the-bound outputs") {
     expect_same_verdict(dtype, got, want, tol);
     judge::fill_poison(dtype, got.data() + 17 * esize, 3, 0);
     expect_same_verdict(dtype, got, want, tol);
+    // The second run's poison, under a tolerance wide enough to cover an integer poison's
+    // distance from the answer: still unwritten, on both sides.
+    got = want;
+    judge::fill_poison(dtype, got.data() + 17 * esize, 3, 1);
+    expect_same_verdict(dtype, got, want, judge::Tolerance{1e30, 0.0}, 1);
     expect_same_verdict(dtype, zeros, want, tol);
     // A tolerance exactly equal to one element's error: the bound is inclusive on both sides.
     got = want;
@@ -130,6 +139,36 @@ TEST_CASE("device check: clean, poisoned, all-zero and at-the-bound outputs") {
     const double error = 1.0;                      // values 1 and 2 differ by exactly 1
     expect_same_verdict(dtype, got, want, judge::Tolerance{error, 0.0});
     expect_same_verdict(dtype, got, want, judge::Tolerance{error / 2, 0.0});
+  }
+}
+
+TEST_CASE("scramble: the answer kept on the device is noise until unscrambled") {
+  Device& device = *g_device;
+  using runner::child::check;
+  const CUstream stream = device.stream;
+  for (const std::size_t bytes : {std::size_t{1}, std::size_t{13}, std::size_t{4096 + 5}}) {
+    CAPTURE(bytes);
+    std::vector<unsigned char> plain(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) plain[i] = static_cast<unsigned char>(i * 37 + 1);
+    DeviceBuffer buffer(bytes, false);
+    check(cuMemcpyHtoDAsync(buffer.data(), plain.data(), bytes, stream), "upload");
+    device.scramble(buffer.data(), bytes, 0x1234);
+    std::vector<unsigned char> scrambled(bytes), other(bytes), restored(bytes);
+    check(cuMemcpyDtoHAsync(scrambled.data(), buffer.data(), bytes, stream), "download");
+    device.scramble(buffer.data(), bytes, 0x1234);
+    check(cuMemcpyDtoHAsync(restored.data(), buffer.data(), bytes, stream), "download");
+    device.scramble(buffer.data(), bytes, 0x1235);  // another key
+    check(cuMemcpyDtoHAsync(other.data(), buffer.data(), bytes, stream), "download");
+    check(cuStreamSynchronize(stream), "scramble");
+    CHECK(restored == plain);
+    std::size_t same = 0, same_other = 0;
+    for (std::size_t i = 0; i < bytes; ++i) {
+      same += scrambled[i] == plain[i] ? 1 : 0;
+      same_other += other[i] == scrambled[i] ? 1 : 0;
+    }
+    // About 1 byte in 256 agrees by chance.
+    CHECK(same <= 1 + bytes / 64);
+    CHECK(same_other <= 1 + bytes / 64);
   }
 }
 
