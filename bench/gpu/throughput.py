@@ -191,20 +191,29 @@ def runner_phases(records):
 
 
 def timed_by_task(records):
-    """Per task, over its timed records: how many, and the median and total milliseconds of
-    correctness and timing (the total timing is what the GPU spent alone on the task)."""
+    """Per task, over its timed records: how many, the median and total milliseconds of
+    correctness and timing (the total timing is what the GPU spent alone on the task), and over
+    its timed cases the median number of timed calls and why the cases stopped."""
     rows = {}
     for record in records:
         sums = phase_sums(record)
         if sums is None:
             continue
-        row = rows.setdefault(record.get("task", "?"), {"timing": [], "correctness": []})
+        row = rows.setdefault(record.get("task", "?"),
+                              {"timing": [], "correctness": [], "calls": [], "stopped": {}})
         row["timing"].append(sums.get("timing", 0.0) + sums.get("timing setup", 0.0))
         row["correctness"].append(sums.get("correctness", 0.0))
+        for case in ((record.get("result") or {}).get("timing") or {}).get("cases") or []:
+            if isinstance(case.get("calls"), int):
+                row["calls"].append(case["calls"])
+            reason = case.get("stopped", "?")
+            row["stopped"][reason] = row["stopped"].get(reason, 0) + 1
     return {task: {"steps": len(v["timing"]),
                    "timing_ms_median": round(statistics.median(v["timing"]), 1),
                    "timing_ms_total": round(sum(v["timing"]), 1),
-                   "correctness_ms_median": round(statistics.median(v["correctness"]), 1)}
+                   "correctness_ms_median": round(statistics.median(v["correctness"]), 1),
+                   "calls_per_case_median": statistics.median(v["calls"]) if v["calls"] else None,
+                   "cases_stopped": dict(sorted(v["stopped"].items()))}
             for task, v in sorted(rows.items())}
 
 

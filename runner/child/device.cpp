@@ -120,7 +120,8 @@ void Device::open(int index) {
   // away. `crucible_check`: the elementwise rule of compare_outputs (judge/compare.hpp)
   // on device memory, built without FMA contraction so its double arithmetic rounds exactly as
   // the host's does. `crucible_generate` (device_values.hpp): input values, bit for bit the host
-  // generators', for the same reason built without contraction.
+  // generators', for the same reason built without contraction. `crucible_scramble`: XOR with a
+  // keystream, so the reference's answer can wait on the device while candidate code runs.
   const std::string source = kernels::runner_program_source();
   nvrtcProgram program = nullptr;
   if (nvrtcCreateProgram(&program, source.c_str(), kernels::kRunnerProgramName, 0, nullptr,
