@@ -64,6 +64,16 @@ __device__ void crucible_warp_max(unsigned long long value, unsigned long long* 
   if ((threadIdx.x & 31) == 0 && value != 0) atomicMax(target, value);
 }
 
+// Raises the running error maxima by one pair's error (relative where the reference is non-zero).
+__device__ void crucible_raise_errors(double error, double magnitude, double* max_abs,
+                                      double* max_rel) {
+  *max_abs = error > *max_abs ? error : *max_abs;
+  if (magnitude != 0.0) {
+    const double relative = error / magnitude;
+    *max_rel = relative > *max_rel ? relative : *max_rel;
+  }
+}
+
 // result[0] += elements that fail; result[1] / result[2] set when any candidate / reference
 // element is non-zero (NaN counts as non-zero, as on the host); result[3] / result[4] raised to
 // the largest absolute / relative error (double bits) over the pairs the host's maxima range over
@@ -90,11 +100,7 @@ extern "C" __global__ void crucible_check(const unsigned char* got, const unsign
         ok = false;
       } else if (isfinite(g) && isfinite(w)) {
         const double error = fabs(g - w), magnitude = fabs(w);
-        max_abs = error > max_abs ? error : max_abs;
-        if (magnitude != 0.0) {
-          const double relative = error / magnitude;
-          max_rel = relative > max_rel ? relative : max_rel;
-        }
+        crucible_raise_errors(error, magnitude, &max_abs, &max_rel);
         ok = error <= atol + rtol * magnitude;
       } else {
         ok = g == w;
@@ -110,16 +116,10 @@ extern "C" __global__ void crucible_check(const unsigned char* got, const unsign
             g > w ? (unsigned long long)g - (unsigned long long)w
                   : (unsigned long long)w - (unsigned long long)g;
         const double error = (double)distance;
+        const double magnitude = fabs((double)w);
         const bool unwritten = g == poison;
-        if (!unwritten) {
-          const double magnitude = fabs((double)w);
-          max_abs = error > max_abs ? error : max_abs;
-          if (magnitude != 0.0) {
-            const double relative = error / magnitude;
-            max_rel = relative > max_rel ? relative : max_rel;
-          }
-        }
-        failures += !unwritten && error <= atol + rtol * fabs((double)w) ? 0 : 1;
+        if (!unwritten) crucible_raise_errors(error, magnitude, &max_abs, &max_rel);
+        failures += !unwritten && error <= atol + rtol * magnitude ? 0 : 1;
       }
     }
   }

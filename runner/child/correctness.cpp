@@ -131,32 +131,26 @@ bool JobRunner::device_verdict(const CaseSetup& setup, int draw, CaseBuffers& bu
                                std::vector<judge::CompareReport>& reports) {
   const CUstream stream = device_.stream;
   const std::size_t n = task_.tensors.size();
-  check(cuMemsetD8Async(buffers.results.data(), 0, buffers.results.bytes(), stream), "results");
-  auto result = [&](std::size_t t, std::size_t k) {
-    return buffers.results.data() + Device::kCheckBytes * (3 * t + k);
-  };
+  const CUdeviceptr checks = buffers.results.data();
+  check(cuMemsetD8Async(checks, 0, buffers.results.bytes(), stream), "results");
   for (std::size_t t = 0; t < n; ++t) {
     const auto& tensor = task_.tensors[t];
     const DeviceBuffer& buffer = buffers.tensors[t];
-    const CUdeviceptr canaries = buffers.canaries[t].data();
-    device_.launch_equal(buffer.base(), canaries, DeviceBuffer::kCanaryBytes, result(t, 0));
-    device_.launch_equal(buffer.data() + buffer.bytes(), canaries + DeviceBuffer::kCanaryBytes,
-                         DeviceBuffer::kCanaryBytes, result(t, 1));
+    check_canaries(buffer, buffers.canaries[t].data(), checks, t);
     if (tensor.role == tasks::Role::kIn && setup.bytes[t] > 0) {
-      device_.launch_equal(buffer.data(), buffers.pristine[t].data(), setup.bytes[t], result(t, 2));
+      device_.launch_equal(buffer.data(), buffers.pristine[t].data(), setup.bytes[t],
+                           TensorChecks::at(checks, t, 2));
     }
     if (tasks::is_output(tensor.role) && setup.counts[t] > 0) {
       const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
       device_.launch_check(buffer.data(), buffers.expected[t].data(), setup.counts[t], tensor.dtype,
-                           tol.atol, tol.rtol, result(t, 2), draw);
+                           tol.atol, tol.rtol, TensorChecks::at(checks, t, 2), draw);
     }
   }
   std::byte* host = device_.staging("case check results", buffers.results.bytes());
-  download(host, buffers.results.data(), buffers.results.bytes(), stream);
+  download(host, checks, buffers.results.bytes(), stream);
   check(cuStreamSynchronize(stream), "device check");
-  auto read = [&](std::size_t t, std::size_t k) {
-    return CheckResult::read(host + Device::kCheckBytes * (3 * t + k));
-  };
+  auto read = [&](std::size_t t, std::size_t k) { return TensorChecks::read(host, t, k); };
   std::vector<judge::CompareReport> passed;
   for (std::size_t t = 0; t < n; ++t) {
     const auto& tensor = task_.tensors[t];
@@ -197,34 +191,10 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
   }
   check(cuStreamSynchronize(stream), "inputs");
   part_done("inputs");
-  // Host copies of the inputs, made only when a host verdict needs them (a checker, or a
-  // failure to describe): those drawn on the device come down from the pristine copies.
-  std::vector<const std::byte*> input_bytes(n, nullptr);
-  auto host_inputs = [&]() -> const Views& {
-    for (std::size_t t = 0; t < n; ++t) {
-      if (!tasks::is_input(task_.tensors[t].role) || input_bytes[t] != nullptr) continue;
-      if (input_values[t] != nullptr) {
-        input_bytes[t] = input_values[t]->data();
-        continue;
-      }
-      std::byte* host = device_.staging("input:" + std::to_string(t), setup.bytes[t]);
-      download(host, buffers.pristine[t].data(), setup.bytes[t], stream);
-      input_bytes[t] = host;
-    }
-    check(cuStreamSynchronize(stream), "inputs");
-    return input_bytes;
-  };
   const std::vector<CUdeviceptr>& pointers = buffers.pointers;
-  auto write_canaries = [&] {
-    for (std::size_t t = 0; t < n; ++t) {
-      const DeviceBuffer& buffer = buffers.tensors[t];
-      const CUdeviceptr canaries = buffers.canaries[t].data();
-      check(cuMemcpyDtoDAsync(buffer.base(), canaries, DeviceBuffer::kCanaryBytes, stream),
-            "canary");
-      check(cuMemcpyDtoDAsync(buffer.data() + buffer.bytes(), canaries + DeviceBuffer::kCanaryBytes,
-                              DeviceBuffer::kCanaryBytes, stream),
-            "canary");
-    }
+  auto write_all_canaries = [&] {
+    for (std::size_t t = 0; t < n; ++t)
+      write_canaries(buffers.tensors[t], buffers.canaries[t].data());
   };
   auto write_inputs_and_poison = [&](int variant) {
     for (std::size_t t = 0; t < n; ++t) {
@@ -259,7 +229,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
       workspace.emplace_back(bytes, false);
       workspace_ptrs.push_back(workspace.back().data());
     }
-    write_canaries();
+    write_all_canaries();
     write_inputs_and_poison(draw);
     check(cuStreamSynchronize(stream), "inputs");
     const auto reference_started = Clock::now();
@@ -294,7 +264,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
     check(cuMemsetD8Async(workspace.back().data(), junk, bytes, stream), "workspace fill");
     workspace_ptrs.push_back(workspace.back().data());
   }
-  write_canaries();
+  write_all_canaries();
   write_inputs_and_poison(draw);
   const bool stale = draw == 1 && buffers.stale_written;
   if (stale) {
@@ -333,10 +303,19 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
   const bool clean = checker_ == nullptr && device_verdict(setup, draw, buffers, reports);
   part_done("device check");
   if (!clean) {
-    // Every byte to the host: the guards, the payloads, the reference's outputs, the inputs.
+    // Every byte to the host: the guards, the payloads, the reference's outputs, the inputs
+    // (those made on the host are there already).
     std::vector<std::byte*> whole(n, nullptr), expected(n, nullptr);
     std::vector<std::byte*> stale_bytes(n, nullptr);
+    Views inputs(n, nullptr);
     for (std::size_t t = 0; t < n; ++t) {
+      if (input_values[t] != nullptr) {
+        inputs[t] = input_values[t]->data();
+      } else if (tasks::is_input(task_.tensors[t].role)) {
+        std::byte* host = device_.staging("input:" + std::to_string(t), setup.bytes[t]);
+        download(host, buffers.pristine[t].data(), setup.bytes[t], stream);
+        inputs[t] = host;
+      }
       whole[t] = device_.staging("whole:" + std::to_string(t), buffers.tensors[t].total_bytes());
       download(whole[t], buffers.tensors[t].base(), buffers.tensors[t].total_bytes(), stream);
       if (!tasks::is_output(task_.tensors[t].role)) continue;
@@ -347,7 +326,7 @@ Value JobRunner::check_case(const CaseSetup& setup, int draw, CaseBuffers& buffe
         download(stale_bytes[t], buffers.stale[t].data(), setup.bytes[t], stream);
       }
     }
-    const Views& inputs = host_inputs();
+    check(cuStreamSynchronize(stream), "download");
     part_done("download");
     for (std::size_t t = 0; t < n; ++t) {
       const auto& tensor = task_.tensors[t];
@@ -433,7 +412,6 @@ Value JobRunner::check_all_cases() {
     const auto started = Clock::now();
     CaseBuffers buffers;
     const std::size_t n = task_.tensors.size();
-    std::vector<std::byte> pattern(2 * DeviceBuffer::kCanaryBytes);
     for (std::size_t t = 0; t < n; ++t) {
       const auto role = task_.tensors[t].role;
       buffers.tensors.emplace_back(setup.bytes[t], true);
@@ -444,14 +422,9 @@ Value JobRunner::check_all_cases() {
                                                            : DeviceBuffer());
       buffers.stale.emplace_back(role == tasks::Role::kOut ? DeviceBuffer(setup.bytes[t], false)
                                                            : DeviceBuffer());
-      judge::fill_canary(pattern.data(), DeviceBuffer::kCanaryBytes, canary_seed(t, 0));
-      judge::fill_canary(pattern.data() + DeviceBuffer::kCanaryBytes, DeviceBuffer::kCanaryBytes,
-                         canary_seed(t, 1));
-      buffers.canaries.emplace_back(pattern.size(), false);
-      upload(buffers.canaries.back().data(), pattern.data(), pattern.size(), device_.stream);
-      check(cuStreamSynchronize(device_.stream), "canaries");
+      buffers.canaries.push_back(canary_patterns(t));
     }
-    buffers.results = DeviceBuffer(Device::kCheckBytes * 3 * n, false);
+    buffers.results = DeviceBuffer(TensorChecks::bytes(n), false);
     add_to_phase("correctness: buffers", milliseconds_since(started));
     for (int draw = 0; draw < 2; ++draw) {
       case_reports_.push_back(check_case(setup, draw, buffers));

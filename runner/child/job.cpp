@@ -282,6 +282,33 @@ std::uint64_t JobRunner::canary_seed(std::size_t tensor, int side) const {
   return mix(job_.secret, tensor * 2 + static_cast<std::size_t>(side));
 }
 
+DeviceBuffer JobRunner::canary_patterns(std::size_t tensor) {
+  std::vector<std::byte> pattern(2 * DeviceBuffer::kCanaryBytes);
+  judge::fill_canary(pattern.data(), DeviceBuffer::kCanaryBytes, canary_seed(tensor, 0));
+  judge::fill_canary(pattern.data() + DeviceBuffer::kCanaryBytes, DeviceBuffer::kCanaryBytes,
+                     canary_seed(tensor, 1));
+  DeviceBuffer patterns(pattern.size(), false);
+  upload(patterns.data(), pattern.data(), pattern.size(), device_.stream);
+  check(cuStreamSynchronize(device_.stream), "canaries");
+  return patterns;
+}
+
+void JobRunner::write_canaries(const DeviceBuffer& buffer, CUdeviceptr patterns) {
+  check(cuMemcpyDtoDAsync(buffer.base(), patterns, DeviceBuffer::kCanaryBytes, device_.stream),
+        "canary");
+  check(cuMemcpyDtoDAsync(buffer.data() + buffer.bytes(), patterns + DeviceBuffer::kCanaryBytes,
+                          DeviceBuffer::kCanaryBytes, device_.stream),
+        "canary");
+}
+
+void JobRunner::check_canaries(const DeviceBuffer& buffer, CUdeviceptr patterns, CUdeviceptr checks,
+                               std::size_t tensor) {
+  device_.launch_equal(buffer.base(), patterns, DeviceBuffer::kCanaryBytes,
+                       TensorChecks::at(checks, tensor, 0));
+  device_.launch_equal(buffer.data() + buffer.bytes(), patterns + DeviceBuffer::kCanaryBytes,
+                       DeviceBuffer::kCanaryBytes, TensorChecks::at(checks, tensor, 1));
+}
+
 unsigned char JobRunner::workspace_junk(std::uint64_t salt) const {
   // Never 0: a zeroed workspace is what a kernel that forgot to initialise one would hope for.
   return static_cast<unsigned char>(mix(job_.secret ^ 0x5A5A5A5Aull, salt) % 255 + 1);

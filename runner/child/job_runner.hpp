@@ -65,6 +65,19 @@ struct CaseSetup {
   Value symbols_value;
 };
 
+// A block of device check results (Device::launch_check), three per task tensor: 0 and 1 its
+// front and back canary, 2 its payload (a read-only input against its copy, or an output
+// against the reference's).
+struct TensorChecks {
+  static std::size_t bytes(std::size_t tensors) { return Device::kCheckBytes * 3 * tensors; }
+  static CUdeviceptr at(CUdeviceptr block, std::size_t tensor, std::size_t check) {
+    return block + Device::kCheckBytes * (3 * tensor + check);
+  }
+  static CheckResult read(const std::byte* block, std::size_t tensor, std::size_t check) {
+    return CheckResult::read(block + Device::kCheckBytes * (3 * tensor + check));
+  }
+};
+
 class JobRunner {
  public:
   JobRunner(const RunJob& job, const tasks::Task& task, Device& device, KernelTimer& timer);
@@ -89,6 +102,13 @@ class JobRunner {
   // Adds to a phase that several cases (or parts of one) contribute to.
   void add_to_phase(const std::string& name, double ms);
   std::uint64_t canary_seed(std::size_t tensor, int side) const;
+  // Tensor `tensor`'s front and back canary patterns, side by side on the device.
+  DeviceBuffer canary_patterns(std::size_t tensor);
+  // Enqueues the writing of a buffer's two canaries from its patterns, and their checks into
+  // checks 0 and 1 of `tensor` in a TensorChecks block.
+  void write_canaries(const DeviceBuffer& buffer, CUdeviceptr patterns);
+  void check_canaries(const DeviceBuffer& buffer, CUdeviceptr patterns, CUdeviceptr checks,
+                      std::size_t tensor);
   // A junk byte for candidate workspaces, different for every call and unknown to the kernel.
   unsigned char workspace_junk(std::uint64_t salt) const;
 

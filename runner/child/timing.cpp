@@ -112,31 +112,14 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
 
   // Slots: the same layout as the correctness runs (each tensor between two canaries, so a
   // kernel sees the same alignments in both), rotated so consecutive calls use other addresses.
-  std::vector<DeviceBuffer> canaries(n);  // per tensor: the front and back canary patterns
-  {
-    std::vector<std::byte> pattern(2 * DeviceBuffer::kCanaryBytes);
-    for (std::size_t t = 0; t < n; ++t) {
-      judge::fill_canary(pattern.data(), DeviceBuffer::kCanaryBytes, canary_seed(t, 0));
-      judge::fill_canary(pattern.data() + DeviceBuffer::kCanaryBytes, DeviceBuffer::kCanaryBytes,
-                         canary_seed(t, 1));
-      canaries[t] = DeviceBuffer(pattern.size(), false);
-      upload(canaries[t].data(), pattern.data(), pattern.size(), stream);
-      check(cuStreamSynchronize(stream), "canaries");
-    }
-  }
+  std::vector<DeviceBuffer> canaries;  // per tensor: the front and back canary patterns
+  for (std::size_t t = 0; t < n; ++t) canaries.push_back(canary_patterns(t));
   std::vector<Slot> slots(slots_count);
   for (auto& slot : slots) {
     for (std::size_t t = 0; t < n; ++t) {
       slot.tensors.emplace_back(setup.bytes[t], true);
       slot.tensor_ptrs.push_back(slot.tensors.back().data());
-      const DeviceBuffer& buffer = slot.tensors.back();
-      check(
-          cuMemcpyDtoDAsync(buffer.base(), canaries[t].data(), DeviceBuffer::kCanaryBytes, stream),
-          "canary");
-      check(cuMemcpyDtoDAsync(buffer.data() + buffer.bytes(),
-                              canaries[t].data() + DeviceBuffer::kCanaryBytes,
-                              DeviceBuffer::kCanaryBytes, stream),
-            "canary");
+      write_canaries(slot.tensors.back(), canaries[t].data());
     }
     for (const auto b : setup.reference.workspace_bytes) {
       slot.reference_ws.emplace_back(b, false);
@@ -276,17 +259,22 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
     if (tasks::is_output(role)) set_bytes += 2 * setup.bytes[t];
     if (checker_ != nullptr && tasks::is_input(role)) set_bytes += setup.bytes[t];
   }
-  const std::size_t kChecks = 3;
   struct CheckSet {
     std::vector<DeviceBuffer> got, want, inputs;  // per task tensor (unused ones empty)
-    DeviceBuffer results;
-    std::byte* host = nullptr;  // the results, downloaded
+    DeviceBuffer results;                         // a TensorChecks block
+    std::byte* host = nullptr;                    // the results, downloaded
     std::size_t call = 0;
   };
-  std::vector<CheckSet> sets(
-      std::clamp<std::size_t>((std::size_t{1} << 30) / std::max<std::size_t>(set_bytes, 1), 1, 8));
-  for (std::size_t k = 0; k < sets.size(); ++k) {
-    CheckSet& set = sets[k];
+  // Allocated as first needed (most cases use one or two); sets[0, waiting) hold calls whose
+  // verdicts are not read yet, in call order.
+  const std::size_t max_sets =
+      std::clamp<std::size_t>((std::size_t{1} << 30) / std::max<std::size_t>(set_bytes, 1), 1, 8);
+  std::vector<CheckSet> sets;
+  sets.reserve(max_sets);
+  std::size_t waiting = 0;
+  auto next_set = [&]() -> CheckSet& {
+    if (waiting < sets.size()) return sets[waiting];
+    CheckSet& set = sets.emplace_back();
     for (std::size_t t = 0; t < n; ++t) {
       const auto role = task_.tensors[t].role;
       const bool output = tasks::is_output(role);
@@ -295,10 +283,11 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
       set.inputs.emplace_back(checker_ != nullptr && tasks::is_input(role) ? setup.bytes[t] : 0,
                               false);
     }
-    set.results = DeviceBuffer(Device::kCheckBytes * kChecks * n, false);
-    set.host = device_.staging("check results " + std::to_string(k), set.results.bytes());
-  }
-  std::vector<std::size_t> waiting;  // sets whose verdicts are not read yet, in call order
+    set.results = DeviceBuffer(TensorChecks::bytes(n), false);
+    set.host =
+        device_.staging("check results " + std::to_string(sets.size() - 1), set.results.bytes());
+    return set;
+  };
   record_phase("timing setup " + c.name, setup_started);
 
   auto enqueue_check = [&](CheckSet& set, const Slot& slot, std::size_t this_call) {
@@ -314,19 +303,13 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
     for (std::size_t t = 0; t < n; ++t) {
       if (partial[t]) before[t] = slot.pristine[t].data();
     }
-    check(cuMemsetD8Async(set.results.data(), 0, set.results.bytes(), stream), "results");
-    auto result = [&](std::size_t t, std::size_t k) {
-      return set.results.data() + Device::kCheckBytes * (kChecks * t + k);
-    };
+    const CUdeviceptr checks = set.results.data();
+    check(cuMemsetD8Async(checks, 0, set.results.bytes(), stream), "results");
     for (std::size_t t = 0; t < n; ++t) {
-      const DeviceBuffer& buffer = slot.tensors[t];
-      device_.launch_equal(buffer.base(), canaries[t].data(), DeviceBuffer::kCanaryBytes,
-                           result(t, 0));
-      device_.launch_equal(buffer.data() + buffer.bytes(),
-                           canaries[t].data() + DeviceBuffer::kCanaryBytes,
-                           DeviceBuffer::kCanaryBytes, result(t, 1));
+      check_canaries(slot.tensors[t], canaries[t].data(), checks, t);
       if (task_.tensors[t].role == tasks::Role::kIn) {
-        device_.launch_equal(slot.tensor_ptrs[t], before[t], setup.bytes[t], result(t, 2));
+        device_.launch_equal(slot.tensor_ptrs[t], before[t], setup.bytes[t],
+                             TensorChecks::at(checks, t, 2));
       }
     }
     // The reference runs on the same inputs (in-place tensors restored) in the same slot.
@@ -350,16 +333,14 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
       }
       const tasks::Tolerance tol = tensor.tolerance.value_or(tasks::Tolerance{});
       device_.launch_check(set.got[t].data(), set.want[t].data(), setup.counts[t], tensor.dtype,
-                           tol.atol, tol.rtol, result(t, 2));
+                           tol.atol, tol.rtol, TensorChecks::at(checks, t, 2));
     }
-    download(set.host, set.results.data(), set.results.bytes(), stream);
+    download(set.host, checks, set.results.bytes(), stream);
   };
 
   // The verdict on a checked call whose results are on the host (after a synchronize).
   auto judge_check = [&](const CheckSet& set) {
-    auto verdict = [&](std::size_t t, std::size_t k) {
-      return CheckResult::read(set.host + Device::kCheckBytes * (kChecks * t + k));
-    };
+    auto verdict = [&](std::size_t t, std::size_t k) { return TensorChecks::read(set.host, t, k); };
     const std::string where = setup.label + ", timed call " + std::to_string(set.call);
     bool suspect = false;
     for (std::size_t t = 0; t < n; ++t) {
@@ -425,8 +406,8 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
     from = Clock::now();
     const auto spans = timer_.collect();
     records_ms += milliseconds_since(from);
-    for (const std::size_t k : waiting) judge_check(sets[k]);
-    waiting.clear();
+    for (std::size_t k = 0; k < waiting; ++k) judge_check(sets[k]);
+    waiting = 0;
     for (const auto& [tag, span] : spans) {
       const auto it = pending.find(tag);
       if (it == pending.end()) continue;
@@ -441,10 +422,9 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
     }
   };
   auto check_call = [&](const Slot& slot, std::size_t this_call) {
-    if (waiting.size() == sets.size()) collect();
-    const std::size_t k = waiting.size();  // sets fill in order and are read all at once
-    enqueue_check(sets[k], slot, this_call);
-    waiting.push_back(k);
+    if (waiting == max_sets) collect();
+    enqueue_check(next_set(), slot, this_call);
+    ++waiting;
   };
   auto timed_call = [&](bool is_candidate, bool counted) {
     Slot& slot = slots[call % slots.size()];
