@@ -131,6 +131,21 @@ bool should_stop(const std::vector<double>& samples_ns, const StoppingRule& rule
   return summary.ci95_rel_halfwidth <= rule.target_rel_halfwidth;
 }
 
+std::size_t samples_to_stop(const std::vector<double>& samples_ns, const StoppingRule& rule) {
+  const std::size_t n = samples_ns.size();
+  if (n >= rule.max_samples) return n;
+  if (n < rule.min_samples) return rule.min_samples;
+  const TimingSummary summary = summarize(samples_ns);
+  if (summary.count < rule.min_samples) return std::min(rule.max_samples, n + 1);
+  const double ratio = summary.ci95_rel_halfwidth / rule.target_rel_halfwidth;
+  if (!(ratio > 1.0)) return n;
+  const double wanted = std::ceil(static_cast<double>(n) * ratio * ratio);
+  if (!std::isfinite(wanted) || wanted >= static_cast<double>(rule.max_samples)) {
+    return rule.max_samples;
+  }
+  return std::max(n + 1, static_cast<std::size_t>(wanted));
+}
+
 std::optional<double> weighted_geomean(const std::vector<std::pair<double, double>>& value_weight) {
   if (value_weight.empty()) return std::nullopt;
   double weighted_log_sum = 0.0;

@@ -56,6 +56,12 @@ struct StoppingRule {
 bool should_stop(const std::vector<double>& samples_ns, const StoppingRule& rule,
                  double elapsed_ns = 0);
 
+// How many samples the rule will likely want in all, from those in: min_samples while fewer are
+// in; otherwise, since the interval narrows as 1/sqrt(n), n * (half-width / target)^2 (at least
+// one more when the rule does not stop yet), capped at max_samples. The runner reads a case's
+// batches at these points instead of at fixed strides, so a case is not timed past its stop.
+std::size_t samples_to_stop(const std::vector<double>& samples_ns, const StoppingRule& rule);
+
 // exp(sum w_i ln v_i / sum w_i) over (value, weight) pairs; weights are normalized. nullopt
 // when the input is empty or any value or weight is non-finite or <= 0.
 std::optional<double> weighted_geomean(const std::vector<std::pair<double, double>>& value_weight);

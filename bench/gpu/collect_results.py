@@ -305,6 +305,13 @@ def main():
         outputs["h200_parity.json"] = parity
     if (folder / "throughput.json").exists():
         outputs["h200_throughput.json"] = throughput(folder / "throughput.json", facts)
+    if (folder / "ncu_compare.json").exists():
+        outputs["h200_cupti_vs_ncu.json"] = {
+            **json.loads((folder / "ncu_compare.json").read_text()), **facts,
+            "command": "bench/gpu/device_run.sh throughput ncu (THROUGHPUT_UNDER_LOAD=1): "
+                       "crucible-kernel-timing --threads 128 --reps 200, the same under ncu "
+                       "--clock-control none --metrics gpu__time_duration.sum, "
+                       "bench/gpu/compare_ncu.py with the throughput run's single steps"}
     if (folder / "fault_latency.json").exists():
         outputs["h200_fault_latency.json"] = {
             **json.loads((folder / "fault_latency.json").read_text()), **facts,

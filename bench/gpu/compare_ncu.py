@@ -1,11 +1,37 @@
 """Compares the CUPTI median of crucible-kernel-timing with ncu's gpu__time_duration.sum.
 
-Usage: compare_ncu.py CUPTI_JSON NCU_CSV OUT_JSON
+Usage: compare_ncu.py CUPTI_JSON NCU_CSV OUT_JSON [THROUGHPUT_JSON CASE]
+
+With a throughput result (bench/gpu/throughput.py --under-load) and a case of its single-step
+task whose reference is the kernel ncu timed (llm/rms_norm's prefill_4096: rms_norm_kernel, 4096
+tokens of 4096, 128 threads), it also holds the reference's CUPTI median of every single step,
+taken alone and with the training mix in flight beside it, against ncu's time of the kernel alone:
+a timing window that other jobs disturbed would show as a larger ratio under load.
 """
 import csv
 import json
 import statistics
 import sys
+
+
+def steps_against_ncu(throughput, case, ncu_median):
+    """The single steps' reference medians of `case` over ncu's median, alone and under load."""
+    rows = {}
+    for label, block in (("alone", (throughput.get("under_load") or {}).get("alone")),
+                         ("under_load", (throughput.get("under_load") or {}).get("under_load"))):
+        medians = [m for m in (((block or {}).get("case_medians_ns") or {}).get(case) or {})
+                   .get("reference", []) if isinstance(m, (int, float))]
+        if not medians:
+            continue
+        ratios = [m / ncu_median for m in medians]
+        rows[label] = {"steps": len(medians), "reference_median_ns": statistics.median(medians),
+                       "cupti_over_ncu_median": round(statistics.median(ratios), 4),
+                       "cupti_over_ncu_min": round(min(ratios), 4),
+                       "cupti_over_ncu_max": round(max(ratios), 4)}
+    for label, row in rows.items():
+        print(f"{case} reference, {label}: CUPTI {row['reference_median_ns']:.0f} ns over "
+              f"{row['steps']} steps, {row['cupti_over_ncu_median']:.4f} of ncu's")
+    return {"case": case, **rows}
 
 
 def main() -> int:
@@ -33,6 +59,8 @@ def main() -> int:
         "shape": {"tokens": cupti["tokens"], "hidden": cupti["hidden"]},
         "kernel": cupti["kernel"],
     }
+    if len(sys.argv) > 5:
+        out["steps"] = steps_against_ncu(json.load(open(sys.argv[4])), sys.argv[5], ncu_median)
     json.dump(out, open(sys.argv[3], "w"), indent=2)
     print(f"CUPTI median {cupti['median_ns']:.0f} ns, ncu median {ncu_median:.0f} ns "
           f"({len(durations)} launches): ratio {ratio:.4f}")

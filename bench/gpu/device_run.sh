@@ -59,11 +59,16 @@ if want bench; then
   done
 fi
 if want ncu; then
+  # rms_norm_kernel as llm/rms_norm's reference launches it at 4096 tokens (128 threads). Run
+  # after `throughput` with THROUGHPUT_UNDER_LOAD=1, the single steps' reference times of that
+  # case (alone and beside the training mix) are held against ncu's too.
   step "CUPTI vs ncu"
-  run timeout 60 $B/crucible-kernel-timing --reps 200 > "$R/cupti.json"
+  run timeout 60 $B/crucible-kernel-timing --threads 128 --reps 200 > "$R/cupti.json"
   LD_LIBRARY_PATH="$libs" timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv -k regex:rms \
-    $B/crucible-kernel-timing --no-cupti --reps 200 > "$R/ncu.csv" 2> "$R/ncu.err"
-  python3 bench/gpu/compare_ncu.py "$R/cupti.json" "$R/ncu.csv" "$R/ncu_compare.json"
+    $B/crucible-kernel-timing --no-cupti --threads 128 --reps 200 > "$R/ncu.csv" 2> "$R/ncu.err"
+  steps=()
+  [ -f "$R/throughput.json" ] && steps=("$R/throughput.json" prefill_4096)
+  python3 bench/gpu/compare_ncu.py "$R/cupti.json" "$R/ncu.csv" "$R/ncu_compare.json" "${steps[@]}"
 fi
 if want trajectory; then
   cap=${TRAJECTORY_CAP_MS:-250}
@@ -91,7 +96,7 @@ if want parity; then
 fi
 if want variants; then
   step "reference design variants, each against its reference"
-  python3 bench/gpu/variants.py > "$R/variants.jsonl"
+  python3 bench/gpu/variants.py ${VARIANT_TASKS:+--tasks $VARIANT_TASKS} > "$R/variants.jsonl"
   run timeout 300 $B/crucible eval "$R/variants.jsonl" -o "$R/variants_eval" -j 1 2>&1 | tail -2
 fi
 if want throughput; then

@@ -259,6 +259,18 @@ def speedup_spread(speedups):
             "min": round(min(values), 5), "max": round(max(values), 5)}
 
 
+def case_medians(records):
+    """Per timed case, each step's CUPTI median of the reference and of the candidate (ns): what
+    compare_ncu.py holds against ncu's time of the same kernel, alone and under load."""
+    out = {}
+    for record in records:
+        for case in ((record.get("result") or {}).get("timing") or {}).get("cases") or []:
+            row = out.setdefault(case["case"], {"reference": [], "candidate": []})
+            for side in ("reference", "candidate"):
+                row[side].append((case.get(side) or {}).get("median_ns"))
+    return out
+
+
 def single_steps(crucible, endpoint, work, steps, seed, timeout_s):
     """One correct rms_norm step at a time, each a new source and a new seed."""
     work.mkdir(parents=True, exist_ok=True)
@@ -284,6 +296,7 @@ def single_steps(crucible, endpoint, work, steps, seed, timeout_s):
             "wall_ms": [round(r["wall_ms"], 2) for r in records],
             "speedups": [r.get("speedup") for r in records],
             "speedup_spread": speedup_spread([r.get("speedup") for r in records]),
+            "case_medians_ns": case_medians(records),
             "stage_ms_median": stage_medians(records),
             "runner_phase_ms_median": runner_phases(records)}
 

@@ -71,6 +71,23 @@ __device__ double crucible_randn(crucible_u64 key, crucible_u64 index, double me
   return mean;
 }
 
+// A timed call's randn (draw 1): the same normal distribution, not the host's bits. Only the
+// device ever reads a timed call's values (a checked call's reference runs on values drawn here
+// again; a failing call's inputs are downloaded), so the portable double path above, which
+// must match the host's, is not needed there; this fp32 Box-Muller from one 64-bit draw per
+// pair costs a fraction of it (bench/call_prep.cpp) and redrawing large in-place inputs every
+// call is most of a large case's time outside its kernels.
+__device__ double crucible_fast_randn(crucible_u64 key, crucible_u64 index, double mean,
+                                      double std_dev) {
+  const crucible_u64 bits = crucible_keyed_bits(key ^ 0xFA57D2A3C1B4E5F6ULL, index >> 1);
+  const float u1 = (float)((unsigned)(bits >> 40) + 1u) * 0x1p-24f;  // (0, 1]
+  const float u2 = (float)(unsigned)(bits & 0xFFFFFFu) * 0x1p-24f;   // [0, 1)
+  const float radius = sqrtf(-2.0f * logf(u1));
+  float s, c;
+  sincospif(2.0f * u2, &s, &c);
+  return mean + std_dev * (double)(radius * ((index & 1) == 0 ? c : s));
+}
+
 struct crucible_list { double values[64]; };
 
 __device__ unsigned short crucible_bf16(float value) {
@@ -152,14 +169,16 @@ extern "C" __global__ void crucible_generate(unsigned char* out, crucible_u64 fi
                                              crucible_u64 count, int kind, int type,
                                              crucible_u64 seed, double a, double b,
                                              long long max, crucible_list list,
-                                             crucible_u64 list_length) {
+                                             crucible_u64 list_length, int draw) {
   const crucible_u64 key = crucible_splitmix64(seed);
   for (crucible_u64 i = blockIdx.x * (crucible_u64)blockDim.x + threadIdx.x; i < count;
        i += (crucible_u64)gridDim.x * blockDim.x) {
     const crucible_u64 index = first + i;
     double value = 0.0;
     switch (kind) {
-      case 0: value = crucible_randn(key, index, a, b); break;
+      case 0:
+        value = draw == 1 ? crucible_fast_randn(key, index, a, b) : crucible_randn(key, index, a, b);
+        break;
       case 1: value = a + (b - a) * crucible_unit_double(crucible_stream_bits(seed, index)); break;
       case 2: value = a; break;
       case 3: value = 1.0; break;

@@ -90,7 +90,7 @@ bool generates_on_device(const tasks::GeneratorSpec& spec, core::DType dtype) {
 
 void generate_on_device(Device& device, const tasks::GeneratorSpec& spec, core::DType dtype,
                         std::uint64_t seed, std::uint64_t first_index, std::uint64_t count,
-                        CUdeviceptr out) {
+                        CUdeviceptr out, Draw draw) {
   if (count == 0) return;
   if (auto status = tasks::check_stream_range(spec, first_index, count); !status) {
     throw CudaFailure(CUDA_ERROR_INVALID_VALUE, status.error().message);
@@ -128,7 +128,9 @@ void generate_on_device(Device& device, const tasks::GeneratorSpec& spec, core::
       break;
   }
   unsigned long long first = first_index, n = count, key_seed = seed;
-  void* params[] = {&out, &first, &n, &kind, &type, &key_seed, &a, &b, &max, &list, &list_length};
+  int draw_code = draw == Draw::kFast ? 1 : 0;
+  void* params[] = {&out, &first, &n,   &kind, &type,        &key_seed,
+                    &a,   &b,     &max, &list, &list_length, &draw_code};
   const unsigned int threads = 256;
   const auto blocks = static_cast<unsigned int>(std::min<std::uint64_t>(
       (count + threads - 1) / threads, static_cast<std::uint64_t>(device.sm_count) * 16));

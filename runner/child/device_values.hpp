@@ -21,6 +21,12 @@ namespace crucible::runner::child {
 
 struct Device;
 
+// Which values: the host's bytes (correctness runs, the model check), or, for a timed call's
+// inputs, the same distributions drawn faster (randn in fp32 from one draw per pair; every other
+// generator as the host's). A timed call's values are only ever read on the device, where a
+// checked call draws them again the same way.
+enum class Draw { kAsHost, kFast };
+
 // Whether `spec` values of `dtype` can be made on the device.
 bool generates_on_device(const tasks::GeneratorSpec& spec, core::DType dtype);
 
@@ -30,6 +36,6 @@ bool generates_on_device(const tasks::GeneratorSpec& spec, core::DType dtype);
 // rules before, see tasks::stream_length). Throws CudaFailure.
 void generate_on_device(Device& device, const tasks::GeneratorSpec& spec, core::DType dtype,
                         std::uint64_t seed, std::uint64_t first_index, std::uint64_t count,
-                        CUdeviceptr out);
+                        CUdeviceptr out, Draw draw = Draw::kAsHost);
 
 }  // namespace crucible::runner::child

@@ -158,9 +158,12 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
         }
         for (const CUdeviceptr base : {dst[t], slot->pristine[t].data()}) {
           const std::uint64_t head = std::min(length, count - first);
-          generate_on_device(device_, spec, tensor.dtype, seed, first, head, base + first * size);
-          if (head < length)
-            generate_on_device(device_, spec, tensor.dtype, seed, 0, length - head, base);
+          generate_on_device(device_, spec, tensor.dtype, seed, first, head, base + first * size,
+                             Draw::kFast);
+          if (head < length) {
+            generate_on_device(device_, spec, tensor.dtype, seed, 0, length - head, base,
+                               Draw::kFast);
+          }
         }
         slot->drawn[t] = true;
         continue;
@@ -169,7 +172,7 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
         case Source::kFresh:
           generate_on_device(device_, c.values.at(tensor.name), tensor.dtype,
                              tasks::tensor_seed(call_seed, tensor.name, 0), 0, setup.counts[t],
-                             dst[t]);
+                             dst[t], Draw::kFast);
           break;
         case Source::kFixed:
           check(cuMemcpyDtoDAsync(dst[t], fixed[t].data(), setup.bytes[t], stream), "inputs");
@@ -445,6 +448,13 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
     return std::pair<const Slot*, std::size_t>(&slot, this_call);
   };
 
+  // Batches of calls end where the rule can first stop (the warm-up pairs and min_samples a
+  // side: batches before it end 32 calls apart, counting back from it), then where the samples
+  // so far say it will (judge::samples_to_stop of the side that needs more), 8 to 32 calls on:
+  // with fixed 32-call batches a case that stops at its minimum ran 97 calls instead of 71.
+  const std::size_t first_stop =
+      std::min(order.size(), 2 * (schedule.warmup_pairs + job_.timing.min_samples));
+  std::size_t next_collect = std::min(order.size(), first_stop % 32 == 0 ? 32 : first_stop % 32);
   for (std::size_t i = 0; i < order.size(); ++i) {
     const bool is_candidate = order[i] == 1;
     const bool is_warmup = i < 2 * schedule.warmup_pairs;
@@ -460,7 +470,7 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
         ++checked;
       }
     }
-    if (i % 32 == 31 || i + 1 == order.size()) {
+    if (i + 1 == next_collect) {
       collect();
       const double spent_ms = milliseconds_since(started);
       if (judge::should_stop(reference_ns, rule) && judge::should_stop(candidate_ns, rule)) {
@@ -478,6 +488,14 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
         stopped = "step_budget";
         break;
       }
+      std::size_t batch = 32;
+      if (i + 1 >= first_stop) {
+        const std::size_t wanted = std::max(judge::samples_to_stop(reference_ns, rule),
+                                            judge::samples_to_stop(candidate_ns, rule));
+        const std::size_t have = std::min(reference_ns.size(), candidate_ns.size());
+        batch = std::clamp<std::size_t>(2 * (wanted > have ? wanted - have : 0), 8, 32);
+      }
+      next_collect = std::min(order.size(), i + 1 + batch);
     }
   }
   // The last call is always checked: one more candidate call, prepared like every other, so a

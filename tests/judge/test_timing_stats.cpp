@@ -187,6 +187,43 @@ TEST_CASE("timing: the stopping rule honours the caps") {
   CHECK(should_stop({5, 5, 5}, {0.01, 3, 2000, 0}));
 }
 
+TEST_CASE("timing: samples_to_stop predicts where the stopping rule stops") {
+  const StoppingRule rule{0.01, 20, 2000, 0};
+  CHECK(samples_to_stop({5, 5, 5}, rule) == 20);  // below the minimum: the minimum
+  const std::vector<double> constant(25, 1234.0);
+  CHECK(samples_to_stop(constant, rule) == 25);  // the rule stops now
+  // Lognormal noise of sigma 0.03 from the minimum on: the prediction made at each size is
+  // within a factor of two of where the rule really stops, and never past max_samples.
+  std::mt19937_64 rng(11);
+  std::lognormal_distribution<double> duration(std::log(1000.0), 0.03);
+  std::vector<double> samples;
+  std::vector<std::size_t> predicted;
+  std::size_t stopped_at = 0;
+  while (samples.size() < rule.max_samples) {
+    samples.push_back(duration(rng));
+    if (samples.size() >= rule.min_samples) predicted.push_back(samples_to_stop(samples, rule));
+    if (should_stop(samples, rule)) {
+      stopped_at = samples.size();
+      break;
+    }
+  }
+  REQUIRE(stopped_at > rule.min_samples);
+  CHECK(predicted.back() == stopped_at);  // where it stops it says so
+  for (std::size_t k = 0; k + 1 < predicted.size(); ++k) {
+    CAPTURE(k);
+    CHECK(predicted[k] > k + rule.min_samples);  // not stopped yet: at least one more
+    CHECK(predicted[k] <= 2 * stopped_at);
+    CHECK(2 * predicted[k] >= stopped_at);
+  }
+  // Noise the cap decides: the cap.
+  std::lognormal_distribution<double> wide(std::log(1000.0), 0.5);
+  samples.clear();
+  for (int k = 0; k < 100; ++k) samples.push_back(wide(rng));
+  CHECK(samples_to_stop(samples, rule) == rule.max_samples);
+  samples.resize(rule.max_samples, 1000.0);
+  CHECK(samples_to_stop(samples, rule) == rule.max_samples);
+}
+
 TEST_CASE("timing: weighted geometric mean and its rejected inputs") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();

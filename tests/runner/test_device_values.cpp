@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -133,4 +134,48 @@ TEST_CASE("device values: each generator on each dtype, saturation, large seeds 
   tasks::GeneratorSpec rope;
   rope.kind = GeneratorKind::kRopeCache;
   CHECK_FALSE(runner::child::generates_on_device(rope, core::DType::kF32));
+}
+
+TEST_CASE("device values: a timed call's fast randn is the same normal distribution, repeatable") {
+  // Draw::kFast is for values only the device reads: it need not match the host, but a checked
+  // call draws the same seed again and must get the same bytes, and the values must keep the
+  // distribution the manifest asks for.
+  tasks::GeneratorSpec spec;
+  spec.kind = tasks::GeneratorKind::kRandn;
+  spec.mean = 0.5;
+  spec.std = 3.0;
+  const std::uint64_t count = 1u << 22;
+  auto& device = runner_test::device();
+  auto draw = [&](runner::child::Draw how, std::uint64_t first) {
+    std::vector<float> values(count);
+    DeviceBuffer out(count * sizeof(float), false);
+    runner::child::generate_on_device(device, spec, core::DType::kF32, 77, first, count, out.data(),
+                                      how);
+    check(cuMemcpyDtoHAsync(values.data(), out.data(), count * sizeof(float), device.stream),
+          "download");
+    check(cuStreamSynchronize(device.stream), "generate");
+    return values;
+  };
+  const auto fast = draw(runner::child::Draw::kFast, 0);
+  CHECK(fast == draw(runner::child::Draw::kFast, 0));
+  // A window of the stream is the same elements wherever it starts (partial redraws).
+  const auto shifted = draw(runner::child::Draw::kFast, 1000);
+  CHECK(std::equal(shifted.begin(), shifted.end() - 1000, fast.begin() + 1000));
+  const auto exact = draw(runner::child::Draw::kAsHost, 0);
+  CHECK(fast != exact);
+  double sum = 0, sum2 = 0, beyond_3_sigma = 0, below_mean = 0;
+  for (const float v : fast) {
+    const double z = (v - spec.mean) / spec.std;
+    sum += z;
+    sum2 += z * z;
+    beyond_3_sigma += std::abs(z) > 3 ? 1 : 0;
+    below_mean += z < 0 ? 1 : 0;
+  }
+  const double n = static_cast<double>(count);
+  // Each bound is about ten standard errors of its statistic over 2^22 values: loose enough
+  // never to fail by chance, tight enough to catch a wrong scale, offset or tail.
+  CHECK(std::abs(sum / n) < 0.005);                       // mean
+  CHECK(std::abs(sum2 / n - 1.0) < 0.007);                // variance
+  CHECK(std::abs(beyond_3_sigma / n - 0.0027) < 2.5e-4);  // the two-sided 3-sigma share
+  CHECK(std::abs(below_mean / n - 0.5) < 0.003);
 }
