@@ -43,6 +43,12 @@ GROUP_FP8 = "kernels/llm/per_token_group_quant_fp8.cu"
 GROUP_TILE = "cdiv(num_tokens * num_groups, 16), 128>>>"
 THREADS = "constexpr int kThreads = 128;"
 
+# The hash grid's work split: levels per thread (the grid's y dimension walks level groups, so
+# the points of one group run together and only its tables are in use) and the block size.
+HASH = "kernels/science/hash_grid_encode.cu"
+HASH_FOUR = ("hash_grid_encode_kernel<4><<<dim3(cdiv(num_points, 128), num_levels / 4), "
+             "128>>>")
+
 
 def block_size(threads, tile_text, tile_new):
     return [(THREADS, f"constexpr int kThreads = {threads};"), (tile_text, tile_new)]
@@ -88,6 +94,23 @@ VARIANTS = [
      block_size(256, SILU_TILE, "<<<dim3(num_tokens, cdiv(d, 2048)), 256>>>")),
     ("llm/silu_and_mul_fp8_quant", SILU_FP8, "coherent_loads",
      [("const __nv_bfloat16* __restrict__ input,", "const __nv_bfloat16* input,")]),
+    ("science/hash_grid_encode", HASH, "reference", []),
+    ("science/hash_grid_encode", HASH, "every_level_per_thread",
+     [(HASH_FOUR, "hash_grid_encode_kernel<16><<<dim3(cdiv(num_points, 128), "
+                  "cdiv(num_levels, 16)), 128>>>")]),
+    ("science/hash_grid_encode", HASH, "eight_levels_per_thread",
+     [(HASH_FOUR, "hash_grid_encode_kernel<8><<<dim3(cdiv(num_points, 128), "
+                  "cdiv(num_levels, 8)), 128>>>")]),
+    ("science/hash_grid_encode", HASH, "two_levels_per_thread",
+     [(HASH_FOUR, "hash_grid_encode_kernel<2><<<dim3(cdiv(num_points, 128), "
+                  "cdiv(num_levels, 2)), 128>>>")]),
+    ("science/hash_grid_encode", HASH, "one_level_per_thread",
+     [(HASH_FOUR, "hash_grid_encode_kernel<1><<<dim3(cdiv(num_points, 128), num_levels), 128>>>")]),
+    ("science/hash_grid_encode", HASH, "blocks_of_256",
+     [(HASH_FOUR, "hash_grid_encode_kernel<4><<<dim3(cdiv(num_points, 256), num_levels / 4), "
+                  "256>>>"),
+      ("__launch_bounds__(128)\n    hash_grid_encode_kernel", "__launch_bounds__(256)\n    "
+                                                               "hash_grid_encode_kernel")]),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>")),

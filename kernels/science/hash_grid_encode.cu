@@ -9,10 +9,12 @@
 //   prod_d (o_d ? f_d : 1 - f_d); a corner's entry is its dense index (x + y R + z R^2) when
 //   R^3 <= table_size, else its hash (x ^ y * 2654435761 ^ z * 805459861), mod table_size.
 //
-// Launch plan: one thread per point, every level in turn; 128-thread blocks.
+// Launch plan: one thread per point and group of four levels (one level where num_levels is not a
+// multiple of four); the grid's y dimension walks the level groups; 128-thread blocks.
 //
 // clang-format off
-// @launch hash_grid_encode_kernel<<<cdiv(num_points, 128), 128>>>(out, positions, table, base_resolution, per_level_scale, num_points, num_levels, table_size)
+// @launch if (num_levels % 4 == 0) hash_grid_encode_kernel<4><<<dim3(cdiv(num_points, 128), num_levels / 4), 128>>>(out, positions, table, base_resolution, per_level_scale, num_points, num_levels, table_size)
+// @launch if (num_levels % 4 != 0) hash_grid_encode_kernel<1><<<dim3(cdiv(num_points, 128), num_levels), 128>>>(out, positions, table, base_resolution, per_level_scale, num_points, num_levels, table_size)
 // clang-format on
 //
 // Design notes (why, for whoever optimises this next):
@@ -21,9 +23,12 @@
 //   are one __half2), and levels are taken four at a time (two in the fallback): 32 loads out.
 // - Coarse levels (dense, a few thousand cells) live in L1; fine levels are hashed over a
 //   2 MiB-per-level table that L2 (50 MiB on the H200) holds for 2^19 entries, so DRAM sees
-//   little beyond positions and out. Thread-per-point (rather than tiny-cuda-nn's
-//   thread-per-point-and-level grid) writes a point's features as whole 16-byte vectors (4
-//   levels) when num_levels is a multiple of 4, instead of scattered 4-byte stores.
+//   little beyond positions and out. Blocks run in grid order, x (points) fastest, so the
+//   points of one level group run together and only its four tables are in use at a time; a
+//   thread writes its point's four levels as one 16-byte vector. On the H200 (surface points,
+//   bench/results/h200_reference_variants_hash_grid.json) every level in one thread is 0.925x
+//   as fast overall (1.17x slower on the 2^21 table), eight levels 0.956x, two 0.896x and one
+//   (tiny-cuda-nn's split, 4-byte stores) 0.973x; 256-thread blocks change nothing.
 // - scale_l = exp2f(l * log2f(per_level_scale)) * base - 1, as tiny-cuda-nn forms it: exact
 //   for a power-of-two per_level_scale, so R_l = ceil(scale_l) + 1 does not flip there.
 
@@ -76,7 +81,10 @@ __device__ __forceinline__ float2 encode_level(const __half2* __restrict__ level
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(128)
+// Levels [blockIdx.y * kLevels, + kLevels) of one point per thread, written 4 levels (16 bytes)
+// at a time where num_levels allows, else one level (4 bytes) at a time.
+template <int kLevels>
+__global__ void __launch_bounds__(128)
     hash_grid_encode_kernel(__half* __restrict__ out, const float* __restrict__ positions,
                             const __half* __restrict__ table, int base_resolution,
                             float per_level_scale, int num_points, int num_levels, int table_size) {
@@ -89,9 +97,11 @@ extern "C" __global__ void __launch_bounds__(128)
   const __half2* levels = reinterpret_cast<const __half2*>(table);
   __half2* dst = reinterpret_cast<__half2*>(out) + static_cast<long long>(n) * num_levels;
   const unsigned int size = static_cast<unsigned int>(table_size);
+  const int first = static_cast<int>(blockIdx.y) * kLevels;
+  const int last = min(first + kLevels, num_levels);
 
-  if (num_levels % 4 == 0) {
-    for (int l = 0; l < num_levels; l += 4) {
+  if (num_levels % 4 == 0 && kLevels % 4 == 0) {
+    for (int l = first; l < last; l += 4) {
       uint4 bits;
       __half2* four = reinterpret_cast<__half2*>(&bits);
 #pragma unroll
@@ -104,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(128)
     }
   } else {
 #pragma unroll 2
-    for (int l = 0; l < num_levels; ++l) {
+    for (int l = first; l < last; ++l) {
       const float2 v = encode_level(levels + static_cast<long long>(l) * table_size, l, x, y, z,
                                     base_resolution, log2_scale, size);
       dst[l] = __floats2half2_rn(v.x, v.y);
