@@ -240,7 +240,7 @@ double portable_exp(double y) {
   return std::ldexp(sum, static_cast<int>(k));
 }
 
-// The rank-size integral C(x) of the offsets generator.
+// The rank-size integral C(x) of the offsets and zipf generators.
 double rank_size_integral(double x, double skew) {
   if (skew == 0.0) return x;
   const double log1px = portable_log(1.0 + x);
@@ -265,6 +265,44 @@ double power_law_offset(const GeneratorSpec& spec, std::uint64_t seed, std::uint
   const double scaled = total * (covered / whole);
   const double nearest = std::nearbyint(scaled);
   return std::min(total, std::fabs(scaled - nearest) < 1e-7 ? nearest : std::floor(scaled));
+}
+
+// Zipf ids (embedding lookups, hashed categorical features): element i draws a rank r in
+// [0, max) with P(rank < k) = C(k) / C(max), C the rank-size integral above, by solving
+// C(x) = u C(max) in closed form for the element's uniform draw u (the uniform generator's) and
+// flooring x; rank r is popular in proportion to about (1 + r)^-skew. The id is element r of a
+// seeded permutation of [0, max) (permuted_index), so the hot ids lie anywhere in the table, as
+// hashed ids do, not at 0, 1, 2, ...
+constexpr std::uint64_t kZipfRankSalt = 0x21F0DA7E5ULL;
+
+bool zipf_spec_valid(const GeneratorSpec& spec) {
+  return spec.max > 0 && spec.skew >= 0.0 && spec.skew <= 4.0;
+}
+
+double zipf_id(const GeneratorSpec& spec, std::uint64_t seed, std::uint64_t index) {
+  const auto max = static_cast<std::uint64_t>(spec.max > 0 ? spec.max : 1);
+  const auto n = static_cast<double>(max);
+  const double u = unit_double(stream_bits(seed, index));
+  double x = 0.0;
+  if (spec.skew == 0.0) {
+    x = u * n;
+  } else if (spec.skew == 1.0) {
+    x = portable_exp(u * portable_log(1.0 + n)) - 1.0;
+  } else {
+    // C(x) = ((1 + x)^(1 - skew) - 1) / (1 - skew), so 1 + u C(max) (1 - skew) is positive for
+    // every skew and u in [0, 1).
+    const double exponent = 1.0 - spec.skew;
+    const double base = 1.0 + u * rank_size_integral(n, spec.skew) * exponent;
+    x = portable_exp(portable_log(base) / exponent) - 1.0;
+  }
+  // Rounding can carry x to max (or a hair below 0); clamp in integers (max may exceed 2^53).
+  std::uint64_t rank = 0;
+  if (x >= n) {
+    rank = max - 1;
+  } else if (x > 0.0) {
+    rank = std::min(max - 1, static_cast<std::uint64_t>(x));
+  }
+  return static_cast<double>(permuted_index(seed ^ kZipfRankSalt, rank, max));
 }
 
 // Surface points: element i is coordinate i mod 3 of point i / 3, a point of a fixed scene in
@@ -581,6 +619,8 @@ double generated_value(const GeneratorSpec& spec, std::uint64_t seed, std::uint6
     }
     case GeneratorKind::kPowerLawOffsets:
       return power_law_offset(spec, seed, index);
+    case GeneratorKind::kZipf:
+      return zipf_id(spec, seed, index);
     case GeneratorKind::kSurfacePoints:
       return surface_point_coordinate(spec, seed, index);
     case GeneratorKind::kMropePositions:
@@ -666,6 +706,7 @@ bool uses_seed(const GeneratorSpec& spec) {
     case GeneratorKind::kPermutation:
     case GeneratorKind::kRouting:
     case GeneratorKind::kPowerLawOffsets:
+    case GeneratorKind::kZipf:
     case GeneratorKind::kSurfacePoints:
     case GeneratorKind::kMropePositions:
     case GeneratorKind::kDetections:
@@ -703,6 +744,10 @@ core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::ui
   if (auto status = check_stream_range(spec, first_index, count); !status) return status;
   if (spec.kind == GeneratorKind::kRopeCache && spec.dim < 2) {
     return core::Error{core::ErrorCode::kInvalidArgument, "rope_cache needs an even dim >= 2"};
+  }
+  if (spec.kind == GeneratorKind::kZipf && !zipf_spec_valid(spec)) {
+    return core::Error{core::ErrorCode::kInvalidArgument,
+                       "zipf needs max > 0 and a skew in [0, 4]"};
   }
   for (std::size_t i = 0; i < count;) {
     const std::uint64_t index = first_index + i;

@@ -47,8 +47,8 @@ core::Status check_stream_range(const GeneratorSpec& spec, std::uint64_t first_i
                                 std::uint64_t count);
 
 // Whether the values of `spec` depend on the seed (randn, uniform, positions, permutation,
-// routing, power_law_offsets, surface_points, mrope_positions, detections); constant, ones,
-// zeros, list, rope_cache and captured values are the same for every seed.
+// routing, power_law_offsets, zipf, surface_points, mrope_positions, detections); constant,
+// ones, zeros, list, rope_cache and captured values are the same for every seed.
 bool uses_seed(const GeneratorSpec& spec);
 
 // How many positions one sequence of an mrope_positions layout spans: its largest component + 1
@@ -60,10 +60,9 @@ std::int64_t mrope_sequence_span(const MropeLayout& layout);
 // a multiple of dtype_size(dtype). A captured spec reads its recorded tensor (element i is element
 // i mod n of the recording; the file is parsed once per process). fp8 values are rounded
 // through float and saturated to the largest finite value. Errors: kInvalidArgument for a
-// routing spec out of range, a permutation asked for
-// more elements than its max, a captured tensor missing or of another dtype, a size that is not
-// a whole number of elements; kIo when a captured file cannot be read. Thread-safe; writes only
-// `out`.
+// routing or zipf spec out of range, a permutation asked for more elements than its max, a
+// captured tensor missing or of another dtype, a size that is not a whole number of elements;
+// kIo when a captured file cannot be read. Thread-safe; writes only `out`.
 core::Status generate_into(const GeneratorSpec& spec, core::DType dtype, std::uint64_t seed,
                            std::span<std::byte> out, std::uint64_t first_index = 0);
 

@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 
 std::string known_generator_list() {
   std::vector<std::string> names;
-  for (int i = 0; i <= static_cast<int>(GeneratorKind::kDetections); ++i) {
+  for (int i = 0; i <= static_cast<int>(GeneratorKind::kZipf); ++i) {
     names.emplace_back(generator_name(static_cast<GeneratorKind>(i)));
   }
   return join(names);
@@ -218,6 +218,27 @@ std::optional<GeneratorSpec> parse_generator(Context& ctx, const toml::node& nod
             "'power_law_offsets' needs an i32 or i64 tensor, this one is " + dtype_text);
       }
       break;
+    case GeneratorKind::kZipf: {
+      ctx.read.check_keys(*table, path, {"generator", "note", "max", "skew"});
+      spec.max = ctx.read.integer(*table, "max", path, true).value_or(1);
+      spec.skew = ctx.read.number(*table, "skew", path, false).value_or(1.0);
+      // Ids pass through doubles (generated_value), exact up to 2^53; i32 ids end at 2^31 - 1.
+      const bool i32 = dtype == core::DType::kI32;
+      const std::int64_t largest = i32 ? std::int64_t{1} << 31 : std::int64_t{1} << 53;
+      if (spec.max <= 0 || spec.max > largest) {
+        ctx.problems.add(child(path, "max"), std::string("must be in [1, 2^") +
+                                                 (i32 ? "31" : "53") + "], got " +
+                                                 std::to_string(spec.max));
+      }
+      if (!(spec.skew >= 0.0 && spec.skew <= 4.0)) {
+        ctx.problems.add(child(path, "skew"), "must be in [0, 4], got " + number_text(spec.skew));
+      }
+      if (!i32 && dtype != core::DType::kI64) {
+        ctx.problems.add(child(path, "generator"),
+                         "'zipf' needs an i32 or i64 tensor, this one is " + dtype_text);
+      }
+      break;
+    }
     case GeneratorKind::kMropePositions: {
       ctx.read.check_keys(*table, path,
                           {"generator", "note", "tokens", "max", "sequence", "text", "frames",

@@ -12,10 +12,10 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kRoleNames{"in", "out", "inout"};
 constexpr std::array<std::string_view, 2> kParityKindNames{"composite", "kernel"};
-constexpr std::array<std::string_view, 15> kGeneratorNames{
+constexpr std::array<std::string_view, 16> kGeneratorNames{
     "randn",          "uniform",         "constant",    "ones",       "zeros", "positions",
     "routing",        "captured",        "permutation", "rope_cache", "list",  "power_law_offsets",
-    "surface_points", "mrope_positions", "detections"};
+    "surface_points", "mrope_positions", "detections",  "zipf"};
 
 // Shortest text that reads back as the same double ("1", "0.1", "1e-05").
 std::string number_text(double value) {
@@ -126,6 +126,9 @@ std::string describe(const GeneratorSpec& spec) {
     case GeneratorKind::kPowerLawOffsets:
       text += "(rows=" + std::to_string(spec.rows) + ", total=" + std::to_string(spec.max) +
               ", skew=" + number_text(spec.skew) + ")";
+      break;
+    case GeneratorKind::kZipf:
+      text += "(max=" + std::to_string(spec.max) + ", skew=" + number_text(spec.skew) + ")";
       break;
     case GeneratorKind::kSurfacePoints:
       text += "(objects=" + std::to_string(spec.max) + ")";

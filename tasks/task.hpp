@@ -58,6 +58,7 @@ enum class GeneratorKind {
   kSurfacePoints,    // xyz points on a floor plane and `objects` spheres resting on it
   kMropePositions,   // [3, tokens] t/h/w position ids of a VLM prompt: text and image grids
   kDetections,       // detector candidates: boxes, scores or class ids of clustered detections
+  kZipf,             // integer ids in [0, max), power-law popular, hot ids scattered over [0, max)
 };
 std::string_view generator_name(GeneratorKind kind);
 std::optional<GeneratorKind> generator_from_name(std::string_view name);
@@ -92,10 +93,11 @@ struct GeneratorSpec {
   double lo = 0.0;                  // uniform
   double hi = 1.0;                  // uniform
   double value = 0.0;               // constant
-  std::int64_t max = 0;             // positions, permutation: exclusive upper bound
+  std::int64_t max = 0;             // positions, permutation, zipf: exclusive upper bound
   std::int64_t topk = 0;            // routing: experts per token (row length); max = experts
   double skew = 0.0;                // routing: Zipf exponent of expert popularity (0: uniform);
-                                    // power_law_offsets: exponent of the segment sizes
+                                    // power_law_offsets: exponent of the segment sizes;
+                                    // zipf: exponent of the id popularities
   std::int64_t rows = 0;            // power_law_offsets: segments (offsets 0 .. rows); max = total
   DetectionScene detections;        // detections: field and layout
   MropeLayout mrope;                // mrope_positions: the prompt layout; max = positions bound

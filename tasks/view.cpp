@@ -111,6 +111,10 @@ core::Value generator_value(const GeneratorSpec& spec) {
       out["total"] = spec.max;
       out["skew"] = spec.skew;
       break;
+    case GeneratorKind::kZipf:
+      out["max"] = spec.max;
+      out["skew"] = spec.skew;
+      break;
     case GeneratorKind::kOnes:
     case GeneratorKind::kZeros:
       break;

@@ -72,6 +72,7 @@ int kind_code(const tasks::GeneratorSpec& spec) {
       return spec.list.empty() || spec.list.size() > kMaxList ? -1 : kList;
     case tasks::GeneratorKind::kRouting:
     case tasks::GeneratorKind::kPowerLawOffsets:
+    case tasks::GeneratorKind::kZipf:
     case tasks::GeneratorKind::kSurfacePoints:
     case tasks::GeneratorKind::kDetections:
     case tasks::GeneratorKind::kMropePositions:

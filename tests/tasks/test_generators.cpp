@@ -529,6 +529,169 @@ TEST_CASE("power_law_offsets: segment sizes follow the rank-size law") {
   CHECK(sizes.back() >= 6);
 }
 
+namespace {
+
+GeneratorSpec zipf(std::int64_t max, double skew) {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kZipf;
+  spec.max = max;
+  spec.skew = skew;
+  return spec;
+}
+
+// The generator's rank permutation: permutation(max) under the seed xor this salt
+// (kZipfRankSalt in tasks/generators.cpp), so element r is the id of rank r.
+constexpr std::uint64_t kZipfRankSalt = 0x21F0DA7E5ULL;
+
+std::vector<std::int64_t> zipf_ids_by_rank(std::int64_t max, std::uint64_t seed) {
+  GeneratorSpec spec;
+  spec.kind = GeneratorKind::kPermutation;
+  spec.max = max;
+  return as<std::int64_t>(generate(spec, core::DType::kI64, max, seed ^ kZipfRankSalt).value());
+}
+
+// C(x) = int_0^x (1 + t)^-skew dt, the rank-size integral the ranks are drawn by.
+double rank_size_integral(double x, double skew) {
+  if (skew == 1.0) return std::log1p(x);
+  return (std::pow(1.0 + x, 1.0 - skew) - 1.0) / (1.0 - skew);
+}
+
+}  // namespace
+
+TEST_CASE("zipf: ids in [0, max), the same for every slice, dtype and call; seeds differ") {
+  const std::int64_t max = 70001;
+  const std::int64_t count = 200000;
+  for (const double skew : {0.0, 0.5, 1.0, 1.5, 4.0}) {
+    CAPTURE(skew);
+    const GeneratorSpec spec = zipf(max, skew);
+    const auto ids = as<std::int64_t>(generate(spec, core::DType::kI64, count, 41).value());
+    CHECK(*std::min_element(ids.begin(), ids.end()) >= 0);
+    CHECK(*std::max_element(ids.begin(), ids.end()) < max);
+    const auto narrow = as<std::int32_t>(generate(spec, core::DType::kI32, count, 41).value());
+    CHECK(std::equal(ids.begin(), ids.end(), narrow.begin()));
+    CHECK(generate(spec, core::DType::kI64, count, 41).value() ==
+          generate(spec, core::DType::kI64, count, 41).value());
+    std::vector<std::byte> slice(8 * 1000);
+    REQUIRE(generate_into(spec, core::DType::kI64, 41, slice, 123456).ok());
+    CHECK(std::memcmp(slice.data(), ids.data() + 123456, slice.size()) == 0);
+    CHECK(generate(spec, core::DType::kI64, count, 42).value() !=
+          generate(spec, core::DType::kI64, count, 41).value());
+  }
+  CHECK(uses_seed(zipf(10, 1.0)));
+  CHECK_FALSE(stream_length(zipf(10, 1.0)).has_value());  // ids repeat: any count may be drawn
+  // A table of one row: every id 0.
+  const auto single = as<std::int64_t>(generate(zipf(1, 1.0), core::DType::kI64, 100, 3).value());
+  CHECK(std::all_of(single.begin(), single.end(), [](std::int64_t id) { return id == 0; }));
+  // A spec the manifest would refuse is an error, not garbage.
+  CHECK_FALSE(generate(zipf(0, 1.0), core::DType::kI64, 10, 1).ok());
+  CHECK_FALSE(generate(zipf(10, 4.5), core::DType::kI64, 10, 1).ok());
+  CHECK_FALSE(
+      generate(zipf(10, std::numeric_limits<double>::quiet_NaN()), core::DType::kI64, 10, 1).ok());
+}
+
+TEST_CASE("zipf: element i is the id of rank floor(C^-1(u C(max))), u the uniform stream's") {
+  // The documented construction, recomputed with the C library: u is element i of the uniform
+  // generator on the same seed, the rank solves C(x) = u C(max), the id is that rank's element
+  // of the seeded permutation. An x within rounding of an integer may floor either way; skipped.
+  const std::int64_t max = 500000;
+  const std::uint64_t seed = 2024;
+  const std::int64_t count = 20000;
+  const auto by_rank = zipf_ids_by_rank(max, seed);
+  const auto u = as<double>(generate(uniform(0.0, 1.0), core::DType::kF64, count, seed).value());
+  for (const double skew : {0.0, 0.7, 1.0, 2.5}) {
+    CAPTURE(skew);
+    const auto ids =
+        as<std::int64_t>(generate(zipf(max, skew), core::DType::kI64, count, seed).value());
+    const double whole =
+        skew == 0.0 ? static_cast<double>(max) : rank_size_integral(static_cast<double>(max), skew);
+    std::int64_t checked = 0, wrong = 0;
+    for (std::int64_t i = 0; i < count; ++i) {
+      const double target = u[i] * whole;
+      double x = target;
+      if (skew == 1.0) x = std::expm1(target);
+      if (skew != 0.0 && skew != 1.0) {
+        x = std::pow(1.0 + target * (1.0 - skew), 1.0 / (1.0 - skew)) - 1.0;
+      }
+      if (std::abs(x - std::round(x)) < 1e-12 * std::max(1.0, x)) continue;
+      const auto rank = std::min<std::int64_t>(max - 1, static_cast<std::int64_t>(x));
+      ++checked;
+      wrong += ids[i] == by_rank[rank] ? 0 : 1;
+    }
+    CHECK(checked + 2 >= count);
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("zipf: the ids of the top ranks take the share of lookups the power law predicts") {
+  // 2^20 draws over 500000 rows. The ids of the top k ranks (the first k of the seeded
+  // permutation) take C(k) / C(max) of the draws: skew 1.0, top 1% of the rows: ln(5001) /
+  // ln(500001) = 0.649, FBGEMM's Zipf(1.0) hot set. Held to 5 standard errors of a binomial share.
+  const std::int64_t max = 500000;
+  const std::int64_t count = std::int64_t{1} << 20;
+  const std::uint64_t seed = 77;
+  const auto by_rank = zipf_ids_by_rank(max, seed);
+  struct Row {
+    double skew;
+    std::int64_t top;  // ranks in the hot set
+  };
+  for (const Row row : {Row{1.0, 5000}, Row{0.5, 5000}, Row{2.0, 10}, Row{0.0, 5000}}) {
+    CAPTURE(row.skew);
+    const auto ids =
+        as<std::int64_t>(generate(zipf(max, row.skew), core::DType::kI64, count, seed).value());
+    std::vector<bool> hot(max, false);
+    for (std::int64_t r = 0; r < row.top; ++r) hot[by_rank[r]] = true;
+    const auto hits =
+        std::count_if(ids.begin(), ids.end(), [&](std::int64_t id) { return hot[id]; });
+    const double share = static_cast<double>(hits) / count;
+    const double want = row.skew == 0.0
+                            ? static_cast<double>(row.top) / max
+                            : rank_size_integral(static_cast<double>(row.top), row.skew) /
+                                  rank_size_integral(static_cast<double>(max), row.skew);
+    const double standard_error = std::sqrt(want * (1.0 - want) / count);
+    CAPTURE(share);
+    CAPTURE(want);
+    CHECK(std::abs(share - want) < 5.0 * standard_error);
+  }
+}
+
+TEST_CASE("zipf: skew 0 draws every id about equally often") {
+  // 2^20 draws over 1000 ids: each count is binomial, mean 1048.6, sd 32.4; the chi-square
+  // statistic has 999 degrees of freedom (mean 999, sd 44.7).
+  const std::int64_t max = 1000;
+  const std::int64_t count = std::int64_t{1} << 20;
+  const auto ids = as<std::int32_t>(generate(zipf(max, 0.0), core::DType::kI32, count, 5).value());
+  std::vector<double> counts(max, 0.0);
+  for (const std::int32_t id : ids) counts[static_cast<std::size_t>(id)] += 1.0;
+  const double expected = static_cast<double>(count) / max;
+  double chi_square = 0.0;
+  for (const double c : counts) {
+    CHECK(std::abs(c - expected) < 6.0 * std::sqrt(expected));
+    chi_square += (c - expected) * (c - expected) / expected;
+  }
+  CHECK(chi_square > 999.0 - 6.0 * 44.7);
+  CHECK(chi_square < 999.0 + 6.0 * 44.7);
+}
+
+TEST_CASE("zipf: the hot ids are scattered over the table, not 0, 1, 2, ...") {
+  const std::int64_t max = 500000;
+  const std::int64_t count = std::int64_t{1} << 20;
+  const auto ids = as<std::int64_t>(generate(zipf(max, 1.0), core::DType::kI64, count, 9).value());
+  std::vector<std::int64_t> counts(max, 0);
+  for (const std::int64_t id : ids) ++counts[static_cast<std::size_t>(id)];
+  std::vector<std::int64_t> order(max);
+  for (std::int64_t id = 0; id < max; ++id) order[id] = id;
+  std::partial_sort(order.begin(), order.begin() + 10, order.end(),
+                    [&](std::int64_t a, std::int64_t b) { return counts[a] > counts[b]; });
+  // The hottest id takes about ln 2 / ln 500001 = 5.3 % of the draws, and it is not id 0.
+  CHECK(order[0] != 0);
+  CHECK(counts[order[0]] > count / 25);
+  // The ten hottest ids span the table.
+  const auto [lo, hi] = std::minmax_element(order.begin(), order.begin() + 10);
+  CHECK(*hi - *lo > max / 4);
+  CHECK(std::count_if(order.begin(), order.begin() + 10,
+                      [](std::int64_t id) { return id < 1000; }) < 3);
+}
+
 TEST_CASE("surface_points: points on the floor or on spheres resting on it, in the unit box") {
   GeneratorSpec spec;
   spec.kind = GeneratorKind::kSurfacePoints;

@@ -140,7 +140,7 @@ const BadManifest kBadManifests[] = {
     {"unknown generator", "generator = \"randn\"", "generator = \"gauss\"",
      "tensors[1].values.generator: unknown generator 'gauss' (known: randn, uniform, constant, "
      "ones, zeros, positions, routing, captured, permutation, rope_cache, list, "
-     "power_law_offsets, surface_points, mrope_positions, detections)"},
+     "power_law_offsets, surface_points, mrope_positions, detections, zipf)"},
     {"routing ids on a floating tensor", "generator = \"randn\", mean = 0.0, std = 1.0",
      "generator = \"routing\", experts = 8, topk = 2",
      "tensors[1].values.generator: 'routing' needs an i32 or i64 tensor, this one is bf16"},
@@ -247,6 +247,39 @@ const BadManifest kBadManifests[] = {
     {"positions on a float tensor", "generator = \"randn\", mean = 0.0, std = 1.0",
      "generator = \"positions\", max = 10",
      "tensors[1].values.generator: 'positions' needs an i32 or i64 tensor, this one is bf16"},
+    {"zipf ids on a floating tensor", "generator = \"randn\", mean = 0.0, std = 1.0",
+     "generator = \"zipf\", max = 1000",
+     "tensors[1].values.generator: 'zipf' needs an i32 or i64 tensor, this one is bf16"},
+    {"zipf without max",
+     "dtype = \"bf16\"\nshape = [\"n\", 4]\nrole = \"in\"\nvalues = { generator = "
+     "\"randn\", mean = 0.0, std = 1.0 }",
+     "dtype = \"i64\"\nshape = [\"n\", 4]\nrole = \"in\"\nvalues = { generator = \"zipf\", skew = "
+     "1.0 }",
+     "tensors[1].values.max: missing (an integer is required)"},
+    {"zipf with a max of zero",
+     "dtype = \"bf16\"\nshape = [\"n\", 4]\nrole = \"in\"\nvalues = { "
+     "generator = \"randn\", mean = 0.0, std = 1.0 }",
+     "dtype = \"i64\"\nshape = [\"n\", 4]\nrole = \"in\"\nvalues = { generator = \"zipf\", max = 0 "
+     "}",
+     "tensors[1].values.max: must be in [1, 2^53], got 0"},
+    {"zipf ids past the i32 range",
+     "dtype = \"bf16\"\nshape = [\"n\", 4]\nrole = \"in\"\nvalues = "
+     "{ generator = \"randn\", mean = 0.0, std = 1.0 }",
+     "dtype = \"i32\"\nshape = [\"n\", 4]\nrole = \"in\"\nvalues = { generator = \"zipf\", max = "
+     "3000000000 }",
+     "tensors[1].values.max: must be in [1, 2^31], got 3000000000"},
+    {"zipf with a skew past 4",
+     "dtype = \"bf16\"\nshape = [\"n\", 4]\nrole = \"in\"\nvalues = { "
+     "generator = \"randn\", mean = 0.0, std = 1.0 }",
+     "dtype = \"i64\"\nshape = [\"n\", 4]\nrole = \"in\"\nvalues = { generator = \"zipf\", max = "
+     "1000, skew = 4.5 }",
+     "tensors[1].values.skew: must be in [0, 4], got 4.5"},
+    {"zipf with an unknown key",
+     "dtype = \"bf16\"\nshape = [\"n\", 4]\nrole = \"in\"\nvalues = { "
+     "generator = \"randn\", mean = 0.0, std = 1.0 }",
+     "dtype = \"i64\"\nshape = [\"n\", 4]\nrole = \"in\"\nvalues = { generator = \"zipf\", max = "
+     "1000, alpha = 1.0 }",
+     "tensors[1].values.alpha: unknown key (known: generator, note, max, skew)"},
     {"captured file that does not exist", "generator = \"randn\", mean = 0.0, std = 1.0",
      "generator = \"captured\", file = \"cap.safetensors\", tensor = \"x\"",
      "tensors[1].values.file: captured values file 'cap.safetensors' does not exist (looked at "
