@@ -287,21 +287,28 @@ def main():
         outputs["h200_reference_variants.json"] = variants(variants_path, facts)
     if (folder / "parity.json").exists():
         parity = {**json.loads((folder / "parity.json").read_text()), **facts}
-        # A run over some tasks replaces those tasks' rows and keeps the others'.
+        # A run over some tasks (or some of their cases) replaces those rows and keeps the others'.
         committed = args.out / "h200_parity.json"
         measured = {row["task"] for row in parity["rows"]}
+        measured_cases = {(row["task"], row["case"]) for row in parity["rows"]}
         parity["runs"] = [{"date": facts["date"], "tasks": sorted(measured)}]
         if committed.exists():
             previous = json.loads(committed.read_text())
-            kept = [row for row in previous["rows"] if row["task"] not in measured]
+            kept = [row for row in previous["rows"]
+                    if (row["task"], row["case"]) not in measured_cases]
+            partly = sorted({row["task"] for row in kept} & measured)
+            if partly:
+                parity["runs"][0]["only_cases"] = sorted(
+                    case for task, case in measured_cases if task in partly)
             parity["rows"] = sorted(kept + parity["rows"], key=lambda r: r["task"])
             earlier = previous.get("runs") or [{"date": previous.get("date"),
                                                 "tasks": sorted({r["task"] for r in
                                                                  previous["rows"]})}]
             for run in earlier:
-                tasks = [t for t in run["tasks"] if t not in measured]
+                # A task measured here in part keeps its earlier run for its other cases.
+                tasks = [t for t in run["tasks"] if t not in measured or t in partly]
                 if tasks:
-                    parity["runs"].insert(0, {"date": run["date"], "tasks": tasks})
+                    parity["runs"].insert(0, {**run, "tasks": tasks})
         outputs["h200_parity.json"] = parity
     if (folder / "throughput.json").exists():
         outputs["h200_throughput.json"] = throughput(folder / "throughput.json", facts)

@@ -88,7 +88,7 @@ if want trajectory; then
 fi
 if want parity; then
   step "reference parity: crucible's reference times, PyTorch eager and torch.compile"
-  only=${PARITY_TASKS:+--tasks $PARITY_TASKS}
+  only="${PARITY_TASKS:+--tasks $PARITY_TASKS} ${PARITY_CASES:+--cases $PARITY_CASES}"
   CRUCIBLE_LIBRARY_PATH="$libs" python3 bench/gpu/parity.py --references "$R/refs.jsonl" $only
   run timeout 300 $B/crucible eval "$R/refs.jsonl" -o "$R/refs_eval" -j 1 2>&1 | tail -4
   CRUCIBLE_LIBRARY_PATH="$libs" PYTHONUNBUFFERED=1 timeout 400 python3 bench/gpu/parity.py \

@@ -9,7 +9,6 @@ prints one line per case and a summary, and exits 1 when any case differs or fai
 """
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import sys
@@ -17,23 +16,14 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from parity import crucible, crucible_json, load_anchors, make_inputs  # noqa: E402
+from parity import (crucible_json, export_reference, exported_args, load_anchors,  # noqa: E402
+                    make_inputs)
 
 # Tasks whose outputs compare element by element (no checker) and whose composite writes them.
 DEFAULT_TASKS = ["llm/rms_norm", "llm/fused_add_rms_norm", "llm/silu_and_mul",
                  "llm/rotary_embedding", "llm/linear", "llm/paged_decode_attention",
                  "multimodal/layer_norm", "multimodal/gelu_tanh_and_mul"]
 DEFAULT_ATOL, DEFAULT_RTOL = 2e-2, 1e-2
-
-
-def export(task, folder):
-    name = task.split("/")[1]
-    path = pathlib.Path(folder) / f"{name}.py"
-    crucible("export-op", task, f"kernels/{task}.cu", "-o", str(path))
-    spec = importlib.util.spec_from_file_location(f"exported_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return name, module
 
 
 def check_case(torch, module, op, view, case, composite, prepare):
@@ -49,13 +39,7 @@ def check_case(torch, module, op, view, case, composite, prepare):
     if prepare is not None:
         prepare(torch, theirs, scalars, case["symbols"])
     composite(torch, theirs, scalars, case["symbols"])
-    args = [ours[t["name"]] for t in module.TASK["tensors"]]
-    shaped = {d for t in module.TASK["tensors"] for d in t["shape"]}
-    args += [case["symbols"][s] for s in module.PLAN["symbols"] if s not in shaped]
-    for scalar in module.TASK["scalars"]:
-        value = scalars.get(scalar["name"], scalar["default"])
-        args.append(int(value) if scalar["dtype"].startswith("i") else float(value))
-    op(*args)
+    op(*exported_args(module, ours, case))
     torch.cuda.synchronize()
     result = {}
     tolerances = {t["name"]: t.get("tolerance") or {} for t in view["tensors"]}
@@ -90,8 +74,7 @@ def main():
                 continue
             started = time.time()
             try:
-                name, module = export(task, folder)
-                op = getattr(torch.ops.crucible, name)
+                module, op = export_reference(task, folder)
             except Exception as error:  # report, do not hide
                 failures += 1
                 rows.append({"task": task, "error": f"export or import failed: {error}"})

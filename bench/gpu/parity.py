@@ -26,11 +26,13 @@ FLOPs / peak).
 import argparse
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import statistics
 import subprocess
 import sys
+import tempfile
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -112,6 +114,23 @@ def routing(torch, tokens, values, device):
     return (log_weight + gumbel).topk(topk, dim=-1).indices
 
 
+def zipf(torch, numel, values, device):
+    """numel ids of the zipf model (docs/tasks.md), the same distribution, not the same draws:
+    rank floor(x) solving C(x) = u C(max) for C(x) = int_0^x (1 + t)^-skew dt, u uniform, in
+    float64; the id is that rank's element of a random permutation of [0, max)."""
+    rows, skew = values["max"], values.get("skew", 1.0)
+    u = torch.rand(numel, device=device, dtype=torch.float64)
+    if skew == 0.0:
+        x = u * rows
+    elif skew == 1.0:
+        x = torch.exp(u * math.log1p(rows)) - 1.0
+    else:
+        whole_scaled = (1.0 + rows) ** (1.0 - skew) - 1.0  # C(max) * (1 - skew)
+        x = (1.0 + u * whole_scaled) ** (1.0 / (1.0 - skew)) - 1.0
+    rank = x.floor().clamp(0, rows - 1).long()
+    return torch.randperm(rows, device=device)[rank]
+
+
 def fill(torch, values, shape, dtype, device):
     kind = (values or {}).get("generator", "zeros")
     numel = 1
@@ -136,6 +155,8 @@ def fill(torch, values, shape, dtype, device):
     elif kind == "list":
         values_list = torch.tensor(values["values"], dtype=torch.float64, device=device)
         t = values_list[torch.arange(numel, device=device) % len(values["values"])].reshape(shape)
+    elif kind == "zipf":
+        t = zipf(torch, numel, values, device).reshape(shape)
     elif kind == "routing":
         t = routing(torch, numel // values["topk"], values, device).reshape(shape)
     elif kind == "surface_points":
@@ -245,6 +266,34 @@ def kernel_times_ns(torch, fn, inputs, calls, flush, stats=None):
     return 1000.0 * statistics.median(per_call) if per_call else None
 
 
+# ---- the reference in this harness ------------------------------------------------------------
+
+def export_reference(task, folder, source=None):
+    """The task's reference (or `source`) as a PyTorch op: `crucible export-op`'s module, imported;
+    returns (module, op)."""
+    name = task.split("/")[1]
+    path = pathlib.Path(folder) / f"{name}.py"
+    crucible("export-op", task, source or f"kernels/{task}.cu", "-o", str(path))
+    spec = importlib.util.spec_from_file_location(f"exported_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    import torch
+    return module, getattr(torch.ops.crucible, name)
+
+
+def exported_args(module, tensors, case):
+    """An exported op's arguments for a case: the task's tensors in its order, the plan's symbols
+    no shape gives, then the task's scalars (their defaults where the case sets none)."""
+    scalars = case.get("scalars", {})
+    args = [tensors[t["name"]] for t in module.TASK["tensors"]]
+    shaped = {d for t in module.TASK["tensors"] for d in t["shape"]}
+    args += [case["symbols"][s] for s in module.PLAN["symbols"] if s not in shaped]
+    for scalar in module.TASK["scalars"]:
+        value = scalars.get(scalar["name"], scalar["default"])
+        args.append(int(value) if scalar["dtype"].startswith("i") else float(value))
+    return args
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--references", help="write the JSONL of every task's reference here")
@@ -252,6 +301,9 @@ def main():
     parser.add_argument("--json", help="write the table here")
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--tasks", nargs="*", help="only these task ids (default: all)")
+    parser.add_argument("--cases", nargs="*", help="only these case names (default: all)")
+    parser.add_argument("--no-harness-reference", action="store_true",
+                        help="do not also time the reference here, exported as a PyTorch op")
     args = parser.parse_args()
     if args.references:
         write_references(args.references, args.tasks)
@@ -273,6 +325,7 @@ def main():
     torch._dynamo.config.recompile_limit = 64
     anchors = load_anchors(only=args.tasks)
     rows = []
+    export_folder = tempfile.mkdtemp(prefix="parity-export-")
     for task in task_ids():
         if args.tasks and task not in args.tasks:
             continue
@@ -281,10 +334,23 @@ def main():
                                    "check": None})
         op = entry["composite"]
         torch._dynamo.reset()
+        # The reference timed by this harness too (crucible export-op, launched on PyTorch's
+        # stream, its kernels summed between flushes like every library's): its ratio to the
+        # libraries is then one method's, whatever CUPTI set-up crucible's own timing differs by.
+        exported, export_error = None, None
+        if not args.no_harness_reference:
+            try:
+                exported = export_reference(task, export_folder)
+            except Exception as error:  # report, do not hide
+                export_error = str(error).strip().splitlines()[-1][:200] if str(error) else repr(error)
+                print(f"{task}: the reference could not be exported: {export_error}",
+                      file=sys.stderr)
         if op is None and not entry["kernels"]:
             print(f"{task}: no [parity] table in its task.toml: no library to measure against",
                   file=sys.stderr)
         for case in view["cases"]:
+            if args.cases and case["name"] not in args.cases:
+                continue
             key = (task, case["name"])
             row = {"task": task, "case": case["name"], "symbols": case["symbols"],
                    "weight": case["weight"], "floor_ns": case["roofline"]["h200_floor_ns"]}
@@ -351,6 +417,22 @@ def main():
                         print(f"{task} {case['name']}: {name} failed: "
                               f"{row['kernel_errors'][name]}", file=sys.stderr)
                 timed.update({k: v for k, v in row["kernels_ns"].items() if v})
+            if exported is not None:
+                module, reference_op = exported
+                if op is None and not entry["kernels"]:
+                    copies = [make_inputs(torch, view, case, device) for _ in range(4)]
+
+                def reference(t, module=module, reference_op=reference_op):
+                    reference_op(*exported_args(module, t, case))
+
+                try:
+                    row["harness_reference_ns"] = kernel_times_ns(
+                        torch, reference, copies, args.calls, flush,
+                        launched.setdefault("reference (exported)", {}))
+                except Exception as error:  # report, do not hide
+                    row["harness_reference_error"] = str(error).splitlines()[0][:200]
+            elif export_error is not None:
+                row["harness_reference_error"] = export_error
             row["kernels_per_call"] = {name: stats["kernels_per_call"]
                                        for name, stats in launched.items() if stats}
             if timed:
@@ -359,13 +441,18 @@ def main():
                 row["library_ns"] = timed[row["library"]]
             if row.get("reference_ns") and row.get("library_ns"):
                 row["reference_over_library"] = row["reference_ns"] / row["library_ns"]
+            if row.get("harness_reference_ns") and row.get("library_ns"):
+                row["harness_reference_over_library"] = (row["harness_reference_ns"]
+                                                         / row["library_ns"])
             if row.get("reference_ns") and row.get("floor_ns"):
                 row["reference_over_floor"] = row["reference_ns"] / row["floor_ns"]
             rows.append(row)
             print(f"{task:42s} {case['name']:16s} ref {row.get('reference_ns', 0):9.0f} ns  "
                   f"lib {row.get('library_ns') or 0:9.0f} ns ({row.get('library', '-'):13s})  "
                   f"ref/lib {row.get('reference_over_library', 0):5.2f}  "
-                  f"ref/floor {row.get('reference_over_floor', 0):5.2f}", flush=True)
+                  f"ref/floor {row.get('reference_over_floor', 0):5.2f}  "
+                  f"here {row.get('harness_reference_ns') or 0:9.0f} ns "
+                  f"({row.get('harness_reference_over_library') or 0:5.2f})", flush=True)
     if args.json:
         gpu = torch.cuda.get_device_name(0)
         pathlib.Path(args.json).write_text(json.dumps(
