@@ -36,12 +36,19 @@ MOE_DOWN = "moe_gemm<false, 2, 256, 4><<<cdiv(hidden_size, 256) *"
 # ones, loads through the coherent path instead of the read-only one, and (moe_sum) the number
 # of slot loads kept in flight.
 SUM = "kernels/llm/moe_sum.cu"
-SUM_TILE = "cdiv(hidden_size, 1024)),\n//   128>>>"
+SUM_TILE = "cdiv(hidden_size, 1024)),\n//   128>>>"  # the scalar kernel's launch
+SUM_VECTOR_TILE = "cdiv(hidden_size, 1024)), 128>>>"  # the vector and top-2 kernels' launches
 SILU_FP8 = "kernels/llm/silu_and_mul_fp8_quant.cu"
 SILU_TILE = "<<<dim3(num_tokens, cdiv(d, 1024)), 128>>>"
 GROUP_FP8 = "kernels/llm/per_token_group_quant_fp8.cu"
 GROUP_TILE = "cdiv(num_tokens * num_groups, 16), 128>>>"
 THREADS = "constexpr int kThreads = 128;"
+
+# Single-id bags (pooling 1) of embedding_bag: the order the groups take the bags in (out's or
+# the ids'), and the general kernel (its id shuffled from the lane that loaded it).
+BAG = "kernels/recsys/embedding_bag.cu"
+BAG_SINGLE = ("embedding_bag_single_kernel<16, 8, true><<<cdiv(num_tables * batch, 16), 256>>>(out, "
+              "weights, indices, batch, num_tables, num_rows, dim)")
 
 # The hash grid's work split: levels per thread (the grid's y dimension walks level groups, so
 # the points of one group run together and only its tables are in use) and the block size.
@@ -50,8 +57,9 @@ HASH_FOUR = ("hash_grid_encode_kernel<4><<<dim3(cdiv(num_points, 128), num_level
              "128>>>")
 
 
-def block_size(threads, tile_text, tile_new):
-    return [(THREADS, f"constexpr int kThreads = {threads};"), (tile_text, tile_new)]
+def block_size(threads, *tiles):
+    """kThreads and every launch's tile: (text, new text) pairs."""
+    return [(THREADS, f"constexpr int kThreads = {threads};"), *tiles]
 
 
 VARIANTS = [
@@ -78,20 +86,24 @@ VARIANTS = [
      [(MOE_DOWN, "moe_gemm<false, 2, 128, 6><<<cdiv(hidden_size, 128) *")]),
     ("llm/moe_sum", SUM, "reference", []),
     ("llm/moe_sum", SUM, "blocks_of_64",
-     block_size(64, SUM_TILE, "cdiv(hidden_size, 512)),\n//   64>>>")),
+     block_size(64, (SUM_TILE, "cdiv(hidden_size, 512)),\n//   64>>>"),
+                (SUM_VECTOR_TILE, "cdiv(hidden_size, 512)), 64>>>"))),
     ("llm/moe_sum", SUM, "blocks_of_256",
-     block_size(256, SUM_TILE, "cdiv(hidden_size, 2048)),\n//   256>>>")),
-    ("llm/moe_sum", SUM, "eight_slots_in_flight_for_top_2",
-     [("topk <= 2) moe_sum_vector<2>", "topk <= 2) moe_sum_vector<8>")]),
+     block_size(256, (SUM_TILE, "cdiv(hidden_size, 2048)),\n//   256>>>"),
+                (SUM_VECTOR_TILE, "cdiv(hidden_size, 2048)), 256>>>"))),
+    ("llm/moe_sum", SUM, "top_2_in_the_two_slot_loop",
+     [("moe_sum_fixed<2><<<dim3(num_tokens,\n//   cdiv(hidden_size, 1024)), 128>>>(input, output, "
+       "hidden_size)", "moe_sum_vector<2><<<dim3(num_tokens,\n//   cdiv(hidden_size, 1024)), "
+       "128>>>(input, output, topk, hidden_size)")]),
     ("llm/moe_sum", SUM, "coherent_loads",
      [("v[j] = __ldg(\n", "v[j] = *(\n"),
       ("moe_sum_vector(const __nv_bfloat16* __restrict__ input,",
        "moe_sum_vector(const __nv_bfloat16* input,")]),
     ("llm/silu_and_mul_fp8_quant", SILU_FP8, "reference", []),
     ("llm/silu_and_mul_fp8_quant", SILU_FP8, "blocks_of_64",
-     block_size(64, SILU_TILE, "<<<dim3(num_tokens, cdiv(d, 512)), 64>>>")),
+     block_size(64, (SILU_TILE, "<<<dim3(num_tokens, cdiv(d, 512)), 64>>>"))),
     ("llm/silu_and_mul_fp8_quant", SILU_FP8, "blocks_of_256",
-     block_size(256, SILU_TILE, "<<<dim3(num_tokens, cdiv(d, 2048)), 256>>>")),
+     block_size(256, (SILU_TILE, "<<<dim3(num_tokens, cdiv(d, 2048)), 256>>>"))),
     ("llm/silu_and_mul_fp8_quant", SILU_FP8, "coherent_loads",
      [("const __nv_bfloat16* __restrict__ input,", "const __nv_bfloat16* input,")]),
     ("science/hash_grid_encode", HASH, "reference", []),
@@ -111,13 +123,19 @@ VARIANTS = [
                   "256>>>"),
       ("__launch_bounds__(128)\n    hash_grid_encode_kernel", "__launch_bounds__(256)\n    "
                                                                "hash_grid_encode_kernel")]),
+    ("recsys/embedding_bag", BAG, "reference", []),
+    ("recsys/embedding_bag", BAG, "single_hot_in_the_general_kernel",
+     [(BAG_SINGLE, "embedding_bag_kernel<16, 8><<<cdiv(num_tables * batch, 16), 256>>>(out, "
+                   "weights, indices, batch, num_tables, num_rows, dim, pooling)")]),
+    ("recsys/embedding_bag", BAG, "single_hot_bags_in_the_ids_order",
+     [(BAG_SINGLE, BAG_SINGLE.replace("<16, 8, true>", "<16, 8, false>"))]),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
-     block_size(32, GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>")),
+     block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_64",
-     block_size(64, GROUP_TILE, "cdiv(num_tokens * num_groups, 8), 64>>>")),
+     block_size(64, (GROUP_TILE, "cdiv(num_tokens * num_groups, 8), 64>>>"))),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_256",
-     block_size(256, GROUP_TILE, "cdiv(num_tokens * num_groups, 32), 256>>>")),
+     block_size(256, (GROUP_TILE, "cdiv(num_tokens * num_groups, 32), 256>>>"))),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "coherent_loads",
      [("per_token_group_quant_fp8_kernel(const __nv_bfloat16* __restrict__ input,",
        "per_token_group_quant_fp8_kernel(const __nv_bfloat16* input,")]),

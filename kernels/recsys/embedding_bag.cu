@@ -11,12 +11,18 @@
 // vectors (kVec 8) when dim is a multiple of 8, 8-byte ones (kVec 4) otherwise (dim is always a
 // multiple of 4). kLanes is the smallest of 4, 8, 16, 32 that covers a row in one vector per
 // lane (32 past that: lanes loop), so a warp sums 32 / kLanes bags at once. 256-thread blocks.
+// Bags of one id with 16-byte rows take their own kernel: a group of 16 lanes copies one row,
+// every lane loading the id itself, the groups in out's order. On the H200 (Zipf ids,
+// bench/results/h200_reference_variants_embedding_bag.json) the general kernel copies
+// hot1_8_tables in 14.0 us and this one in 12.7 us in the ids' order; a group copying two to
+// eight bags at once took 57-75 us (its 16-byte output stores compile to 4-byte ones).
 //
 // clang-format off
-// @launch if (dim % 8 == 0 && dim <= 32) embedding_bag_kernel<4, 8><<<cdiv(num_tables * batch, 64), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
-// @launch if (dim % 8 == 0 && dim > 32 && dim <= 64) embedding_bag_kernel<8, 8><<<cdiv(num_tables * batch, 32), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
-// @launch if (dim % 8 == 0 && dim > 64 && dim <= 128) embedding_bag_kernel<16, 8><<<cdiv(num_tables * batch, 16), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
-// @launch if (dim % 8 == 0 && dim > 128) embedding_bag_kernel<32, 8><<<cdiv(num_tables * batch, 8), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
+// @launch if (pooling == 1 && dim % 8 == 0) embedding_bag_single_kernel<16, 8, true><<<cdiv(num_tables * batch, 16), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim)
+// @launch if (pooling != 1 && dim % 8 == 0 && dim <= 32) embedding_bag_kernel<4, 8><<<cdiv(num_tables * batch, 64), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
+// @launch if (pooling != 1 && dim % 8 == 0 && dim > 32 && dim <= 64) embedding_bag_kernel<8, 8><<<cdiv(num_tables * batch, 32), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
+// @launch if (pooling != 1 && dim % 8 == 0 && dim > 64 && dim <= 128) embedding_bag_kernel<16, 8><<<cdiv(num_tables * batch, 16), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
+// @launch if (pooling != 1 && dim % 8 == 0 && dim > 128) embedding_bag_kernel<32, 8><<<cdiv(num_tables * batch, 8), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
 // @launch if (dim % 8 != 0) embedding_bag_kernel<32, 4><<<cdiv(num_tables * batch, 8), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
 // clang-format on
 //
@@ -118,6 +124,43 @@ __global__ void __launch_bounds__(256)
         *reinterpret_cast<float4*>(dst + i) =
             make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
       }
+    }
+  }
+}
+
+// Bags of one id (pooling == 1, DLRMv2's single-hot features): a copy of one row per bag,
+// widened to fp32, by a group of kLanes lanes (each lane loads the id itself: the group's lanes
+// read the same 8 bytes, one transaction, and no lane waits for another's load). kOutOrder: the
+// groups take the bags in out's order (sample-major), so consecutive groups write consecutive
+// rows of out; otherwise in the ids' order (table-major, rows of out num_tables * dim apart).
+template <int kLanes, int kVec, bool kOutOrder>
+__global__ void __launch_bounds__(256)
+    embedding_bag_single_kernel(float* __restrict__ out, const __half* __restrict__ weights,
+                                const long long* __restrict__ indices, int batch, int num_tables,
+                                int num_rows, int dim) {
+  using Bits = typename Vec<kVec>::Bits;
+  const int lane = threadIdx.x % kLanes;
+  const long long slot = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  if (slot >= static_cast<long long>(num_tables) * batch) return;
+  int table, sample;
+  if (kOutOrder) {
+    sample = static_cast<int>(slot / num_tables);
+    table = static_cast<int>(slot - static_cast<long long>(sample) * num_tables);
+  } else {
+    table = static_cast<int>(slot / batch);
+    sample = static_cast<int>(slot - static_cast<long long>(table) * batch);
+  }
+  const long long id = indices[static_cast<long long>(table) * batch + sample];
+  const Bits* row =
+      reinterpret_cast<const Bits*>(weights + (static_cast<long long>(table) * num_rows + id) * dim);
+  float* dst = out + (static_cast<long long>(sample) * num_tables + table) * dim;
+  for (int v = lane; v < dim / kVec; v += kLanes) {
+    float acc[kVec] = {};
+    add_row<kVec>(acc, __ldg(row + v));  // one 16- or 8-byte load (a plain read splits in four)
+#pragma unroll
+    for (int i = 0; i < kVec; i += 4) {
+      *reinterpret_cast<float4*>(dst + v * kVec + i) =
+          make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
     }
   }
 }
