@@ -15,7 +15,8 @@
 // prefill launches 114688 small blocks that the 132 SMs drain evenly.
 //
 // clang-format off
-// @launch silu_and_mul_fp8_quant_kernel<<<dim3(num_tokens, cdiv(d, 1024)), 128>>>(result, input, scale, d)
+// @launch if (d % 8 == 0) silu_and_mul_fp8_quant_kernel<1><<<dim3(num_tokens, cdiv(d, 1024)), 128>>>(result, input, scale, d)
+// @launch if (d % 8 != 0) silu_and_mul_fp8_quant_kernel<0><<<dim3(num_tokens, cdiv(d, 1024)), 128>>>(result, input, scale, d)
 // clang-format on
 //
 // Design notes:
@@ -29,7 +30,12 @@
 //   returns 0, within the tolerance of an output of at most 1e-36 / scale.
 // - Rows are aligned only when d % 8 == 0 (row t of result starts at byte t * d, the up half of
 //   input at byte 2 * (2t + 1) * d). Otherwise the same threads cover the tile one element at a
-//   time, consecutive threads on consecutive columns (coalesced). The branch is uniform.
+//   time, consecutive threads on consecutive columns (coalesced). The launch plan picks the
+//   path, so each kernel holds only its own code: a single decode token's time is mostly
+//   latency, and on the H200 the branch taken at run time inside one kernel cost 2-7 % at 1 to
+//   32 tokens (bench/results/h200_reference_variants_small_ops.json). At one token the kernel
+//   is 1.04x torch.compile's Triton kernel timed in the parity harness, 1.07-1.11x by
+//   crucible's own timing (h200_parity.json).
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -54,7 +60,9 @@ __device__ __forceinline__ float quantized_input(float g, float u, float inverse
 
 // result: [num_tokens, d] e4m3; input: [num_tokens, 2, d] ([gate | up] per row) bf16, both
 // row-major; scale: [1] f32.
-extern "C" __global__ void __launch_bounds__(kThreads)
+// kPath: 1 the 16-byte path (d % 8 == 0), 0 the element path, -1 either, chosen at run time.
+template <int kPath>
+__global__ void __launch_bounds__(kThreads)
     silu_and_mul_fp8_quant_kernel(__nv_fp8_e4m3* __restrict__ result,
                                   const __nv_bfloat16* __restrict__ input,
                                   const float* __restrict__ scale, int d) {
@@ -65,7 +73,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
       reinterpret_cast<__nv_fp8_storage_t*>(result) + row * static_cast<size_t>(d);
   const int tile = static_cast<int>(blockIdx.y) * kTileColumns;
 
-  if (d % kVectorElems != 0) {
+  if (kPath == 0 || (kPath < 0 && d % kVectorElems != 0)) {
     const float inverse_scale = __frcp_rn(*scale);
 #pragma unroll
     for (int j = 0; j < kVectorElems; ++j) {
