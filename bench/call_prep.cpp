@@ -1,10 +1,13 @@
 // What preparing one timed call costs the GPU, piece by piece (run on the GPU machine): drawing
 // an input of N values on the device (randn with the host's bits, the timed calls' fast randn,
 // uniform), copying it, and the L2 sweep. Each piece runs `reps` times between two CUDA events;
-// prints one JSON object with the mean microseconds per piece.
+// prints one JSON object with the mean microseconds per piece (and writes it, with the date and
+// the command, to --json FILE).
 //
-//   crucible-bench-call-prep [--elements 33554432] [--reps 20]
+//   crucible-bench-call-prep [--elements 33554432] [--reps 20] [--json FILE]
 #include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -18,15 +21,20 @@ using namespace crucible::runner::child;
 int main(int argc, char** argv) {
   std::uint64_t elements = std::uint64_t{1} << 25;  // 64 MiB of bf16: a large case's input
   int reps = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  std::string json_path, command = argv[0];
+  for (int i = 1; i < argc; i += 2) {
     const std::string arg = argv[i];
+    if (i + 1 >= argc || (arg != "--elements" && arg != "--reps" && arg != "--json")) {
+      std::fprintf(stderr, "usage: %s [--elements N] [--reps R] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+    command += " " + arg + " " + argv[i + 1];
     if (arg == "--elements") {
       elements = std::stoull(argv[i + 1]);
     } else if (arg == "--reps") {
       reps = std::stoi(argv[i + 1]);
     } else {
-      std::fprintf(stderr, "usage: %s [--elements N] [--reps R]\n", argv[0]);
-      return 2;
+      json_path = argv[i + 1];
     }
   }
   try {
@@ -68,13 +76,27 @@ int main(int argc, char** argv) {
       check(cuMemcpyDtoDAsync(b.data(), a.data(), elements * 2, device.stream), "copy");
     });
     const double sweep = time_us([&](int r) { device.flush_l2(static_cast<std::uint32_t>(r)); });
-    std::printf(
-        "{\"gpu\": \"%s\", \"elements\": %llu, \"dtype\": \"bf16\", \"reps\": %d, "
-        "\"us_per_call\": {\"randn_as_host\": %.1f, \"randn_fast\": %.1f, "
-        "\"uniform_as_host\": %.1f, \"copy\": %.1f, \"l2_sweep\": %.1f}, "
-        "\"l2_scratch_bytes\": %zu}\n",
-        device.name.c_str(), static_cast<unsigned long long>(elements), reps, randn_host,
-        randn_fast, uniform_host, copy, sweep, device.l2_scratch.bytes());
+    char figures[512];
+    std::snprintf(figures, sizeof figures,
+                  "\"gpu\": \"%s\", \"elements\": %llu, \"dtype\": \"bf16\", \"reps\": %d, "
+                  "\"us_per_call\": {\"randn_as_host\": %.1f, \"randn_fast\": %.1f, "
+                  "\"uniform_as_host\": %.1f, \"copy\": %.1f, \"l2_sweep\": %.1f}, "
+                  "\"l2_scratch_bytes\": %zu",
+                  device.name.c_str(), static_cast<unsigned long long>(elements), reps, randn_host,
+                  randn_fast, uniform_host, copy, sweep, device.l2_scratch.bytes());
+    std::printf("{%s}\n", figures);
+    if (!json_path.empty()) {
+      char date[32];
+      const std::time_t now = std::time(nullptr);
+      std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+      std::ofstream out(json_path);
+      out << "{\"benchmark\": \"timed-call preparation\", \"date\": \"" << date
+          << "\", \"command\": \"" << command << "\", " << figures << "}\n";
+      if (!out) {
+        std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+        return 2;
+      }
+    }
   } catch (const CudaFailure& failure) {
     std::fprintf(stderr, "%s\n", failure.what());
     return 1;
