@@ -411,6 +411,12 @@ def main():
                         row["kernels_ns"][name] = kernel_times_ns(torch, run, copies, args.calls,
                                                                   flush,
                                                                   launched.setdefault(name, {}))
+                    except ModuleNotFoundError as error:  # a library not carried here
+                        row.setdefault("kernel_errors", {})[name] = (
+                            f"{error.name} is not on the path (carry it: "
+                            "../shared/data/gpu-libraries.md): this anchor cannot run")
+                        print(f"{task} {case['name']}: {name}: {error.name} is not on the path",
+                              file=sys.stderr)
                     except Exception as error:  # report, do not hide
                         row.setdefault("kernel_errors", {})[name] = \
                             str(error).splitlines()[0][:200]

@@ -177,6 +177,9 @@ def test_kernel_matches_the_check_on_the_smallest_case(path, anchor):
     if "prepare" in table:
         getattr(module, table["prepare"])(torch, t, case["scalars"], case["symbols"])
     want = getattr(module, table["check"])(torch, t, case["scalars"])
-    got = getattr(module, anchor["function"])(torch, t, case["scalars"], case["symbols"])
+    try:
+        got = getattr(module, anchor["function"])(torch, t, case["scalars"], case["symbols"])
+    except ModuleNotFoundError as error:  # FlashInfer and FLA are carried to the GPU machine
+        pytest.skip(f"'{anchor['name']}' needs {error.name}, which is not installed here")
     excess = (got.float() - want).abs() - parity.KERNEL_CHECK_RTOL * want.abs()
     assert float(excess.max()) <= parity.KERNEL_CHECK_ATOL

@@ -49,16 +49,18 @@ TEST_CASE("registry: every task declares its parity anchors, in a module of its 
   }
 }
 
-TEST_CASE("llm/rms_norm: measured against PyTorch's composite, eager and compiled") {
+TEST_CASE("llm/rms_norm: measured against PyTorch's composite and FlashInfer's kernel") {
   const Task* task = real_registry().find("llm/rms_norm");
   REQUIRE(task != nullptr);
   REQUIRE(task->parity.has_value());
   CHECK(task->parity->module == "parity.py");
   CHECK(task->parity->prepare.empty());
-  CHECK(task->parity->check.empty());
-  REQUIRE(task->parity->anchors.size() == 1);
+  CHECK(task->parity->check == "check");
+  REQUIRE(task->parity->anchors.size() == 2);
   CHECK(task->parity->anchors[0].kind == ParityKind::kComposite);
   CHECK(task->parity->anchors[0].function == "rms_norm");
+  CHECK(task->parity->anchors[1].kind == ParityKind::kKernel);
+  CHECK(task->parity->anchors[1].function == "flashinfer_rmsnorm");
 }
 
 TEST_CASE("llm/paged_decode_attention: measured against FlashAttention-2 and efficient attention") {

@@ -58,12 +58,7 @@ def flashinfer_prefill(torch, t, s, sym):
     # FlashInfer's single-sequence prefill, non-causal, on [S, H, D] (its NHD layout) per
     # sample (its own choice of backend: the FlashAttention-3 templates on Hopper). Batch 2
     # stacks the two samples' outputs: one copy of the output is timed there.
-    try:
-        import flashinfer
-    except ImportError as error:
-        raise RuntimeError("FlashInfer is not on the path (carry it: "
-                           "../shared/data/gpu-libraries.md): the FlashInfer anchor cannot run"
-                           ) from error
+    import flashinfer  # carried to the GPU machine only; the harness names it when absent
     outs = [
         flashinfer.single_prefill_with_kv_cache(
             t["query"][b], t["key"][b], t["value"][b], causal=False, kv_layout="NHD",

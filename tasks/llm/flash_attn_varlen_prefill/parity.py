@@ -39,6 +39,34 @@ def prepare(torch, t, s, sym):
     t["_max_k"] = max(lens)
     cu_q = t["cu_seqlens_q"].long().tolist()
     t["_max_q"] = max(cu_q[i + 1] - cu_q[i] for i in range(len(lens)))
+    t["_flashinfer"] = _flashinfer_plan(torch, t, s, lens, block)
+
+
+def _flashinfer_plan(torch, t, s, lens, block):
+    """FlashInfer's batch prefill planned over the paged cache itself (what vLLM's FlashInfer
+    backend runs for prefill): the block tables as its page-table CSR, the cache in its NHD page
+    layout ([pages, page_size, kv_heads, head_dim], the task's flash layout). None where
+    FlashInfer is not on the path; its anchor then says so."""
+    try:
+        import flashinfer
+    except ModuleNotFoundError:
+        return None
+    device = t["query"].device
+    pages = [(n + block - 1) // block for n in lens]
+    indptr = [0]
+    for p in pages:
+        indptr.append(indptr[-1] + p)
+    indices = torch.cat([t["block_tables"][i, :p] for i, p in enumerate(pages)]).to(torch.int32)
+    last = torch.tensor([n - (p - 1) * block for n, p in zip(lens, pages)], dtype=torch.int32,
+                        device=device)
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+        torch.empty(128 << 20, dtype=torch.uint8, device=device), "NHD")
+    _, heads, dims = t["query"].shape
+    wrapper.plan(t["cu_seqlens_q"].to(torch.int32),
+                 torch.tensor(indptr, dtype=torch.int32, device=device), indices, last, heads,
+                 t["key_cache"].shape[2], dims, block, causal=True, sm_scale=_scale(t, s),
+                 q_data_type=t["query"].dtype, kv_data_type=t["key_cache"].dtype)
+    return wrapper
 
 
 def _scale(t, s):
@@ -83,3 +111,13 @@ def flash_attention_varlen(torch, t, s, sym):
     return torch.ops.aten._flash_attention_forward(
         t["query"], t["_k"], t["_v"], t["cu_seqlens_q"], t["_cu_k"], t["_max_q"], t["_max_k"],
         0.0, True, False, scale=_scale(t, s))[0]
+
+
+def flashinfer_paged_prefill(torch, t, s, sym):
+    # FlashInfer's batch prefill reading keys and values through the page table (planned in
+    # prepare, untimed; the run is the attention kernel alone). Its causal mask aligns each
+    # sequence's queries with the end of its keys, the task's rule; `check` holds it to that
+    # before it is timed.
+    if t.get("_flashinfer") is None:
+        import flashinfer  # noqa: F401  (absent here: the import error says so)
+    return t["_flashinfer"].run(t["query"], (t["key_cache"], t["value_cache"]))

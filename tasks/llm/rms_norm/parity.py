@@ -17,3 +17,17 @@ def rms_norm(torch, t, s, sym):
     x = t["input"].float()
     t["out"].copy_((x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + s["epsilon"])).to(
         t["input"].dtype) * t["weight"])
+
+
+def check(torch, t, s):
+    """The normalised rows in fp32 (one rounding to the input's dtype, as vLLM's kernel): what a
+    library kernel's output is held to before it is timed."""
+    x = t["input"].float()
+    y = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + s["epsilon"])).to(t["input"].dtype)
+    return y.float() * t["weight"].float()
+
+
+def flashinfer_rmsnorm(torch, t, s, sym):
+    # FlashInfer's RMSNorm kernel (the norm SGLang and vLLM's FlashInfer paths call).
+    import flashinfer  # carried to the GPU machine only; the harness names it when absent
+    return flashinfer.norm.rmsnorm(t["input"], t["weight"], s["epsilon"], out=t["out"])
