@@ -138,7 +138,7 @@ std::size_t samples_to_stop(const std::vector<double>& samples_ns, const Stoppin
   const TimingSummary summary = summarize(samples_ns);
   if (summary.count < rule.min_samples) return std::min(rule.max_samples, n + 1);
   const double ratio = summary.ci95_rel_halfwidth / rule.target_rel_halfwidth;
-  if (!(ratio > 1.0)) return n;
+  if (ratio <= 1.0) return n;  // should_stop's test; a NaN ratio falls through to the cap
   const double wanted = std::ceil(static_cast<double>(n) * ratio * ratio);
   if (!std::isfinite(wanted) || wanted >= static_cast<double>(rule.max_samples)) {
     return rule.max_samples;

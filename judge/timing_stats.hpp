@@ -58,8 +58,9 @@ bool should_stop(const std::vector<double>& samples_ns, const StoppingRule& rule
 
 // How many samples the rule will likely want in all, from those in: min_samples while fewer are
 // in; otherwise, since the interval narrows as 1/sqrt(n), n * (half-width / target)^2 (at least
-// one more when the rule does not stop yet), capped at max_samples. The runner reads a case's
-// batches at these points instead of at fixed strides, so a case is not timed past its stop.
+// one more when the rule does not stop yet), capped at max_samples. At or below samples.size()
+// exactly when should_stop (without a time cap) holds, so the runner asks this alone: whether to
+// stop, and where to read its next batch (a case is not timed past its stop).
 std::size_t samples_to_stop(const std::vector<double>& samples_ns, const StoppingRule& rule);
 
 // exp(sum w_i ln v_i / sum w_i) over (value, weight) pairs; weights are normalized. nullopt

@@ -248,6 +248,15 @@ double rank_size_integral(double x, double skew) {
   return (portable_exp((1.0 - skew) * log1px) - 1.0) / (1.0 - skew);
 }
 
+// The x with C(x) = y, for y in [0, C(x_max)): y (skew 0), e^y - 1 (skew 1), otherwise
+// (1 + y (1 - skew))^(1 / (1 - skew)) - 1, whose base is positive over that range.
+double inverse_rank_size_integral(double y, double skew) {
+  if (skew == 0.0) return y;
+  if (skew == 1.0) return portable_exp(y) - 1.0;
+  const double exponent = 1.0 - skew;
+  return portable_exp(portable_log(1.0 + y * exponent) / exponent) - 1.0;
+}
+
 double power_law_offset(const GeneratorSpec& spec, std::uint64_t seed, std::uint64_t index) {
   const auto rows = static_cast<std::uint64_t>(spec.rows > 0 ? spec.rows : 1);
   const auto total = static_cast<double>(spec.max);
@@ -283,18 +292,7 @@ double zipf_id(const GeneratorSpec& spec, std::uint64_t seed, std::uint64_t inde
   const auto max = static_cast<std::uint64_t>(spec.max > 0 ? spec.max : 1);
   const auto n = static_cast<double>(max);
   const double u = unit_double(stream_bits(seed, index));
-  double x = 0.0;
-  if (spec.skew == 0.0) {
-    x = u * n;
-  } else if (spec.skew == 1.0) {
-    x = portable_exp(u * portable_log(1.0 + n)) - 1.0;
-  } else {
-    // C(x) = ((1 + x)^(1 - skew) - 1) / (1 - skew), so 1 + u C(max) (1 - skew) is positive for
-    // every skew and u in [0, 1).
-    const double exponent = 1.0 - spec.skew;
-    const double base = 1.0 + u * rank_size_integral(n, spec.skew) * exponent;
-    x = portable_exp(portable_log(base) / exponent) - 1.0;
-  }
+  const double x = inverse_rank_size_integral(u * rank_size_integral(n, spec.skew), spec.skew);
   // Rounding can carry x to max (or a hair below 0); clamp in integers (max may exceed 2^53).
   std::uint64_t rank = 0;
   if (x >= n) {

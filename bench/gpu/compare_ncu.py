@@ -17,10 +17,11 @@ import sys
 def steps_against_ncu(throughput, case, ncu_median):
     """The single steps' reference medians of `case` over ncu's median, alone and under load."""
     rows = {}
-    for label, block in (("alone", (throughput.get("under_load") or {}).get("alone")),
-                         ("under_load", (throughput.get("under_load") or {}).get("under_load"))):
-        medians = [m for m in (((block or {}).get("case_medians_ns") or {}).get(case) or {})
-                   .get("reference", []) if isinstance(m, (int, float))]
+    runs = throughput.get("under_load") or {}
+    for label in ("alone", "under_load"):
+        per_case = (runs.get(label) or {}).get("case_medians_ns") or {}
+        medians = [m for m in (per_case.get(case) or {}).get("reference", [])
+                   if isinstance(m, (int, float))]
         if not medians:
             continue
         ratios = [m / ncu_median for m in medians]

@@ -325,7 +325,7 @@ def main():
     torch._dynamo.config.recompile_limit = 64
     anchors = load_anchors(only=args.tasks)
     rows = []
-    export_folder = tempfile.mkdtemp(prefix="parity-export-")
+    export_folder = tempfile.TemporaryDirectory(prefix="parity-export-")  # gone at exit
     for task in task_ids():
         if args.tasks and task not in args.tasks:
             continue
@@ -340,7 +340,7 @@ def main():
         exported, export_error = None, None
         if not args.no_harness_reference:
             try:
-                exported = export_reference(task, export_folder)
+                exported = export_reference(task, export_folder.name)
             except Exception as error:  # report, do not hide
                 export_error = str(error).strip().splitlines()[-1][:200] if str(error) else repr(error)
                 print(f"{task}: the reference could not be exported: {export_error}",
@@ -363,7 +363,7 @@ def main():
                 if "reference_library" in crucible[key]:
                     row["reference_library"] = crucible[key]["reference_library"]
             scalars = case.get("scalars", {})
-            if op is not None or entry["kernels"]:
+            if op is not None or entry["kernels"] or exported is not None:
                 copies = [make_inputs(torch, view, case, device) for _ in range(4)]
                 if entry["prepare"] is not None:  # once per input copy, untimed
                     for t in copies:
@@ -425,11 +425,10 @@ def main():
                 timed.update({k: v for k, v in row["kernels_ns"].items() if v})
             if exported is not None:
                 module, reference_op = exported
-                if op is None and not entry["kernels"]:
-                    copies = [make_inputs(torch, view, case, device) for _ in range(4)]
+                arguments = {id(t): exported_args(module, t, case) for t in copies}
 
-                def reference(t, module=module, reference_op=reference_op):
-                    reference_op(*exported_args(module, t, case))
+                def reference(t, reference_op=reference_op, arguments=arguments):
+                    reference_op(*arguments[id(t)])
 
                 try:
                     row["harness_reference_ns"] = kernel_times_ns(

@@ -47,8 +47,11 @@ THREADS = "constexpr int kThreads = 128;"
 # Single-id bags (pooling 1) of embedding_bag: the order the groups take the bags in (out's or
 # the ids'), and the general kernel (its id shuffled from the lane that loaded it).
 BAG = "kernels/recsys/embedding_bag.cu"
-BAG_SINGLE = ("embedding_bag_single_kernel<16, 8, true><<<cdiv(num_tables * batch, 16), 256>>>(out, "
+BAG_SINGLE = ("embedding_bag_single_kernel<16, 8><<<cdiv(num_tables * batch, 16), 256>>>(out, "
               "weights, indices, batch, num_tables, num_rows, dim)")
+BAG_OUT_ORDER = ("  const int sample = static_cast<int>(slot / num_tables);\n"
+                 "  const int table = static_cast<int>(slot - static_cast<long long>(sample) * "
+                 "num_tables);")
 
 # The hash grid's work split: levels per thread (the grid's y dimension walks level groups, so
 # the points of one group run together and only its tables are in use) and the block size.
@@ -105,8 +108,8 @@ VARIANTS = [
     ("llm/silu_and_mul_fp8_quant", SILU_FP8, "blocks_of_256",
      block_size(256, (SILU_TILE, "<<<dim3(num_tokens, cdiv(d, 2048)), 256>>>"))),
     ("llm/silu_and_mul_fp8_quant", SILU_FP8, "alignment_branch_at_run_time",
-     [("silu_and_mul_fp8_quant_kernel<1><<<", "silu_and_mul_fp8_quant_kernel<-1><<<"),
-      ("silu_and_mul_fp8_quant_kernel<0><<<", "silu_and_mul_fp8_quant_kernel<-1><<<")]),
+     [("silu_and_mul_fp8_quant_kernel<false><<<", "silu_and_mul_fp8_quant_kernel<true><<<"),
+      ("  if (!kAligned) {", "  if (d % kVectorElems != 0) {")]),
     ("llm/silu_and_mul_fp8_quant", SILU_FP8, "coherent_loads",
      [("const __nv_bfloat16* __restrict__ input,", "const __nv_bfloat16* input,")]),
     ("science/hash_grid_encode", HASH, "reference", []),
@@ -131,7 +134,9 @@ VARIANTS = [
      [(BAG_SINGLE, "embedding_bag_kernel<16, 8><<<cdiv(num_tables * batch, 16), 256>>>(out, "
                    "weights, indices, batch, num_tables, num_rows, dim, pooling)")]),
     ("recsys/embedding_bag", BAG, "single_hot_bags_in_the_ids_order",
-     [(BAG_SINGLE, BAG_SINGLE.replace("<16, 8, true>", "<16, 8, false>"))]),
+     [(BAG_OUT_ORDER, "  const int table = static_cast<int>(slot / batch);\n"
+                      "  const int sample = static_cast<int>(slot - static_cast<long long>(table) "
+                      "* batch);")]),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),

@@ -15,8 +15,8 @@
 // prefill launches 114688 small blocks that the 132 SMs drain evenly.
 //
 // clang-format off
-// @launch if (d % 8 == 0) silu_and_mul_fp8_quant_kernel<1><<<dim3(num_tokens, cdiv(d, 1024)), 128>>>(result, input, scale, d)
-// @launch if (d % 8 != 0) silu_and_mul_fp8_quant_kernel<0><<<dim3(num_tokens, cdiv(d, 1024)), 128>>>(result, input, scale, d)
+// @launch if (d % 8 == 0) silu_and_mul_fp8_quant_kernel<true><<<dim3(num_tokens, cdiv(d, 1024)), 128>>>(result, input, scale, d)
+// @launch if (d % 8 != 0) silu_and_mul_fp8_quant_kernel<false><<<dim3(num_tokens, cdiv(d, 1024)), 128>>>(result, input, scale, d)
 // clang-format on
 //
 // Design notes:
@@ -60,8 +60,8 @@ __device__ __forceinline__ float quantized_input(float g, float u, float inverse
 
 // result: [num_tokens, d] e4m3; input: [num_tokens, 2, d] ([gate | up] per row) bf16, both
 // row-major; scale: [1] f32.
-// kPath: 1 the 16-byte path (d % 8 == 0), 0 the element path, -1 either, chosen at run time.
-template <int kPath>
+// kAligned: the 16-byte path (d % 8 == 0), else the element path.
+template <bool kAligned>
 __global__ void __launch_bounds__(kThreads)
     silu_and_mul_fp8_quant_kernel(__nv_fp8_e4m3* __restrict__ result,
                                   const __nv_bfloat16* __restrict__ input,
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kThreads)
       reinterpret_cast<__nv_fp8_storage_t*>(result) + row * static_cast<size_t>(d);
   const int tile = static_cast<int>(blockIdx.y) * kTileColumns;
 
-  if (kPath == 0 || (kPath < 0 && d % kVectorElems != 0)) {
+  if (!kAligned) {
     const float inverse_scale = __frcp_rn(*scale);
 #pragma unroll
     for (int j = 0; j < kVectorElems; ++j) {

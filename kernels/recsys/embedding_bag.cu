@@ -18,7 +18,7 @@
 // eight bags at once took 57-75 us (its 16-byte output stores compile to 4-byte ones).
 //
 // clang-format off
-// @launch if (pooling == 1 && dim % 8 == 0) embedding_bag_single_kernel<16, 8, true><<<cdiv(num_tables * batch, 16), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim)
+// @launch if (pooling == 1 && dim % 8 == 0) embedding_bag_single_kernel<16, 8><<<cdiv(num_tables * batch, 16), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim)
 // @launch if (pooling != 1 && dim % 8 == 0 && dim <= 32) embedding_bag_kernel<4, 8><<<cdiv(num_tables * batch, 64), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
 // @launch if (pooling != 1 && dim % 8 == 0 && dim > 32 && dim <= 64) embedding_bag_kernel<8, 8><<<cdiv(num_tables * batch, 32), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
 // @launch if (pooling != 1 && dim % 8 == 0 && dim > 64 && dim <= 128) embedding_bag_kernel<16, 8><<<cdiv(num_tables * batch, 16), 256>>>(out, weights, indices, batch, num_tables, num_rows, dim, pooling)
@@ -64,6 +64,15 @@ __device__ __forceinline__ void add_row(float (&acc)[kVec], const typename Vec<k
     const float2 f = __half22float2(pairs[i]);
     acc[2 * i] += f.x;
     acc[2 * i + 1] += f.y;
+  }
+}
+
+// A vector's kVec sums, stored to out as 16-byte float4s.
+template <int kVec>
+__device__ __forceinline__ void store_sums(float* dst, const float (&acc)[kVec]) {
+#pragma unroll
+  for (int i = 0; i < kVec; i += 4) {
+    *reinterpret_cast<float4*>(dst + i) = make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
   }
 }
 
@@ -118,22 +127,17 @@ __global__ void __launch_bounds__(256)
       }
     }
     if (mine) {
-      float* dst = out + (static_cast<long long>(sample) * num_tables + table) * dim + v * kVec;
-#pragma unroll
-      for (int i = 0; i < kVec; i += 4) {
-        *reinterpret_cast<float4*>(dst + i) =
-            make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
-      }
+      store_sums<kVec>(out + (static_cast<long long>(sample) * num_tables + table) * dim + v * kVec,
+                       acc);
     }
   }
 }
 
 // Bags of one id (pooling == 1, DLRMv2's single-hot features): a copy of one row per bag,
 // widened to fp32, by a group of kLanes lanes (each lane loads the id itself: the group's lanes
-// read the same 8 bytes, one transaction, and no lane waits for another's load). kOutOrder: the
-// groups take the bags in out's order (sample-major), so consecutive groups write consecutive
-// rows of out; otherwise in the ids' order (table-major, rows of out num_tables * dim apart).
-template <int kLanes, int kVec, bool kOutOrder>
+// read the same 8 bytes, one transaction, and no lane waits for another's load). The groups take
+// the bags in out's order (sample-major), so consecutive groups write consecutive rows of out.
+template <int kLanes, int kVec>
 __global__ void __launch_bounds__(256)
     embedding_bag_single_kernel(float* __restrict__ out, const __half* __restrict__ weights,
                                 const long long* __restrict__ indices, int batch, int num_tables,
@@ -142,25 +146,15 @@ __global__ void __launch_bounds__(256)
   const int lane = threadIdx.x % kLanes;
   const long long slot = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
   if (slot >= static_cast<long long>(num_tables) * batch) return;
-  int table, sample;
-  if (kOutOrder) {
-    sample = static_cast<int>(slot / num_tables);
-    table = static_cast<int>(slot - static_cast<long long>(sample) * num_tables);
-  } else {
-    table = static_cast<int>(slot / batch);
-    sample = static_cast<int>(slot - static_cast<long long>(table) * batch);
-  }
+  const int sample = static_cast<int>(slot / num_tables);
+  const int table = static_cast<int>(slot - static_cast<long long>(sample) * num_tables);
   const long long id = indices[static_cast<long long>(table) * batch + sample];
-  const Bits* row =
-      reinterpret_cast<const Bits*>(weights + (static_cast<long long>(table) * num_rows + id) * dim);
+  const Bits* row = reinterpret_cast<const Bits*>(
+      weights + (static_cast<long long>(table) * num_rows + id) * dim);
   float* dst = out + (static_cast<long long>(sample) * num_tables + table) * dim;
   for (int v = lane; v < dim / kVec; v += kLanes) {
     float acc[kVec] = {};
     add_row<kVec>(acc, __ldg(row + v));  // one 16- or 8-byte load (a plain read splits in four)
-#pragma unroll
-    for (int i = 0; i < kVec; i += 4) {
-      *reinterpret_cast<float4*>(dst + v * kVec + i) =
-          make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
-    }
+    store_sums<kVec>(dst + v * kVec, acc);
   }
 }

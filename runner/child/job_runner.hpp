@@ -69,12 +69,15 @@ struct CaseSetup {
 // front and back canary, 2 its payload (a read-only input against its copy, or an output
 // against the reference's).
 struct TensorChecks {
-  static std::size_t bytes(std::size_t tensors) { return Device::kCheckBytes * 3 * tensors; }
+  static std::size_t offset(std::size_t tensor, std::size_t check) {
+    return Device::kCheckBytes * (3 * tensor + check);
+  }
+  static std::size_t bytes(std::size_t tensors) { return offset(tensors, 0); }
   static CUdeviceptr at(CUdeviceptr block, std::size_t tensor, std::size_t check) {
-    return block + Device::kCheckBytes * (3 * tensor + check);
+    return block + offset(tensor, check);
   }
   static CheckResult read(const std::byte* block, std::size_t tensor, std::size_t check) {
-    return CheckResult::read(block + Device::kCheckBytes * (3 * tensor + check));
+    return CheckResult::read(block + offset(tensor, check));
   }
 };
 

@@ -48,6 +48,9 @@ constexpr std::uint64_t kRedrawShare = 8;
 // calls pick among this many independent draws, made once per case.
 constexpr std::size_t kHostDraws = 8;
 
+// The most timed calls enqueued before the host waits for the GPU and reads their records.
+constexpr std::size_t kMaxBatch = 32;
+
 // How a timed call gets an input's values.
 enum class Source {
   kFresh,  // drawn on the device from the call's own seed: no two calls alike
@@ -402,9 +405,10 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
   // each batch's wait for the stream and CUPTI's records.
   double prepare_ms = 0, launch_ms = 0, check_ms = 0, sync_ms = 0, records_ms = 0;
   auto collect = [&] {
-    // 32 calls of both kernels may be in flight.
+    // A batch's calls (up to kMaxBatch, each side's kernels) may be in flight.
     auto from = Clock::now();
-    sync_or_fail(stream, true, "in timed calls of " + setup.label, 64 * deadline_ms(setup));
+    sync_or_fail(stream, true, "in timed calls of " + setup.label,
+                 2 * kMaxBatch * deadline_ms(setup));
     sync_ms += milliseconds_since(from);
     from = Clock::now();
     const auto spans = timer_.collect();
@@ -449,12 +453,14 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
   };
 
   // Batches of calls end where the rule can first stop (the warm-up pairs and min_samples a
-  // side: batches before it end 32 calls apart, counting back from it), then where the samples
-  // so far say it will (judge::samples_to_stop of the side that needs more), 8 to 32 calls on:
-  // with fixed 32-call batches a case that stops at its minimum ran 97 calls instead of 71.
+  // side: batches before it end kMaxBatch calls apart, counting back from it), then where the
+  // samples so far say it will (judge::samples_to_stop of the side that needs more), 8 to
+  // kMaxBatch calls on: with fixed 32-call batches a case that stops at its minimum ran 97
+  // calls instead of 71.
   const std::size_t first_stop =
       std::min(order.size(), 2 * (schedule.warmup_pairs + job_.timing.min_samples));
-  std::size_t next_collect = std::min(order.size(), first_stop % 32 == 0 ? 32 : first_stop % 32);
+  std::size_t next_collect =
+      std::min(order.size(), first_stop % kMaxBatch == 0 ? kMaxBatch : first_stop % kMaxBatch);
   for (std::size_t i = 0; i < order.size(); ++i) {
     const bool is_candidate = order[i] == 1;
     const bool is_warmup = i < 2 * schedule.warmup_pairs;
@@ -473,7 +479,10 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
     if (i + 1 == next_collect) {
       collect();
       const double spent_ms = milliseconds_since(started);
-      if (judge::should_stop(reference_ns, rule) && judge::should_stop(candidate_ns, rule)) {
+      // Where each side's rule will stop (at or below its count: it stops now).
+      const std::size_t reference_wanted = judge::samples_to_stop(reference_ns, rule);
+      const std::size_t candidate_wanted = judge::samples_to_stop(candidate_ns, rule);
+      if (reference_wanted <= reference_ns.size() && candidate_wanted <= candidate_ns.size()) {
         stopped = reference_ns.size() >= rule.max_samples || candidate_ns.size() >= rule.max_samples
                       ? "max_samples"
                       : "interval";
@@ -488,12 +497,11 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
         stopped = "step_budget";
         break;
       }
-      std::size_t batch = 32;
+      std::size_t batch = kMaxBatch;
       if (i + 1 >= first_stop) {
-        const std::size_t wanted = std::max(judge::samples_to_stop(reference_ns, rule),
-                                            judge::samples_to_stop(candidate_ns, rule));
+        const std::size_t wanted = std::max(reference_wanted, candidate_wanted);
         const std::size_t have = std::min(reference_ns.size(), candidate_ns.size());
-        batch = std::clamp<std::size_t>(2 * (wanted > have ? wanted - have : 0), 8, 32);
+        batch = std::clamp<std::size_t>(2 * (wanted > have ? wanted - have : 0), 8, kMaxBatch);
       }
       next_collect = std::min(order.size(), i + 1 + batch);
     }
