@@ -263,6 +263,45 @@ def model_check(folder, facts):
     return out
 
 
+def merge_anchor_rows(previous, rows, facts):
+    """Rows of a parity run over some anchors only (parity.py --anchors) merged into the committed
+    rows of the same cases: those anchors' times, errors and kernel counts replace the earlier
+    ones, the reference's times of that run go beside them (`anchor_runs`), and every library's
+    ratio stays the one measured in its own run beside the reference (`reference_over`); the
+    row's library is the one the reference is furthest behind."""
+    earlier = {(row["task"], row["case"]): row for row in previous}
+    merged = []
+    for row in rows:
+        old = earlier.get((row["task"], row["case"]))
+        if "anchors_only" not in row or old is None:
+            merged.append(row)
+            continue
+        new = json.loads(json.dumps(old))
+        if "reference_over" not in new and new.get("reference_over_library"):
+            new["reference_over"] = {new["library"]: new["reference_over_library"]}
+        for field in ("kernels_ns", "kernel_max_abs_error", "kernel_errors", "kernels_per_call",
+                      "reference_over"):
+            if row.get(field):
+                new.setdefault(field, {}).update(row[field])
+        for name in row.get("kernels_ns", {}):  # an anchor that runs now has no earlier error
+            new.get("kernel_errors", {}).pop(name, None)
+        runs = [run for run in new.get("anchor_runs", [])
+                if run["anchors"] != row["anchors_only"]]
+        runs.append({"date": facts["date"], "anchors": row["anchors_only"],
+                     **{k: row[k] for k in ("reference_ns", "harness_reference_ns",
+                                            "harness_reference_over_library") if k in row}})
+        new["anchor_runs"] = runs
+        if new.get("reference_over"):
+            worst = max(new["reference_over"], key=new["reference_over"].get)
+            new["library"] = worst
+            new["reference_over_library"] = new["reference_over"][worst]
+            new["library_ns"] = (new.get("kernels_ns", {}).get(worst)
+                                 or {"eager": new.get("eager_ns"),
+                                     "torch.compile": new.get("compile_ns")}.get(worst))
+        merged.append(new)
+    return merged
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=pathlib.Path)
@@ -291,13 +330,22 @@ def main():
         committed = args.out / "h200_parity.json"
         measured = {row["task"] for row in parity["rows"]}
         measured_cases = {(row["task"], row["case"]) for row in parity["rows"]}
-        parity["runs"] = [{"date": facts["date"], "tasks": sorted(measured)}]
+        parity["runs"] = [{"date": facts["date"], "tasks": sorted(measured),
+                           **{k: parity[k] for k in ("command", "libraries") if k in parity}}]
         if committed.exists():
             previous = json.loads(committed.read_text())
+            anchors = next((row["anchors_only"] for row in parity["rows"]
+                            if "anchors_only" in row), None)
+            if anchors is not None:
+                parity["rows"] = merge_anchor_rows(previous["rows"], parity["rows"], facts)
             kept = [row for row in previous["rows"]
                     if (row["task"], row["case"]) not in measured_cases]
             partly = sorted({row["task"] for row in kept} & measured)
-            if partly:
+            if anchors is not None:
+                # Only some anchors were timed: every row keeps its earlier run for the rest.
+                parity["runs"][0]["anchors"] = anchors
+                partly = sorted(measured)
+            if partly and anchors is None:
                 parity["runs"][0]["only_cases"] = sorted(
                     case for task, case in measured_cases if task in partly)
             parity["rows"] = sorted(kept + parity["rows"], key=lambda r: r["task"])

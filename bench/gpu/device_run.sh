@@ -26,6 +26,15 @@ date -u +%Y-%m-%dT%H:%M:%SZ > "$R/date.txt"
 # from $CRUCIBLE_CUBLASLT: say which copy this machine has.
 ls -l $cuda_lib/libcublasLt.so.13 /usr/local/cuda/lib64/libcublasLt.so.13 2>&1 | tee "$R/cublaslt.txt"
 step() { echo; echo "=== $* ($(date -u +%T))"; }
+# FlashInfer, where carried (bench/gpu/flashinfer_carry.sh; carry [".whl"]): unpacked outside the
+# tree, its JIT modules built from the start in the background (bench/gpu/flashinfer_build.py)
+# while the steps before the parity harness run.
+if [ -f .whl/flashinfer.tgz ]; then
+  mkdir -p /tmp/flashinfer && tar xzf .whl/flashinfer.tgz -C /tmp/flashinfer
+  export PYTHONPATH=/tmp/flashinfer${PYTHONPATH:+:$PYTHONPATH}
+  export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer-workspace
+  python3 bench/gpu/flashinfer_build.py > "$R/flashinfer_build.txt" 2>&1 &
+fi
 
 if want tests; then
   # TEST_SUITES picks some of the four suites (all by default); TASKS_CHECK=0 skips the last step.
@@ -88,7 +97,9 @@ if want trajectory; then
 fi
 if want parity; then
   step "reference parity: crucible's reference times, PyTorch eager and torch.compile"
+  # PARITY_ANCHORS (e.g. "flashinfer") times only those anchors beside the reference.
   only="${PARITY_TASKS:+--tasks $PARITY_TASKS} ${PARITY_CASES:+--cases $PARITY_CASES}"
+  only+="${PARITY_ANCHORS:+ --anchors $PARITY_ANCHORS}"
   CRUCIBLE_LIBRARY_PATH="$libs" python3 bench/gpu/parity.py --references "$R/refs.jsonl" $only
   run timeout 300 $B/crucible eval "$R/refs.jsonl" -o "$R/refs_eval" -j 1 2>&1 | tail -4
   CRUCIBLE_LIBRARY_PATH="$libs" PYTHONUNBUFFERED=1 timeout 400 python3 bench/gpu/parity.py \

@@ -188,11 +188,18 @@ def import_parity_module(manifest, data):
     return module
 
 
-def load_anchors(root=ROOT, only=None):
+def wanted_anchor(name, names):
+    """Whether an anchor named `name` is measured when only `names` are asked for (substrings,
+    any case; None: every anchor)."""
+    return names is None or any(n.lower() in name.lower() for n in names)
+
+
+def load_anchors(root=ROOT, only=None, names=None):
     """The [parity] table of every task (tasks/*/*/task.toml), with its module imported from the
     task folder: {task id: {"composite": fn or None, "kernels": {name: fn}, "prepare": fn or
-    None, "check": fn or None, "table": the [parity] table}}. Tasks without [parity] are left
-    out (the registry's tests require one of every task)."""
+    None, "check": fn or None, "table": the [parity] table}}, keeping only the anchors `names`
+    asks for (wanted_anchor). Tasks without [parity] are left out (the registry's tests require
+    one of every task)."""
     anchors = {}
     for manifest in sorted(pathlib.Path(root).glob("tasks/*/*/task.toml")):
         with manifest.open("rb") as f:
@@ -206,6 +213,8 @@ def load_anchors(root=ROOT, only=None):
                  "prepare": getattr(module, table["prepare"]) if "prepare" in table else None,
                  "check": getattr(module, table["check"]) if "check" in table else None}
         for anchor in table["anchors"]:
+            if not wanted_anchor(anchor["name"], names):
+                continue
             function = getattr(module, anchor["function"])
             if anchor["kind"] == "composite":
                 entry["composite"] = function
@@ -302,6 +311,11 @@ def main():
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--tasks", nargs="*", help="only these task ids (default: all)")
     parser.add_argument("--cases", nargs="*", help="only these case names (default: all)")
+    parser.add_argument("--anchors", nargs="*",
+                        help="only the anchors whose names contain one of these (any case; "
+                             "\"composite\" for the PyTorch composites): the rows then carry "
+                             "these libraries' times beside the reference's from the same run, "
+                             "for collect_results.py to merge into the committed table")
     parser.add_argument("--no-harness-reference", action="store_true",
                         help="do not also time the reference here, exported as a PyTorch op")
     args = parser.parse_args()
@@ -323,7 +337,7 @@ def main():
     from l2_flush import make_flush  # Triton: imported on the GPU machine only
     flush = make_flush(torch, device)
     torch._dynamo.config.recompile_limit = 64
-    anchors = load_anchors(only=args.tasks)
+    anchors = load_anchors(only=args.tasks, names=args.anchors)
     rows = []
     export_folder = tempfile.TemporaryDirectory(prefix="parity-export-")  # gone at exit
     for task in task_ids():
@@ -366,8 +380,15 @@ def main():
             if op is not None or entry["kernels"] or exported is not None:
                 copies = [make_inputs(torch, view, case, device) for _ in range(4)]
                 if entry["prepare"] is not None:  # once per input copy, untimed
-                    for t in copies:
-                        entry["prepare"](torch, t, scalars, case["symbols"])
+                    try:
+                        for t in copies:
+                            entry["prepare"](torch, t, scalars, case["symbols"])
+                    except Exception as error:  # report, do not hide; the next case goes on
+                        row["prepare_error"] = str(error).strip().splitlines()[-1][:200]
+                        print(f"{task} {case['name']}: prepare failed: {row['prepare_error']}",
+                              file=sys.stderr)
+                        rows.append(row)
+                        continue
             # Library times by name: the composite's "eager" and "torch.compile", each kernel's.
             timed = {}
             # Kernels a call of each library launched (the median over calls), to read its time by.
@@ -446,6 +467,12 @@ def main():
                 row["library_ns"] = timed[row["library"]]
             if row.get("reference_ns") and row.get("library_ns"):
                 row["reference_over_library"] = row["reference_ns"] / row["library_ns"]
+                # Every library's ratio, each measured in this run beside the reference: a later
+                # run over some anchors (--anchors) adds its own (collect_results.py).
+                row["reference_over"] = {name: row["reference_ns"] / ns
+                                         for name, ns in timed.items()}
+            if args.anchors is not None:
+                row["anchors_only"] = args.anchors
             if row.get("harness_reference_ns") and row.get("library_ns"):
                 row["harness_reference_over_library"] = (row["harness_reference_ns"]
                                                          / row["library_ns"])
@@ -460,9 +487,16 @@ def main():
                   f"({row.get('harness_reference_over_library') or 0:5.2f})", flush=True)
     if args.json:
         gpu = torch.cuda.get_device_name(0)
+        command = "bench/gpu/device_run.sh parity" + "".join(
+            f" {flag} {' '.join(values)}" for flag, values in (
+                ("--tasks", args.tasks), ("--cases", args.cases), ("--anchors", args.anchors))
+            if values)
+        libraries = {"torch": torch.__version__}
+        if "flashinfer" in sys.modules:  # carried and imported by an anchor
+            libraries["flashinfer"] = sys.modules["flashinfer"].__version__
         pathlib.Path(args.json).write_text(json.dumps(
             {"benchmark": "reference parity", "gpu": gpu, "torch": torch.__version__,
-             "command": "bench/gpu/device_run.sh parity", "rows": rows}, indent=2) + "\n")
+             "libraries": libraries, "command": command, "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

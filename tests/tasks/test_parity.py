@@ -121,11 +121,25 @@ def test_the_benchmark_loads_every_task_anchor_by_kind():
     # The composite of a task, and the named kernels of paged attention as reports name them.
     assert anchors["llm/rms_norm"]["composite"].__name__ == "rms_norm"
     assert list(anchors["llm/paged_decode_attention"]["kernels"]) == [
-        "FlashAttention-2 varlen", "memory-efficient attention (kv heads repeated)"]
+        "FlashAttention-2 varlen", "memory-efficient attention (kv heads repeated)",
+        "FlashInfer paged decode", "FlashInfer paged decode (tensor cores)"]
 
 
 def test_only_limits_the_tasks_loaded():
     assert list(parity.load_anchors(only=["llm/linear"])) == ["llm/linear"]
+
+
+def test_names_limit_the_anchors_loaded():
+    # --anchors flashinfer: the FlashInfer kernels only, no composite, any case of the name.
+    only = parity.load_anchors(only=["llm/rms_norm", "llm/paged_decode_attention"],
+                               names=["flashinfer"])
+    assert only["llm/rms_norm"]["composite"] is None
+    assert list(only["llm/rms_norm"]["kernels"]) == ["FlashInfer rmsnorm"]
+    assert list(only["llm/paged_decode_attention"]["kernels"]) == [
+        "FlashInfer paged decode", "FlashInfer paged decode (tensor cores)"]
+    composite = parity.load_anchors(only=["llm/rms_norm"], names=["Composite"])
+    assert composite["llm/rms_norm"]["composite"] is not None
+    assert not composite["llm/rms_norm"]["kernels"]
 
 
 @pytest.mark.parametrize("path,anchor", _anchors("composite"))
@@ -149,6 +163,14 @@ def test_composite_writes_every_output_on_the_smallest_case_on_cpu(path, anchor)
             assert bad == 0, f"{spec['name']}: {bad} elements unwritten"
 
 
+def _output(data):
+    """The op's output: its first "out" tensor, or its first "inout" one where it works in
+    place."""
+    roles = {spec["name"]: spec["role"] for spec in data["tensors"]}
+    return next((n for n, r in roles.items() if r == "out"), None) or next(
+        n for n, r in roles.items() if r == "inout")
+
+
 @pytest.mark.parametrize("path", [p for p in MANIFESTS
                                   if "check" in _manifest(p).get("parity", {})], ids=_task_id)
 def test_prepare_and_check_give_the_output_shape_on_cpu(path):
@@ -160,9 +182,15 @@ def test_prepare_and_check_give_the_output_shape_on_cpu(path):
     if "prepare" in table:
         getattr(module, table["prepare"])(torch, t, case["scalars"], case["symbols"])
     want = getattr(module, table["check"])(torch, t, case["scalars"])
-    out = next(spec["name"] for spec in data["tensors"] if spec["role"] == "out")
+    out = _output(data)
     assert tuple(want.shape) == tuple(t[out].shape)
     assert bool(torch.isfinite(want).all())
+    if "composite" in {anchor["kind"] for anchor in table["anchors"]}:
+        # The check and the composite are two writings of one op: they agree, as a kernel must.
+        composite = next(a for a in table["anchors"] if a["kind"] == "composite")
+        getattr(module, composite["function"])(torch, t, case["scalars"], case["symbols"])
+        excess = (t[out].float() - want).abs() - parity.KERNEL_CHECK_RTOL * want.abs()
+        assert float(excess.max()) <= parity.KERNEL_CHECK_ATOL
 
 
 @pytest.mark.parametrize("path,anchor", _anchors("kernel"))

@@ -51,19 +51,13 @@ def _flashinfer_plan(torch, t, s, lens, block):
         import flashinfer
     except ModuleNotFoundError:
         return None
-    device = t["query"].device
-    pages = [(n + block - 1) // block for n in lens]
-    indptr = [0]
-    for p in pages:
-        indptr.append(indptr[-1] + p)
-    indices = torch.cat([t["block_tables"][i, :p] for i, p in enumerate(pages)]).to(torch.int32)
-    last = torch.tensor([n - (p - 1) * block for n, p in zip(lens, pages)], dtype=torch.int32,
-                        device=device)
+    from flashinfer_pages import page_table  # bench/gpu
+    indptr, indices, last = page_table(torch, t["block_tables"], lens, block)
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-        torch.empty(128 << 20, dtype=torch.uint8, device=device), "NHD")
+        torch.empty(128 << 20, dtype=torch.uint8, device=t["query"].device), "NHD")
     _, heads, dims = t["query"].shape
     wrapper.plan(t["cu_seqlens_q"].to(torch.int32),
-                 torch.tensor(indptr, dtype=torch.int32, device=device), indices, last, heads,
+                 indptr, indices, last, heads,
                  t["key_cache"].shape[2], dims, block, causal=True, sm_scale=_scale(t, s),
                  q_data_type=t["query"].dtype, kv_data_type=t["key_cache"].dtype)
     return wrapper

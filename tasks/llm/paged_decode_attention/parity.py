@@ -33,6 +33,36 @@ def prepare(torch, t, s, sym):
     group = t["query"].shape[1] // t["_k"].shape[1]
     t["_ke"] = t["_k"].repeat_interleave(group, dim=1)[None].contiguous()
     t["_ve"] = t["_v"].repeat_interleave(group, dim=1)[None].contiguous()
+    t["_flashinfer"] = {}
+    for cores in (False, True):
+        try:
+            t["_flashinfer"][cores] = _flashinfer_plan(torch, t, s, lens, block, cores)
+        except RuntimeError as error:  # e.g. a query group its CUDA-core kernel has no build of
+            t["_flashinfer"][cores] = error
+
+
+def _flashinfer_plan(torch, t, s, lens, block, tensor_cores):
+    """FlashInfer's batch decode planned over the paged cache itself (what vLLM's and SGLang's
+    FlashInfer backends run for decode): the block tables as its page-table CSR, the cache in its
+    NHD page layout ([pages, page_size, kv_heads, head_dim], the task's flash layout). Its CUDA-
+    core kernel and its tensor-core one (the prefill kernel on one query row, which the serving
+    engines pick for wide query groups) are both planned; the faster is the bar. None where
+    FlashInfer is not on the path; its anchors then say so."""
+    try:
+        import flashinfer
+    except ModuleNotFoundError:
+        return None
+    from flashinfer_pages import page_table  # bench/gpu
+    indptr, indices, last = page_table(torch, t["block_tables"], lens, block)
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        torch.empty(128 << 20, dtype=torch.uint8, device=t["query"].device), "NHD",
+        use_tensor_cores=tensor_cores)
+    _, heads, dims = t["query"].shape
+    wrapper.plan(indptr, indices, last, heads,
+                 t["key_cache"].shape[2], dims, block,
+                 sm_scale=float(s.get("scale", 1.0 / (dims ** 0.5))),
+                 q_data_type=t["query"].dtype, kv_data_type=t["key_cache"].dtype)
+    return wrapper
 
 
 def check(torch, t, s):
@@ -69,3 +99,24 @@ def efficient_attention(torch, t, s, sym):
     return torch.ops.aten._efficient_attention_forward(
         q, t["_ke"], t["_ve"], None, t["_cu_q"], t["_cu_k"], 1, t["_max_k"], 0.0, 0, False,
         scale=float(s.get("scale", 1.0 / (q.shape[-1] ** 0.5))))[0][0]
+
+
+def _flashinfer_decode(t, tensor_cores):
+    wrapper = t["_flashinfer"][tensor_cores]
+    if wrapper is None:
+        import flashinfer  # noqa: F401  (absent here: the import error says so)
+    if isinstance(wrapper, Exception):  # its plan failed: the anchor reports why
+        # FlashInfer's message ends "<source>.cu:<line>: <what>": keep what.
+        raise RuntimeError(f"plan failed: {str(wrapper).rsplit('.cu:', 1)[-1].split(': ', 1)[-1]}")
+    return wrapper.run(t["query"], (t["key_cache"], t["value_cache"]))
+
+
+def flashinfer_paged_decode(torch, t, s, sym):
+    # FlashInfer's batch decode (CUDA cores) reading keys and values through the page table,
+    # planned in prepare (untimed): the run is the attention kernel alone, held to `check`.
+    return _flashinfer_decode(t, False)
+
+
+def flashinfer_paged_decode_tensor_cores(torch, t, s, sym):
+    # The same call with use_tensor_cores=True (FlashInfer's prefill kernel on one query row).
+    return _flashinfer_decode(t, True)

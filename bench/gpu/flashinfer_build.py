@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Builds the FlashInfer JIT modules the parity anchors call, one process each so that they
+compile side by side, by calling each op once at a small Llama-3-8B shape (bf16, 32 query and 8
+key-value heads of 128, pages of 16): norm (rmsnorm and fused_add_rmsnorm), silu_and_mul, rope,
+paged decode on CUDA cores and on tensor cores, causal paged prefill, non-causal single-sequence
+prefill (diffusion/attention). The modules land in
+$FLASHINFER_WORKSPACE_BASE, where the parity harness then finds them (a module still building
+when the harness asks for it is waited for: FlashInfer locks its build). Run on the GPU machine
+with the carried package on PYTHONPATH (device_run.sh does both).
+
+    python3 bench/gpu/flashinfer_build.py            all modules, in parallel
+    python3 bench/gpu/flashinfer_build.py decode     one
+"""
+import subprocess
+import sys
+import time
+
+MODULES = ("norm", "silu_and_mul", "rope", "decode", "decode_tensor_cores", "prefill",
+           "single_prefill")
+
+
+def build(name):
+    import torch
+    import flashinfer
+    dev = "cuda"
+    bf16 = torch.bfloat16
+    if name == "norm":
+        x = torch.randn(4, 4096, device=dev, dtype=bf16)
+        w = torch.ones(4096, device=dev, dtype=bf16)
+        flashinfer.norm.rmsnorm(x, w)
+        flashinfer.norm.fused_add_rmsnorm(x, torch.randn_like(x), w)
+    elif name == "silu_and_mul":
+        flashinfer.activation.silu_and_mul(torch.randn(4, 2 * 14336, device=dev, dtype=bf16))
+    elif name == "rope":
+        flashinfer.rope.apply_rope_with_cos_sin_cache_inplace(
+            torch.arange(4, device=dev), torch.randn(4, 32 * 128, device=dev, dtype=bf16),
+            torch.randn(4, 8 * 128, device=dev, dtype=bf16), 128,
+            torch.randn(16, 128, device=dev), is_neox=True)
+    elif name == "single_prefill":
+        q = torch.randn(256, 24, 128, device=dev, dtype=bf16)
+        flashinfer.single_prefill_with_kv_cache(q, q, q, causal=False, kv_layout="NHD")
+    else:
+        seqs, pages_each, page = 2, 4, 16
+        kv = torch.randn(seqs * pages_each, page, 8, 128, device=dev, dtype=bf16)
+        indptr = torch.arange(seqs + 1, device=dev, dtype=torch.int32) * pages_each
+        indices = torch.arange(seqs * pages_each, device=dev, dtype=torch.int32)
+        last = torch.full((seqs,), page, device=dev, dtype=torch.int32)
+        workspace = torch.empty(64 << 20, dtype=torch.uint8, device=dev)
+        if name == "prefill":
+            rows = 8
+            wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+            wrapper.plan(torch.arange(seqs + 1, device=dev, dtype=torch.int32) * rows, indptr,
+                         indices, last, 32, 8, 128, page, causal=True, q_data_type=bf16,
+                         kv_data_type=bf16)
+        else:
+            rows = 1
+            wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+                workspace, "NHD", use_tensor_cores=name == "decode_tensor_cores")
+            wrapper.plan(indptr, indices, last, 32, 8, 128, page, q_data_type=bf16,
+                         kv_data_type=bf16)
+        wrapper.run(torch.randn(seqs * rows, 32, 128, device=dev, dtype=bf16), (kv, kv))
+    torch.cuda.synchronize()
+
+
+def main():
+    names = sys.argv[1:]
+    if len(names) == 1:
+        start = time.time()
+        build(names[0])
+        print(f"{names[0]}: built and ran in {time.time() - start:.1f} s", flush=True)
+        return
+    start = time.time()
+    jobs = {name: subprocess.Popen([sys.executable, __file__, name]) for name in names or MODULES}
+    failed = [name for name, job in jobs.items() if job.wait() != 0]
+    print(f"all modules in {time.time() - start:.1f} s; failed: {failed or 'none'}", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
