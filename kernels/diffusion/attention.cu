@@ -13,77 +13,83 @@
 // tensors diffusers' attention dispatcher receives (it permutes them into [B, H, S, D] views for
 // torch's scaled_dot_product_attention).
 //
-// Launch plan: one block of two warpgroups (256 threads) per 128 query rows of one (sample,
-// head), each warpgroup owning 64 rows; blocks that share a head are numbered consecutively,
-// so the blocks resident at a time read the same keys and values from L2. Dynamic shared
-// memory: the query tile and two stages of a 128-row key tile and a 128-row value tile, 32 KiB
-// each, plus 1 KiB to align the tiles to the 1024-byte swizzle pattern: 164864 bytes, one block
-// an SM.
+// Launch plan: one block of three warpgroups (384 threads) per 128 query rows of one (sample,
+// head): a producer warpgroup that copies tiles into shared memory and two consumer warpgroups
+// of 64 query rows each; blocks that share a head are numbered consecutively, so the blocks
+// resident at a time read the same keys and values from L2. Dynamic shared memory: the query
+// tile and two stages of a 128-row key tile and a 128-row value tile, 32 KiB each, 1 KiB to
+// align the tiles to the 1024-byte swizzle pattern and 128 bytes of barriers: 164992 bytes, one
+// block an SM.
 //
 // clang-format off
-// @launch attention_forward<<<dim3(cdiv(seq_len, 128), num_heads, batch), 256, 164864>>>(out, query, key, value, scale, seq_len, num_heads)
+// @launch attention_forward<<<dim3(cdiv(seq_len, 128), num_heads, batch), 384, 164992>>>(out, query, key, value, scale, seq_len, num_heads)
 // clang-format on
 //
 // Design notes (why, for whoever optimises this next):
 // - The op is compute bound: 4 * S^2 * 128 flops per (sample, head) against 8 * S * 128 bytes,
 //   about S flops a byte (4608 at FLUX's 1024 x 1024). This is the FlashAttention schedule
-//   (Dao, arXiv:2205.14135, 2307.08691) on Hopper's warpgroup MMA (wgmma, sm_90a): per key tile
-//   and warpgroup, S = Q K^T is 8 wgmma.m64n128k16 with both operands in shared memory; the
-//   online softmax runs on the fp32 accumulator in registers; O += P V is 8 more, with P taken
-//   from the score registers rounded to bf16 pairs (the m64n128 accumulator layout of two
-//   adjacent 8-column chunks is the register A-operand layout of one k16 step) and V read
-//   from shared memory as an MN-major operand (rows of keys, columns contiguous), so neither
-//   P nor a transposed V is ever written.
+//   (Dao, arXiv:2205.14135, 2307.08691) on Hopper's warpgroup MMA (wgmma, sm_90a), organised as
+//   FlashAttention-3 (Shah et al., arXiv:2407.08608) describes: warp specialisation, "ping-pong"
+//   between the two consumers and, inside a consumer, the previous tile's P V behind the next
+//   tile's Q K^T.
+// - Per key tile and consumer, S = Q K^T is 8 wgmma.m64n128k16 with both operands in shared
+//   memory; the online softmax runs on the fp32 accumulator in registers; O += P V is 8 more,
+//   with P taken from the score registers rounded to bf16 pairs (the m64n128 accumulator layout
+//   of two adjacent 8-column chunks is the register A-operand layout of one k16 step) and V read
+//   from shared memory as an MN-major operand (rows of keys, columns contiguous), so neither P
+//   nor a transposed V is ever written.
 // - Shared memory tiles use the 128-byte swizzle wgmma reads: a 128 x 128 tile is two 64-column
 //   halves of 128-byte rows, and 16-byte chunk c of row r sits at chunk c ^ (r % 8) of its row,
-//   8 rows (1024 bytes) per swizzle atom. The cp.async copies write that layout directly (each
-//   thread copies a fixed chunk column, so its swizzle is one XOR computed once). Descriptors:
-//   Q and K are K-major (stride between 8-row groups 1024 bytes; a k16 step is +32 bytes
-//   inside the atom); V is MN-major (8-key groups 1024 bytes apart, the second 64-column half
-//   16384 bytes on).
+//   8 rows (1024 bytes) per swizzle atom. The producer's cp.async copies write that layout
+//   directly (each thread copies a fixed chunk column, so its swizzle is one XOR computed once).
+//   Descriptors: Q and K are K-major (stride between 8-row groups 1024 bytes; a k16 step is +32
+//   bytes inside the atom); V is MN-major (8-key groups 1024 bytes apart, the second 64-column
+//   half 16384 bytes on).
+// - Producer and consumers meet at mbarriers: per stage a "full" barrier for the key tile and
+//   one for the value tile (each producer thread's copies arrive on it when they land:
+//   cp.async.mbarrier.arrive.noinc) and an "empty" one each that the eight consumer warps
+//   arrive on once their wgmmas have read the tile. The consumer fences the async proxy
+//   (fence.proxy.async) after its wait, before its wgmmas read what cp.async wrote. setmaxnreg
+//   gives the producer 56 registers and each consumer thread 224.
+// - Ping-pong: two named barriers hand the tensor cores from one consumer to the other. A
+//   consumer waits for its turn, issues tile t's Q K^T and tile t - 1's P V (16 wgmmas), hands
+//   the turn over and then runs tile t's softmax while the other consumer's wgmmas run; it
+//   waits for its Q K^T (wait_group 1), does the softmax, then waits for its P V before it
+//   rescales O and packs the new P (P's registers are read by the P V in flight until then).
+//   Consumer 1 starts by handing consumer 0 the first turn and never hands over its last one,
+//   so that no barrier is left with arrivals at the end.
 // - Softmax: the running maximum is kept in raw score units and the scale folded into the
 //   exponent, p = 2^(s * scale * log2(e) - m * scale * log2(e)) (one FFMA and one MUFU.EX2 a
 //   score). Row sums are kept per thread (a quarter of the row's columns) and reduced across
 //   the quad at the end; row maxima are reduced every tile (2 shuffles).
-// - Pipeline: the key and value tiles of step j + 1 are copied (cp.async, 16 bytes a thread)
-//   while step j is computed; cp.async writes through the generic proxy and wgmma reads through
-//   the async proxy, so every thread fences (fence.proxy.async) between its copies landing and
-//   the block barrier that precedes the wgmmas reading them. One barrier a step.
 // - Tails: rows at or past seq_len are zero-filled by cp.async without reading memory; keys
 //   past the end get a score of -inf (only the last key tile checks), so they weigh exactly 0
 //   and their zero values add nothing; query rows past the end are computed on zeros and not
 //   stored.
-// - Epilogue: the output is normalised by 1 / row sum in fp32, rounded to bf16, staged in the
-//   free key-value stage (rows padded to 272 bytes) and written with 16-byte stores.
-// - Expected speed, per SM and key tile (two warpgroups): 16 wgmma.m64n128k16 each, 8.4 MFLOP,
-//   2048 clocks at the dense bf16 peak (989 TFLOP/s = 132 SMs x 1.83 GHz x 4096 flops a clock);
-//   16384 exponentials at 16 a clock (MUFU), 1024 clocks. The block barrier keeps the two
-//   warpgroups in step, so the softmax does not overlap the other warpgroup's GEMMs and a tile
-//   takes about 3300 clocks: ~60 % of peak at best, 450 to 550 TFLOP/s after load and barrier
-//   overheads (FLUX.1 at 1024 x 1024, 2.6e11 FLOPs: ~0.5 ms). FlashAttention-2 (mma.sync)
-//   reaches ~350 on Hopper; cuDNN and FlashAttention-3 600 to 660.
-// - What is left, and where FlashAttention-3 (arXiv:2407.08608) and cuDNN are faster: TMA loads
-//   issued by a producer warp (here every thread copies and waits), per-stage mbarriers instead
-//   of a block barrier (so the two warpgroups drift apart and one's softmax overlaps the other's
-//   GEMMs, which FA3 enforces with "ping-pong" named barriers), and overlapping the softmax of
-//   tile j with the Q K^T of tile j + 1 inside a warpgroup.
+// - Measured on the H200 (bench/results/h200_reference_variants_attention.json): 1.33x the
+//   speed of the earlier design (both warpgroups loading and computing in step at one block
+//   barrier a tile), within 1.5 % of FlashInfer's FlashAttention-3 kernel on HunyuanVideo's
+//   long sequences; three stages instead of two change nothing. On FLUX's 4.6k-token sequences
+//   it stays 1.12-1.14x behind: 864 blocks are 6.5 waves of 132, and each block pays its
+//   start (barriers, query and first key tile) and its epilogue, which a persistent kernel
+//   overlapping one tile's epilogue with the next one's loads would hide.
 
 #include <cuda_bf16.h>
 
 namespace {
 
 constexpr int kHeadDim = 128;
-constexpr int kBlockQ = 128;                         // query rows per block, 64 per warpgroup
+constexpr int kBlockQ = 128;                         // query rows per block, 64 per consumer
 constexpr int kBlockKV = 128;                        // key (and value) rows per tile
-constexpr int kThreads = 256;                        // two warpgroups
+constexpr int kThreads = 384;                        // producer warpgroup + two consumers
+constexpr int kStages = 2;                           // key/value tiles in flight
 constexpr int kTileBytes = kBlockKV * kHeadDim * 2;  // one 128 x 128 bf16 tile: 32 KiB
 constexpr int kHalfBytes = kTileBytes / 2;           // one 64-column half: 128 rows of 128 bytes
 constexpr int kSwizzleAtomBytes = 1024;              // 8 rows of 128 bytes
-constexpr int kStagePitch = kHeadDim + 8;            // bf16 per row of the epilogue's staging
+constexpr int kBarrierBytes = 128;
 constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kBlockQ == kBlockKV, "one tile loader for the query, key and value tiles");
-static_assert(5 * kTileBytes + kSwizzleAtomBytes == 164864, "the launch directive's shared memory");
-static_assert(kBlockQ * kStagePitch * 2 <= 2 * kTileBytes, "the output fits in one stage");
+static_assert((1 + 2 * kStages) * kTileBytes + kSwizzleAtomBytes + kBarrierBytes == 164992,
+              "the launch directive's shared memory");
 
 __device__ __forceinline__ unsigned shared_address(const void* pointer) {
   return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
@@ -97,31 +103,60 @@ __device__ __forceinline__ void copy_async_16(unsigned destination, const void* 
                "r"(valid ? 16 : 0));
 }
 
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
+// The barrier at `bar` gets one arrival once every copy this thread issued before has landed.
+__device__ __forceinline__ void arrive_when_copied(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 
-// Waits for this thread's copies, then makes them visible to the async proxy (wgmma's reads);
-// a block barrier must follow before another thread's wgmma reads them.
-__device__ __forceinline__ void wait_copies_for_wgmma() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+__device__ __forceinline__ void barrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(unsigned bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+
+__device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// Tiles written through the generic proxy (cp.async), read by wgmma through the async proxy.
+__device__ __forceinline__ void fence_for_wgmma() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// Copies rows [first_row, first_row + 128) of one head (row r at head + r * row_stride, 128
-// contiguous bf16) into the swizzled tile at shared address `tile` (1024-byte aligned): 16-byte
-// chunk c of row r goes to half c / 8, row r, chunk (c % 8) ^ (r % 8). Rows at or past seq_len
-// are zero-filled. Thread t copies chunk t % 16 of rows t / 16 + 16 k; sixteen consecutive
-// threads copy one 256-byte row.
+// Named barriers 1 and 2 of the two consumers' turns (256 threads: one consumer syncs, the
+// other arrives).
+__device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+
+__device__ __forceinline__ void named_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
+// Copies rows [first_row, first_row + 128) of one head into the swizzled tile at `tile` with the
+// 128 producer threads: thread t copies chunk t % 16 of rows t / 16 + 8 k.
 __device__ __forceinline__ void load_tile(unsigned tile, const __nv_bfloat16* head, int first_row,
-                                          int seq_len, long long row_stride) {
-  const int chunk = static_cast<int>(threadIdx.x) % 16;
-  const int row = static_cast<int>(threadIdx.x) / 16;  // rows row + 16 k, all with row % 8
-  const unsigned swizzled = (chunk / 8) * kHalfBytes + row * 128 + (((chunk % 8) ^ (row % 8)) << 4);
+                                          int seq_len, long long row_stride, int thread) {
+  const int chunk = thread % 16;
+  const int row = thread / 16;  // 0 .. 7: every row it copies has this row % 8
+  const unsigned swizzled = (chunk / 8) * kHalfBytes + row * 128 + (((chunk % 8) ^ row) << 4);
   const __nv_bfloat16* source = head + (first_row + row) * row_stride + chunk * 8;
 #pragma unroll
-  for (int k = 0; k < kBlockKV / 16; ++k) {
-    const bool valid = first_row + row + 16 * k < seq_len;
-    copy_async_16(tile + swizzled + k * 16 * 128, valid ? source : head, valid);
-    source += 16 * row_stride;
+  for (int k = 0; k < kBlockKV / 8; ++k) {
+    const bool valid = first_row + row + 8 * k < seq_len;
+    copy_async_16(tile + swizzled + k * 8 * 128, valid ? source : head, valid);
+    source += 8 * row_stride;
   }
 }
 
@@ -138,11 +173,16 @@ __device__ __forceinline__ unsigned long long descriptor(unsigned address, unsig
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
-
-__device__ __forceinline__ void wgmma_commit_and_wait() {
+__device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps a register the compiler must not move or reuse while a wgmma may still read or write it.
+__device__ __forceinline__ void hold(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void hold(unsigned& x) { asm volatile("" : "+r"(x)::"memory"); }
 
 // d (64 x 128 per warpgroup, fp32) = (accumulate ? d : 0) + a (64 x 16, shared, K-major) *
 // b (16 x 128, shared, K-major: rows of keys), bf16 inputs.
@@ -209,7 +249,7 @@ __device__ __forceinline__ unsigned pack_bf16(float low, float high) {
 }  // namespace
 
 // out, query, key, value: [batch, seq_len, num_heads, 128] bf16, row-major, 256-byte aligned.
-// Launch: grid (cdiv(seq_len, 128), num_heads, batch), 256 threads, 164864 bytes of dynamic
+// Launch: grid (cdiv(seq_len, 128), num_heads, batch), 384 threads, 164992 bytes of dynamic
 // shared memory.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     attention_forward(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ query,
@@ -217,71 +257,113 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                       const __nv_bfloat16* __restrict__ value, float scale, int seq_len,
                       int num_heads) {
   extern __shared__ __align__(16) unsigned char shared_storage[];
-  // Tiles start at the first 1024-byte boundary: the query tile, then stage s's key tile at
-  // (1 + 2 s) tiles and its value tile at (2 + 2 s).
   const unsigned base = (shared_address(shared_storage) + kSwizzleAtomBytes - 1) &
                         ~static_cast<unsigned>(kSwizzleAtomBytes - 1);
-  unsigned char* const base_pointer = shared_storage + (base - shared_address(shared_storage));
   const unsigned q_tile = base;
+  // Barriers after the tiles: the query's, then per stage the key's and value's "full" (copied)
+  // and "empty" (read by both consumers) barriers.
+  const unsigned barriers = base + (1 + 2 * kStages) * kTileBytes;
+  const unsigned full_q = barriers;
+  auto full_k = [&](int s) { return barriers + 8 * (1 + s); };
+  auto full_v = [&](int s) { return barriers + 8 * (1 + kStages + s); };
+  auto empty_k = [&](int s) { return barriers + 8 * (1 + 2 * kStages + s); };
+  auto empty_v = [&](int s) { return barriers + 8 * (1 + 3 * kStages + s); };
+  auto k_tile = [&](int s) { return base + (1 + 2 * s) * kTileBytes; };
+  auto v_tile = [&](int s) { return base + (2 + 2 * s) * kTileBytes; };
+
+  if (threadIdx.x == 0) {
+    barrier_init(full_q, 128);
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(full_k(s), 128);
+      barrier_init(full_v(s), 128);
+      barrier_init(empty_k(s), 8);  // one arrival per consumer warp
+      barrier_init(empty_v(s), 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
 
   const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;
   const long long row_stride = static_cast<long long>(num_heads) * kHeadDim;
   const long long head_offset =
       (static_cast<long long>(blockIdx.z) * seq_len * num_heads + blockIdx.y) * kHeadDim;
-  const __nv_bfloat16* const k_head = key + head_offset;
-  const __nv_bfloat16* const v_head = value + head_offset;
   const int kv_tiles = (seq_len + kBlockKV - 1) / kBlockKV;
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
 
-  auto load_kv = [&](int tile) {
-    const unsigned stage = base + (1 + 2 * (tile & 1)) * kTileBytes;
-    load_tile(stage, k_head, tile * kBlockKV, seq_len, row_stride);
-    load_tile(stage + kTileBytes, v_head, tile * kBlockKV, seq_len, row_stride);
-  };
-  load_tile(q_tile, query + head_offset, q0, seq_len, row_stride);
-  load_kv(0);
-  commit_copies();
+  if (warpgroup == 0) {
+    // Producer: the query tile, then every key and value tile through the stages.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+    const int thread = static_cast<int>(threadIdx.x);
+    load_tile(q_tile, query + head_offset, q0, seq_len, row_stride, thread);
+    arrive_when_copied(full_q);
+    for (int tile = 0; tile < kv_tiles; ++tile) {
+      const int s = tile % kStages;
+      const unsigned reuse = ((tile / kStages) + 1) & 1;  // parity of the consumers' release
+      if (tile >= kStages) barrier_wait(empty_k(s), reuse);
+      load_tile(k_tile(s), key + head_offset, tile * kBlockKV, seq_len, row_stride, thread);
+      arrive_when_copied(full_k(s));
+      if (tile >= kStages) barrier_wait(empty_v(s), reuse);
+      load_tile(v_tile(s), value + head_offset, tile * kBlockKV, seq_len, row_stride, thread);
+      arrive_when_copied(full_v(s));
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
 
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+  const int consumer = warpgroup - 1;  // rows 64 consumer .. + 63
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int warp = static_cast<int>(threadIdx.x) / 32;  // rows 16 warp .. 16 warp + 15
-  const int warpgroup = warp / 4;                       // rows 64 warpgroup .. + 63
-  // This warpgroup's 64 query rows: 8 swizzle atoms into each half of the query tile.
-  const unsigned q_rows = q_tile + warpgroup * 64 * 128;
+  const int warp = static_cast<int>(threadIdx.x) / 32 % 4;  // rows 16 warp .. + 15 of its 64
+  const unsigned q_rows = q_tile + consumer * 64 * 128;
+  const int my_turn = 1 + consumer;     // named barrier this consumer waits on to issue
+  const int their_turn = 2 - consumer;  // the other's
 
-  // Accumulator layout (m64nN, per warp 16 rows): element 4 i + e of lane l is row
-  // 16 warp + l / 4 + 8 (e / 2), column 8 i + 2 (l % 4) + e % 2. "Row half" r is e / 2.
   float o[64];
   float s[64];
-  float row_max[2] = {__int_as_float(0xff800000), __int_as_float(0xff800000)};  // raw scores
-  float row_sum[2] = {0.0f, 0.0f};  // this lane's share of the row's exponentials
+  unsigned p[kBlockKV / 16][4];
+  float row_max[2] = {__int_as_float(0xff800000), __int_as_float(0xff800000)};
+  float row_sum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int e = 0; e < 64; ++e) {
     o[e] = 0.0f;
-    s[e] = 0.0f;  // overwritten by the first k16 step of every tile (it does not accumulate)
+    s[e] = 0.0f;
   }
   const float scale_log2 = scale * kLog2e;
 
-  for (int tile = 0; tile < kv_tiles; ++tile) {
-    wait_copies_for_wgmma();  // this thread's copies of tile `tile` have landed
-    __syncthreads();          // everyone's have, and everyone is done with tile - 1's stage
-    if (tile + 1 < kv_tiles) {
-      load_kv(tile + 1);
-      commit_copies();
-    }
-    const unsigned k_tile = base + (1 + 2 * (tile & 1)) * kTileBytes;
-    const unsigned v_tile = k_tile + kTileBytes;
+  barrier_wait(full_q, 0);
+  if (consumer == 1) named_arrive(1);  // consumer 0 issues first
 
-    // S = Q K^T: k16 step kk reads columns 16 kk .. 16 kk + 15, in half kk / 4 at byte
-    // 32 (kk % 4) of each 128-byte row.
-    wgmma_fence();
+  // Accumulator layout (m64nN, per warp 16 rows): element 4 i + e of lane l is row
+  // 16 warp + l / 4 + 8 (e / 2), column 8 i + 2 (l % 4) + e % 2. "Row half" r is e / 2.
+  // Scores of tile `tile` into s (issued, not waited for): k16 step kk reads columns 16 kk ..
+  // 16 kk + 15, in half kk / 4 at byte 32 (kk % 4) of each 128-byte row.
+  auto issue_scores = [&](int tile) {
+    const unsigned k = k_tile(tile % kStages);
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const unsigned column = (kk / 4) * kHalfBytes + (kk % 4) * 32;
       wgmma_scores(s, descriptor(q_rows + column, 16, kSwizzleAtomBytes),
-                   descriptor(k_tile + column, 16, kSwizzleAtomBytes), kk > 0);
+                   descriptor(k + column, 16, kSwizzleAtomBytes), kk > 0);
     }
-    wgmma_commit_and_wait();
-
-    // Keys past the end of the sequence (last tile only) weigh nothing.
+  };
+  // O += P V of tile `tile` (issued, not waited for): k16 step t takes keys 16 t .. 16 t + 15,
+  // the score chunks 2 t and 2 t + 1 and the value rows 16 t .. 16 t + 15 (two 8-key groups of
+  // 1024 bytes, 2048 bytes a step).
+  auto issue_values = [&](int tile) {
+    const unsigned v = v_tile(tile % kStages);
+#pragma unroll
+    for (int t = 0; t < kBlockKV / 16; ++t) {
+      wgmma_values(o, p[t],
+                   descriptor(v + t * 2 * kSwizzleAtomBytes, kHalfBytes, kSwizzleAtomBytes));
+    }
+  };
+  auto release = [&](unsigned bar) {
+    __syncwarp();
+    if (lane == 0) barrier_arrive(bar);
+  };
+  // Online softmax of the scores of tile `tile` in s: the new row maxima, the factor what was
+  // accumulated so far must be rescaled by (returned in rescale), the exponentials in s.
+  auto softmax = [&](int tile, float(&rescale)[2]) {
     const int kv0 = tile * kBlockKV;
     if (kv0 + kBlockKV > seq_len) {
 #pragma unroll
@@ -290,9 +372,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
           s[e] = __int_as_float(0xff800000);
       }
     }
-
-    // Online softmax: new row maxima (every tile holds at least one real key, so they are
-    // finite), rescale what was accumulated (2^-inf = 0 on the first tile), exponentials.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float m = row_max[r];
@@ -300,10 +379,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const float rescale = exp2_approx((row_max[r] - m) * scale_log2);
+      rescale[r] = exp2_approx((row_max[r] - m) * scale_log2);
       row_max[r] = m;
       const float m_scaled = m * scale_log2;
-      float sum = row_sum[r] * rescale;
+      float sum = row_sum[r] * rescale[r];
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
 #pragma unroll
@@ -311,59 +390,104 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
           s[e] = exp2_approx(fmaf(s[e], scale_log2, -m_scaled));
           sum += s[e];
         }
-        o[4 * i + 2 * r] *= rescale;
-        o[4 * i + 2 * r + 1] *= rescale;
       }
       row_sum[r] = sum;
     }
+  };
 
-    // O += P V: k16 step t takes keys 16 t .. 16 t + 15, the score chunks 2 t and 2 t + 1,
-    // and the value rows 16 t .. 16 t + 15 (two 8-key groups of 1024 bytes, 2048 bytes a step).
-    // Every A operand is packed before the fence, so that no register an in-flight wgmma reads
-    // is written between the wgmmas (ptxas would otherwise serialise them).
-    unsigned p[kBlockKV / 16][4];
+  auto pack_scores = [&]() {
 #pragma unroll
     for (int t = 0; t < kBlockKV / 16; ++t) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) p[t][j] = pack_bf16(s[8 * t + 2 * j], s[8 * t + 2 * j + 1]);
     }
+  };
+
+  // Tile 0: scores only (nothing is accumulated yet).
+  {
+    barrier_wait(full_k(0), 0);
+    fence_for_wgmma();
+    named_sync(my_turn);
     wgmma_fence();
+    issue_scores(0);
+    wgmma_commit();
+    if (!(consumer == 1 && kv_tiles == 1)) named_arrive(their_turn);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int e = 0; e < 64; ++e) hold(s[e]);
+    release(empty_k(0));
+    float rescale[2];
+    softmax(0, rescale);
+    pack_scores();
+  }
+  // Tile t: its scores, and behind them the previous tile's O += P V, issued in this consumer's
+  // turn; the softmax of tile t runs while the other consumer issues.
+  for (int tile = 1; tile < kv_tiles; ++tile) {
+    const int stage = tile % kStages;
+    const int previous = (tile - 1) % kStages;
+    barrier_wait(full_k(stage), (tile / kStages) & 1);
+    barrier_wait(full_v(previous), ((tile - 1) / kStages) & 1);
+    fence_for_wgmma();
+    named_sync(my_turn);
+    wgmma_fence();
+    issue_scores(tile);
+    wgmma_commit();
+    issue_values(tile - 1);
+    wgmma_commit();
+    // The other consumer issues next; the last turn consumer 1 would hand over is never taken.
+    if (!(consumer == 1 && tile == kv_tiles - 1)) named_arrive(their_turn);
+    wgmma_wait<1>();
+#pragma unroll
+    for (int e = 0; e < 64; ++e) hold(s[e]);
+    release(empty_k(stage));
+    float rescale[2];
+    softmax(tile, rescale);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int e = 0; e < 64; ++e) hold(o[e]);
 #pragma unroll
     for (int t = 0; t < kBlockKV / 16; ++t) {
-      wgmma_values(o, p[t],
-                   descriptor(v_tile + t * 2 * kSwizzleAtomBytes, kHalfBytes, kSwizzleAtomBytes));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) hold(p[t][j]);
     }
-    wgmma_commit_and_wait();
+    release(empty_v(previous));
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
+    }
+    pack_scores();
+  }
+  // The last tile's values.
+  {
+    const int last = kv_tiles - 1;
+    barrier_wait(full_v(last % kStages), (last / kStages) & 1);
+    fence_for_wgmma();
+    wgmma_fence();
+    issue_values(last);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int e = 0; e < 64; ++e) hold(o[e]);
   }
 
-  // Epilogue: full row sums (the quad's four shares), normalise, round to bf16, stage in the
-  // first stage's key tile (free once every warpgroup is past the loop), then 16-byte stores
-  // of the rows inside the sequence.
-  __syncthreads();
-  __nv_bfloat16* const staged = reinterpret_cast<__nv_bfloat16*>(base_pointer + kTileBytes);
+  // Epilogue: full row sums, normalise, round to bf16, store the rows inside the sequence.
+  __nv_bfloat16* const out_head = out + head_offset;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float total = row_sum[r];
     total += __shfl_xor_sync(0xffffffffu, total, 1);
     total += __shfl_xor_sync(0xffffffffu, total, 2);
     const float inverse = 1.0f / total;
-    const int row = warp * 16 + r * 8 + lane / 4;
+    const int row = q0 + consumer * 64 + warp * 16 + r * 8 + lane / 4;
+    if (row < seq_len) {
+      __nv_bfloat16* const destination =
+          out_head + static_cast<long long>(row) * row_stride + (lane % 4) * 2;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      *reinterpret_cast<unsigned*>(staged + row * kStagePitch + i * 8 + (lane % 4) * 2) =
-          pack_bf16(o[4 * i + 2 * r] * inverse, o[4 * i + 2 * r + 1] * inverse);
-    }
-  }
-  __syncthreads();
-  __nv_bfloat16* const out_head = out + head_offset;
-#pragma unroll
-  for (int k = 0; k < kBlockQ * 16 / kThreads; ++k) {
-    const int chunk = static_cast<int>(threadIdx.x) + k * kThreads;
-    const int row = chunk / 16;
-    const int column = (chunk % 16) * 8;
-    if (q0 + row < seq_len) {
-      *reinterpret_cast<uint4*>(out_head + static_cast<long long>(q0 + row) * row_stride + column) =
-          *reinterpret_cast<const uint4*>(staged + row * kStagePitch + column);
+      for (int i = 0; i < 16; ++i) {
+        *reinterpret_cast<unsigned*>(destination + i * 8) =
+            pack_bf16(o[4 * i + 2 * r] * inverse, o[4 * i + 2 * r + 1] * inverse);
+      }
     }
   }
 }
