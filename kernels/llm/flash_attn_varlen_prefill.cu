@@ -13,63 +13,67 @@
 // with g = h / (num_heads / num_kv_heads), the dot products, the softmax and the weighted sum in
 // fp32 and one rounding to bf16 at the end.
 //
-// Launch plan: one block of two warpgroups (256 threads) per 128 query rows of one (sequence,
-// head), each warpgroup owning 64 rows. blockIdx.x walks the sequences' query tiles in order
+// Launch plan: one block of three warpgroups (384 threads) per 128 query rows of one (sequence,
+// head): a producer warpgroup that gathers the tiles into shared memory and two consumer
+// warpgroups of 64 query rows each. blockIdx.x walks the sequences' query tiles in order
 // (cdiv(num_tokens, 128) + num_seqs bounds their count; blocks past the last return at once),
 // blockIdx.y is the head, so the blocks resident together are tiles of one sequence and head
 // and share its keys and values in L2. Dynamic shared memory: the query tile and two stages of
-// a 128-key tile and a 128-value tile, 32 KiB each, plus 1 KiB to align the tiles to the
-// 1024-byte swizzle pattern: 164864 bytes, one block an SM.
+// a 128-key tile and a 128-value tile, 32 KiB each, 1 KiB to align the tiles to the 1024-byte
+// swizzle pattern, 128 bytes of barriers and 2 KiB of the producer's row offsets: 167040 bytes,
+// one block an SM.
 //
 // clang-format off
-// @launch prefill_attention<<<dim3(cdiv(num_tokens, 128) + num_seqs, num_heads), 256, 164864>>>(out, query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq)
+// @launch prefill_attention<<<dim3(cdiv(num_tokens, 128) + num_seqs, num_heads), 384, 167040>>>(out, query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq)
 // clang-format on
 //
 // Design notes (why, for whoever optimises this next):
-// - The body is the FlashAttention schedule on Hopper's warpgroup MMA of
-//   kernels/diffusion/attention.cu (its notes explain the tiles, the swizzle, the descriptors
-//   and the online softmax); what differs here is where rows come from and which keys count.
-// - Keys and values are gathered row by row through the block table: each thread looks up the
-//   blocks of its eight rows of a tile once and copies the key and the value row from them
-//   (cp.async, 16 bytes a copy). Rows past what the tile's queries can see are zero-filled
-//   without reading memory.
+// - The body is the warp-specialised FlashAttention schedule of kernels/diffusion/attention.cu
+//   (its notes explain the tiles, the swizzle, the descriptors, the producer's mbarriers, the
+//   consumers' ping-pong and the online softmax); what differs here is where rows come from
+//   and which keys count.
+// - Keys and values are gathered row by row through the block table: each producer thread
+//   looks up one row's block of a tile into shared memory (2 KiB of row offsets, one buffer a
+//   stage), the producer's own named barrier (3) publishes them, and each thread then copies
+//   its sixteen rows' keys and values from them (cp.async, 16 bytes a copy). Rows past what
+//   the tile's queries can see are zero-filled without reading memory. The lookups are the
+//   producer's bottleneck: each thread doing its sixteen rows' own (a division and a table
+//   load each) made the whole kernel 1.83x slower (h200_reference_variants_attention.json).
 // - Causality: a tile only reads keys up to the position of its last query row (kv_end), so the
 //   blocks of a chunk's early rows stop early; the mask is applied only on the tiles that reach
 //   past the position of the block's first row (at most two per block, on the diagonal).
 //   Inside a sequence the tiles run last first (the longest first), so short tiles fill the
-//   end of the wave.
+//   end of the wave. Both consumers walk the same tiles (the ping-pong needs as many turns on
+//   each side); a tile masked whole for one consumer's rows adds nothing to them.
 // - Chunked prefill and decode rows need nothing special: a chunk's rows start at position
 //   n_s - q_s, a decode row is a one-row tile that sees its whole context.
-// - Measured on the H200 against FlashAttention-2's varlen kernel over the same contexts
-//   gathered into its packed layout (bench/results/h200_parity.json): 0.98-1.05 of its time on
-//   fresh prompts of 148 to 2048 tokens, 1.14 on the mixed step, 1.17 on the 8192-token prompt
-//   and 1.22-1.23 on the 2048-token chunks at 8k and 32k contexts: the longer the key loop,
-//   the further behind. Not yet known which of these it is: the block barrier that keeps the
-//   two warpgroups in step (softmax never overlaps the other's GEMMs), the per-row gathers
-//   (eight table lookups and 32 cp.async a thread per tile, against FlashAttention-2's
-//   contiguous rows), or one block an SM.
+// - Measured on the H200 (h200_reference_variants_attention.json): 1.32-1.62x the speed of
+//   the block-barrier design (both warpgroups loading and computing in step), the longer the
+//   key loop the more. Against FlashInfer's paged prefill (its FlashAttention-3 kernels):
+//   bench/results/h200_parity.json.
 // - Not done here: splitting long contexts of short chunks over several blocks (a decode row or
 //   a short chunk at a 32k context is one block that walks 256 key tiles while others idle;
-//   FlashAttention's split-KV), a producer warp issuing TMA gathers, and the intra-warpgroup
-//   overlap of softmax and GEMMs of FlashAttention-3 (kernels/diffusion/attention.cu lists
-//   them).
+//   FlashAttention's split-KV), a persistent grid that overlaps one tile's epilogue with the
+//   next one's loads, and TMA gathers.
 
 #include <cuda_bf16.h>
 
 namespace {
 
 constexpr int kHeadDim = 128;
-constexpr int kBlockQ = 128;                         // query rows per block, 64 per warpgroup
+constexpr int kBlockQ = 128;                         // query rows per block, 64 per consumer
 constexpr int kBlockKV = 128;                        // key (and value) rows per tile
-constexpr int kThreads = 256;                        // two warpgroups
+constexpr int kThreads = 384;                        // producer warpgroup + two consumers
+constexpr int kStages = 2;                           // key/value tiles in flight
 constexpr int kTileBytes = kBlockKV * kHeadDim * 2;  // one 128 x 128 bf16 tile: 32 KiB
 constexpr int kHalfBytes = kTileBytes / 2;           // one 64-column half: 128 rows of 128 bytes
 constexpr int kSwizzleAtomBytes = 1024;              // 8 rows of 128 bytes
-constexpr int kStagePitch = kHeadDim + 8;            // bf16 per row of the epilogue's staging
+constexpr int kBarrierBytes = 128;
+constexpr int kOffsetBytes = kStages * kBlockKV * 8;  // the producer's row offsets per stage
 constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kBlockQ == kBlockKV, "one tile loader for the query, key and value tiles");
-static_assert(5 * kTileBytes + kSwizzleAtomBytes == 164864, "the launch directive's shared memory");
-static_assert(kBlockQ * kStagePitch * 2 <= 2 * kTileBytes, "the output fits in one stage");
+static_assert((1 + 2 * kStages) * kTileBytes + kSwizzleAtomBytes + kBarrierBytes + kOffsetBytes ==
+                  167040,
+              "the launch directive's shared memory");
 
 __device__ __forceinline__ unsigned shared_address(const void* pointer) {
   return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
@@ -83,31 +87,62 @@ __device__ __forceinline__ void copy_async_16(unsigned destination, const void* 
                "r"(valid ? 16 : 0));
 }
 
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
+// The barrier at `bar` gets one arrival once every copy this thread issued before has landed.
+__device__ __forceinline__ void arrive_when_copied(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 
-// Waits for this thread's copies, then makes them visible to the async proxy (wgmma's reads);
-// a block barrier must follow before another thread's wgmma reads them.
-__device__ __forceinline__ void wait_copies_for_wgmma() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+__device__ __forceinline__ void barrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(unsigned bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+
+__device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// Tiles written through the generic proxy (cp.async), read by wgmma through the async proxy.
+__device__ __forceinline__ void fence_for_wgmma() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// Named barriers 1 and 2 of the two consumers' turns (256 threads: one consumer syncs, the
+// other arrives).
+__device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+
+__device__ __forceinline__ void named_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
 // Copies 128 rows of 128 bf16 into the swizzled tile at shared address `tile` (1024-byte
-// aligned): 16-byte chunk c of row r goes to half c / 8, row r, chunk (c % 8) ^ (r % 8).
-// row_source(k, r) is row r's first element, or nullptr for a row to zero-fill (nothing is
-// read); r = t / 16 + 16 k for thread t, which copies chunk t % 16 of those rows (sixteen
-// consecutive threads copy one 256-byte row).
+// aligned) with the producer's 128 threads: 16-byte chunk c of row r goes to half c / 8, row r,
+// chunk (c % 8) ^ (r % 8). Thread t copies chunk t % 16 of rows t / 16 + 8 k; row_source(k) is
+// its k-th row's first element, or nullptr for a row to zero-fill (nothing is read).
 template <typename RowSource>
-__device__ __forceinline__ void load_tile(unsigned tile, const __nv_bfloat16* mapped,
+__device__ __forceinline__ void load_tile(unsigned tile, const __nv_bfloat16* mapped, int thread,
                                           RowSource row_source) {
-  const int chunk = static_cast<int>(threadIdx.x) % 16;
-  const int row = static_cast<int>(threadIdx.x) / 16;  // rows row + 16 k, all with row % 8
-  const unsigned swizzled = (chunk / 8) * kHalfBytes + row * 128 + (((chunk % 8) ^ (row % 8)) << 4);
+  const int chunk = thread % 16;
+  const int row = thread / 16;  // 0 .. 7: every row it copies has this row % 8
+  const unsigned swizzled = (chunk / 8) * kHalfBytes + row * 128 + (((chunk % 8) ^ row) << 4);
 #pragma unroll
-  for (int k = 0; k < kBlockKV / 16; ++k) {
-    const __nv_bfloat16* source = row_source(k, row + 16 * k);
+  for (int k = 0; k < kBlockKV / 8; ++k) {
+    const __nv_bfloat16* source = row_source(k);
     const bool valid = source != nullptr;
-    copy_async_16(tile + swizzled + k * 16 * 128, valid ? source + chunk * 8 : mapped, valid);
+    copy_async_16(tile + swizzled + k * 8 * 128, valid ? source + chunk * 8 : mapped, valid);
   }
 }
 
@@ -124,11 +159,16 @@ __device__ __forceinline__ unsigned long long descriptor(unsigned address, unsig
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
-
-__device__ __forceinline__ void wgmma_commit_and_wait() {
+__device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps a register the compiler must not move or reuse while a wgmma may still read or write it.
+__device__ __forceinline__ void hold(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void hold(unsigned& x) { asm volatile("" : "+r"(x)::"memory"); }
 
 // d (64 x 128 per warpgroup, fp32) = (accumulate ? d : 0) + a (64 x 16, shared, K-major) *
 // b (16 x 128, shared, K-major: rows of keys), bf16 inputs.
@@ -197,7 +237,7 @@ __device__ __forceinline__ unsigned pack_bf16(float low, float high) {
 // out, query: [num_tokens, num_heads, 128]; key_cache, value_cache: [num_blocks, block_size,
 // num_kv_heads, 128], all bf16, row-major, 256-byte aligned; block_tables [num_seqs,
 // max_blocks_per_seq], cu_seqlens_q [num_seqs + 1], seq_lens [num_seqs], int32.
-// Launch: grid (cdiv(num_tokens, 128) + num_seqs, num_heads), 256 threads, 164864 bytes of
+// Launch: grid (cdiv(num_tokens, 128) + num_seqs, num_heads), 384 threads, 167040 bytes of
 // dynamic shared memory; blocks past the last query tile return at once.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     prefill_attention(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ query,
@@ -235,57 +275,97 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 
   extern __shared__ __align__(16) unsigned char shared_storage[];
   // Tiles start at the first 1024-byte boundary: the query tile, then stage s's key tile at
-  // (1 + 2 s) tiles and its value tile at (2 + 2 s).
+  // (1 + 2 s) tiles and its value tile at (2 + 2 s); the barriers after them.
   const unsigned base = (shared_address(shared_storage) + kSwizzleAtomBytes - 1) &
                         ~static_cast<unsigned>(kSwizzleAtomBytes - 1);
-  unsigned char* const base_pointer = shared_storage + (base - shared_address(shared_storage));
   const unsigned q_smem = base;
+  const unsigned barriers = base + (1 + 2 * kStages) * kTileBytes;
+  const unsigned full_q = barriers;
+  auto full_k = [&](int s) { return barriers + 8 * (1 + s); };
+  auto full_v = [&](int s) { return barriers + 8 * (1 + kStages + s); };
+  auto empty_k = [&](int s) { return barriers + 8 * (1 + 2 * kStages + s); };
+  auto empty_v = [&](int s) { return barriers + 8 * (1 + 3 * kStages + s); };
+  auto k_tile = [&](int s) { return base + (1 + 2 * s) * kTileBytes; };
+  auto v_tile = [&](int s) { return base + (2 + 2 * s) * kTileBytes; };
+  if (threadIdx.x == 0) {
+    barrier_init(full_q, 128);
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(full_k(s), 128);
+      barrier_init(full_v(s), 128);
+      barrier_init(empty_k(s), 8);  // one arrival per consumer warp
+      barrier_init(empty_v(s), 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
 
   const int head = static_cast<int>(blockIdx.y);
-  const int kv_head = head / (num_heads / num_kv_heads);
   const long long row_stride = static_cast<long long>(num_heads) * kHeadDim;
-  const __nv_bfloat16* const q_rows = query + (static_cast<long long>(q_start) + q0) * row_stride +
-                                      static_cast<long long>(head) * kHeadDim;
-  const int* const table = block_tables + static_cast<long long>(seq) * max_blocks_per_seq;
-  const long long token_stride = static_cast<long long>(num_kv_heads) * kHeadDim;
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
 
-  // Key j's row in a cache: its block from the block table, its slot in the block.
-  auto cache_row = [&](const __nv_bfloat16* cache, int j) {
-    const int block = table[j / block_size];
-    return cache + (static_cast<long long>(block) * block_size + j % block_size) * token_stride +
-           static_cast<long long>(kv_head) * kHeadDim;
-  };
-  auto load_kv = [&](int tile) {
-    const unsigned stage = base + (1 + 2 * (tile & 1)) * kTileBytes;
-    const int kv0 = tile * kBlockKV;
-    // The block-table lookups are shared by the key and the value copies of a row.
-    long long offsets[kBlockKV / 16];
-    const int row = static_cast<int>(threadIdx.x) / 16;
-#pragma unroll
-    for (int k = 0; k < kBlockKV / 16; ++k) {
-      const int j = kv0 + row + 16 * k;
-      offsets[k] = j < kv_end ? cache_row(key_cache, j) - key_cache : -1;
+  if (warpgroup == 0) {
+    // Producer: the query tile, then every key and value tile through the stages, each row
+    // gathered through the block table.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+    const int thread = static_cast<int>(threadIdx.x);
+    const int kv_head = head / (num_heads / num_kv_heads);
+    const __nv_bfloat16* const q_rows = query +
+                                        (static_cast<long long>(q_start) + q0) * row_stride +
+                                        static_cast<long long>(head) * kHeadDim;
+    const int* const table = block_tables + static_cast<long long>(seq) * max_blocks_per_seq;
+    const long long token_stride = static_cast<long long>(num_kv_heads) * kHeadDim;
+    const int row = thread / 16;  // this thread copies rows row + 8 k of every tile
+    load_tile(q_smem, query, thread, [&](int k) {
+      return row + 8 * k < rows ? q_rows + (row + 8 * k) * row_stride : nullptr;
+    });
+    arrive_when_copied(full_q);
+    // Row offsets of a stage's tile (elements into a cache, -1: not visible), one row a thread.
+    long long* const offsets = reinterpret_cast<long long*>(
+        shared_storage + (barriers + kBarrierBytes - shared_address(shared_storage)));
+    for (int tile = 0; tile < kv_tiles; ++tile) {
+      const int s = tile % kStages;
+      const unsigned reuse = ((tile / kStages) + 1) & 1;  // parity of the consumers' release
+      // Key j's row in a cache: its block from the block table, its slot in the block. Each
+      // thread looks up one row; the key and the value copies of a row share it.
+      const int j = tile * kBlockKV + thread;
+      offsets[s * kBlockKV + thread] =
+          j < kv_end
+              ? (static_cast<long long>(table[j / block_size]) * block_size + j % block_size) *
+                        token_stride +
+                    static_cast<long long>(kv_head) * kHeadDim
+              : -1;
+      // The producer's own barrier: every row's offset is written (and, the stage's previous
+      // offsets having been read before the last one, may be overwritten next time).
+      asm volatile("bar.sync 3, 128;\n" ::: "memory");
+      const long long* const tile_offsets = offsets + s * kBlockKV + row;
+      if (tile >= kStages) barrier_wait(empty_k(s), reuse);
+      load_tile(k_tile(s), key_cache, thread, [&](int k) {
+        const long long offset = tile_offsets[8 * k];
+        return offset >= 0 ? key_cache + offset : nullptr;
+      });
+      arrive_when_copied(full_k(s));
+      if (tile >= kStages) barrier_wait(empty_v(s), reuse);
+      load_tile(v_tile(s), value_cache, thread, [&](int k) {
+        const long long offset = tile_offsets[8 * k];
+        return offset >= 0 ? value_cache + offset : nullptr;
+      });
+      arrive_when_copied(full_v(s));
     }
-    load_tile(stage, key_cache,
-              [&](int k, int) { return offsets[k] >= 0 ? key_cache + offsets[k] : nullptr; });
-    load_tile(stage + kTileBytes, value_cache,
-              [&](int k, int) { return offsets[k] >= 0 ? value_cache + offsets[k] : nullptr; });
-  };
-  load_tile(q_smem, query,
-            [&](int, int r) { return r < rows ? q_rows + r * row_stride : nullptr; });
-  load_kv(0);
-  commit_copies();
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
 
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+  const int consumer = warpgroup - 1;  // rows 64 consumer .. + 63 of the tile
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int warp = static_cast<int>(threadIdx.x) / 32;  // rows 16 warp .. 16 warp + 15
-  const int warpgroup = warp / 4;                       // rows 64 warpgroup .. + 63
-  // This warpgroup's 64 query rows: 8 swizzle atoms into each half of the query tile.
-  const unsigned q_group = q_smem + warpgroup * 64 * 128;
+  const int warp = static_cast<int>(threadIdx.x) / 32 % 4;  // rows 16 warp .. + 15 of its 64
+  const unsigned q_group = q_smem + consumer * 64 * 128;
+  const int my_turn = 1 + consumer;     // named barrier this consumer waits on to issue
+  const int their_turn = 2 - consumer;  // the other's
 
-  // Accumulator layout (m64nN, per warp 16 rows): element 4 i + e of lane l is row
-  // 16 warp + l / 4 + 8 (e / 2), column 8 i + 2 (l % 4) + e % 2. "Row half" r is e / 2.
   float o[64];
   float s[64];
+  unsigned p[kBlockKV / 16][4];
   float row_max[2] = {__int_as_float(0xff800000), __int_as_float(0xff800000)};  // raw scores
   float row_sum[2] = {0.0f, 0.0f};  // this lane's share of the row's exponentials
 #pragma unroll
@@ -295,34 +375,48 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
   const float scale_log2 = scale * kLog2e;
   // Positions of this lane's two rows (row halves 0 and 1).
-  const int row_position[2] = {position0 + q0 + warp * 16 + lane / 4,
-                               position0 + q0 + warp * 16 + lane / 4 + 8};
+  const int first_row = position0 + q0 + consumer * 64 + warp * 16 + lane / 4;
+  const int row_position[2] = {first_row, first_row + 8};
 
-  for (int tile = 0; tile < kv_tiles; ++tile) {
-    wait_copies_for_wgmma();  // this thread's copies of tile `tile` have landed
-    __syncthreads();          // everyone's have, and everyone is done with tile - 1's stage
-    if (tile + 1 < kv_tiles) {
-      load_kv(tile + 1);
-      commit_copies();
-    }
-    const unsigned k_tile = base + (1 + 2 * (tile & 1)) * kTileBytes;
-    const unsigned v_tile = k_tile + kTileBytes;
+  barrier_wait(full_q, 0);
+  if (consumer == 1) named_arrive(1);  // consumer 0 issues first
 
-    // S = Q K^T: k16 step kk reads columns 16 kk .. 16 kk + 15, in half kk / 4 at byte
-    // 32 (kk % 4) of each 128-byte row.
-    wgmma_fence();
+  // Accumulator layout (m64nN, per warp 16 rows): element 4 i + e of lane l is row
+  // 16 warp + l / 4 + 8 (e / 2), column 8 i + 2 (l % 4) + e % 2. "Row half" r is e / 2.
+  // Scores of tile `tile` into s (issued, not waited for): k16 step kk reads columns 16 kk ..
+  // 16 kk + 15, in half kk / 4 at byte 32 (kk % 4) of each 128-byte row.
+  auto issue_scores = [&](int tile) {
+    const unsigned k = k_tile(tile % kStages);
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const unsigned column = (kk / 4) * kHalfBytes + (kk % 4) * 32;
       wgmma_scores(s, descriptor(q_group + column, 16, kSwizzleAtomBytes),
-                   descriptor(k_tile + column, 16, kSwizzleAtomBytes), kk > 0);
+                   descriptor(k + column, 16, kSwizzleAtomBytes), kk > 0);
     }
-    wgmma_commit_and_wait();
-
-    // The causal mask, on the tiles that reach past the block's first row position: key j is
-    // visible to a row at position p when j <= p and j < kv_end (rows past the sequence's end,
-    // never stored, see up to kv_end). Key 0 is visible to every row, so after the first
-    // tile every row maximum is finite.
+  };
+  // O += P V of tile `tile` (issued, not waited for): k16 step t takes keys 16 t .. 16 t + 15,
+  // the score chunks 2 t and 2 t + 1 and the value rows 16 t .. 16 t + 15 (two 8-key groups of
+  // 1024 bytes, 2048 bytes a step).
+  auto issue_values = [&](int tile) {
+    const unsigned v = v_tile(tile % kStages);
+#pragma unroll
+    for (int t = 0; t < kBlockKV / 16; ++t) {
+      wgmma_values(o, p[t],
+                   descriptor(v + t * 2 * kSwizzleAtomBytes, kHalfBytes, kSwizzleAtomBytes));
+    }
+  };
+  auto release = [&](unsigned bar) {
+    __syncwarp();
+    if (lane == 0) barrier_arrive(bar);
+  };
+  // The causal mask, then the online softmax of tile `tile`'s scores in s: the new row maxima,
+  // the factor what was accumulated so far must be rescaled by (rescale), the exponentials in
+  // s. Key j is visible to a row at position p when j <= p and j < kv_end (rows past the
+  // sequence's end, never stored, see up to kv_end); only the tiles that reach past the
+  // block's first row position check. Key 0 is visible to every row, so after the first tile
+  // every row maximum is finite, and a later tile masked whole for a row leaves its maximum as
+  // it was and adds 2^-inf = 0.
+  auto softmax = [&](int tile, float(&rescale)[2]) {
     const int kv0 = tile * kBlockKV;
     if (kv0 + kBlockKV - 1 > position0 + q0) {
 #pragma unroll
@@ -331,10 +425,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         if (j > row_position[(e % 4) / 2] || j >= kv_end) s[e] = __int_as_float(0xff800000);
       }
     }
-
-    // Online softmax: new row maxima (finite: the first tile holds key 0, visible to every row;
-    // a later tile masked whole for a row leaves its maximum as it was and adds 2^-inf = 0),
-    // rescale what was accumulated (2^-inf = 0 on the first tile), exponentials.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float m = row_max[r];
@@ -342,10 +432,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const float rescale = exp2_approx((row_max[r] - m) * scale_log2);
+      rescale[r] = exp2_approx((row_max[r] - m) * scale_log2);
       row_max[r] = m;
       const float m_scaled = m * scale_log2;
-      float sum = row_sum[r] * rescale;
+      float sum = row_sum[r] * rescale[r];
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
 #pragma unroll
@@ -353,60 +443,104 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
           s[e] = exp2_approx(fmaf(s[e], scale_log2, -m_scaled));
           sum += s[e];
         }
-        o[4 * i + 2 * r] *= rescale;
-        o[4 * i + 2 * r + 1] *= rescale;
       }
       row_sum[r] = sum;
     }
-
-    // O += P V: k16 step t takes keys 16 t .. 16 t + 15, the score chunks 2 t and 2 t + 1,
-    // and the value rows 16 t .. 16 t + 15 (two 8-key groups of 1024 bytes, 2048 bytes a step).
-    // Every A operand is packed before the fence, so that no register an in-flight wgmma reads
-    // is written between the wgmmas (ptxas would otherwise serialise them).
-    unsigned p[kBlockKV / 16][4];
+  };
+  auto pack_scores = [&]() {
 #pragma unroll
     for (int t = 0; t < kBlockKV / 16; ++t) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) p[t][j] = pack_bf16(s[8 * t + 2 * j], s[8 * t + 2 * j + 1]);
     }
+  };
+  // Tile 0: scores only (nothing is accumulated yet).
+  {
+    barrier_wait(full_k(0), 0);
+    fence_for_wgmma();
+    named_sync(my_turn);
     wgmma_fence();
+    issue_scores(0);
+    wgmma_commit();
+    if (!(consumer == 1 && kv_tiles == 1)) named_arrive(their_turn);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int e = 0; e < 64; ++e) hold(s[e]);
+    release(empty_k(0));
+    float rescale[2];
+    softmax(0, rescale);
+    pack_scores();
+  }
+  // Tile t: its scores, and behind them the previous tile's O += P V, issued in this consumer's
+  // turn; the softmax of tile t runs while the other consumer issues.
+  for (int tile = 1; tile < kv_tiles; ++tile) {
+    const int stage = tile % kStages;
+    const int previous = (tile - 1) % kStages;
+    barrier_wait(full_k(stage), (tile / kStages) & 1);
+    barrier_wait(full_v(previous), ((tile - 1) / kStages) & 1);
+    fence_for_wgmma();
+    named_sync(my_turn);
+    wgmma_fence();
+    issue_scores(tile);
+    wgmma_commit();
+    issue_values(tile - 1);
+    wgmma_commit();
+    // The other consumer issues next; the last turn consumer 1 would hand over is never taken.
+    if (!(consumer == 1 && tile == kv_tiles - 1)) named_arrive(their_turn);
+    wgmma_wait<1>();
+#pragma unroll
+    for (int e = 0; e < 64; ++e) hold(s[e]);
+    release(empty_k(stage));
+    float rescale[2];
+    softmax(tile, rescale);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int e = 0; e < 64; ++e) hold(o[e]);
 #pragma unroll
     for (int t = 0; t < kBlockKV / 16; ++t) {
-      wgmma_values(o, p[t],
-                   descriptor(v_tile + t * 2 * kSwizzleAtomBytes, kHalfBytes, kSwizzleAtomBytes));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) hold(p[t][j]);
     }
-    wgmma_commit_and_wait();
+    release(empty_v(previous));
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
+    }
+    pack_scores();
+  }
+  // The last tile's values.
+  {
+    const int last = kv_tiles - 1;
+    barrier_wait(full_v(last % kStages), (last / kStages) & 1);
+    fence_for_wgmma();
+    wgmma_fence();
+    issue_values(last);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int e = 0; e < 64; ++e) hold(o[e]);
   }
 
-  // Epilogue: full row sums (the quad's four shares), normalise, round to bf16, stage in the
-  // first stage's key tile (free once every warpgroup is past the loop), then 16-byte stores
-  // of the rows inside the sequence.
-  __syncthreads();
-  __nv_bfloat16* const staged = reinterpret_cast<__nv_bfloat16*>(base_pointer + kTileBytes);
+  // Epilogue: full row sums (the quad's four shares), normalise, round to bf16, store the rows
+  // inside the sequence.
+  __nv_bfloat16* const out_rows = out + (static_cast<long long>(q_start) + q0) * row_stride +
+                                  static_cast<long long>(head) * kHeadDim;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float total = row_sum[r];
     total += __shfl_xor_sync(0xffffffffu, total, 1);
     total += __shfl_xor_sync(0xffffffffu, total, 2);
     const float inverse = 1.0f / total;
-    const int row = warp * 16 + r * 8 + lane / 4;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      *reinterpret_cast<unsigned*>(staged + row * kStagePitch + i * 8 + (lane % 4) * 2) =
-          pack_bf16(o[4 * i + 2 * r] * inverse, o[4 * i + 2 * r + 1] * inverse);
-    }
-  }
-  __syncthreads();
-  __nv_bfloat16* const out_rows = out + (static_cast<long long>(q_start) + q0) * row_stride +
-                                  static_cast<long long>(head) * kHeadDim;
-#pragma unroll
-  for (int k = 0; k < kBlockQ * 16 / kThreads; ++k) {
-    const int chunk = static_cast<int>(threadIdx.x) + k * kThreads;
-    const int row = chunk / 16;
-    const int column = (chunk % 16) * 8;
+    const int row = consumer * 64 + warp * 16 + r * 8 + lane / 4;
     if (row < rows) {
-      *reinterpret_cast<uint4*>(out_rows + static_cast<long long>(row) * row_stride + column) =
-          *reinterpret_cast<const uint4*>(staged + row * kStagePitch + column);
+      __nv_bfloat16* const destination =
+          out_rows + static_cast<long long>(row) * row_stride + (lane % 4) * 2;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        *reinterpret_cast<unsigned*>(destination + i * 8) =
+            pack_bf16(o[4 * i + 2 * r] * inverse, o[4 * i + 2 * r + 1] * inverse);
+      }
     }
   }
 }
