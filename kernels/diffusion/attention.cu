@@ -68,11 +68,13 @@
 //   stored.
 // - Measured on the H200 (bench/results/h200_reference_variants_attention.json): 1.33x the
 //   speed of the earlier design (both warpgroups loading and computing in step at one block
-//   barrier a tile), within 1.5 % of FlashInfer's FlashAttention-3 kernel on HunyuanVideo's
-//   long sequences; three stages instead of two change nothing. On FLUX's 4.6k-token sequences
-//   it stays 1.12-1.14x behind: 864 blocks are 6.5 waves of 132, and each block pays its
-//   start (barriers, query and first key tile) and its epilogue, which a persistent kernel
-//   overlapping one tile's epilogue with the next one's loads would hide.
+//   barrier a tile); three stages instead of two change nothing. Side by side with the
+//   libraries in one run (h200_parity.json) it is still 1.07-1.15x behind the faster of
+//   FlashInfer's FlashAttention-3 kernel and cuDNN's. What they do that this does not: a
+//   persistent grid whose producer loads the next tile's query and keys while the consumers
+//   finish the epilogue (FLUX's 864 blocks are 6.5 waves of 132, each block paying its start
+//   and its epilogue), TMA loads instead of 128 producer threads issuing cp.async, and wider key
+//   tiles (FlashAttention-3 takes 176 keys a tile at head size 128).
 
 #include <cuda_bf16.h>
 
