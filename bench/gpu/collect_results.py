@@ -285,6 +285,8 @@ def merge_anchor_rows(previous, rows, facts):
                 new.setdefault(field, {}).update(row[field])
         for name in row.get("kernels_ns", {}):  # an anchor that runs now has no earlier error
             new.get("kernel_errors", {}).pop(name, None)
+        if new.get("kernel_errors") == {}:
+            del new["kernel_errors"]
         runs = [run for run in new.get("anchor_runs", [])
                 if run["anchors"] != row["anchors_only"]]
         runs.append({"date": facts["date"], "anchors": row["anchors_only"],
