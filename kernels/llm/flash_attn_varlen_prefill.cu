@@ -458,6 +458,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < 4; ++j) p[t][j] = pack_bf16(s[8 * t + 2 * j], s[8 * t + 2 * j + 1]);
     }
   };
+  // The factor O is rescaled by before the next P V: 2^(previous maximum - this tile's).
+  float rescale[2];
   // Tile 0: scores only (nothing is accumulated yet).
   {
     barrier_wait(full_k(0), 0);
@@ -471,7 +473,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 64; ++e) hold(s[e]);
     release(empty_k(0));
-    float rescale[2];
     softmax(0, rescale);
     pack_scores();
   }
@@ -487,6 +488,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     wgmma_fence();
     issue_scores(tile);
     wgmma_commit();
+    // O to the previous tile's maximum while the scores run, then its P V on top.
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
+    }
+    wgmma_fence();
     issue_values(tile - 1);
     wgmma_commit();
     // The other consumer issues next; the last turn consumer 1 would hand over is never taken.
@@ -495,7 +503,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 64; ++e) hold(s[e]);
     release(empty_k(stage));
-    float rescale[2];
     softmax(tile, rescale);
     wgmma_wait<0>();
 #pragma unroll
@@ -506,11 +513,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < 4; ++j) hold(p[t][j]);
     }
     release(empty_v(previous));
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
-    }
     pack_scores();
   }
   // The last tile's values.
@@ -518,6 +520,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const int last = kv_tiles - 1;
     barrier_wait(full_v(last % kStages), (last / kStages) & 1);
     fence_for_wgmma();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
+    }
     wgmma_fence();
     issue_values(last);
     wgmma_commit();
