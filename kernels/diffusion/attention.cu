@@ -71,7 +71,7 @@
 // - Measured on the H200 (bench/results/h200_reference_variants_attention.json): 1.33x the
 //   speed of the earlier design (both warpgroups loading and computing in step at one block
 //   barrier a tile); three stages instead of two change nothing. Side by side with the
-//   libraries in one run (h200_parity.json) it is still 1.07-1.15x behind the faster of
+//   libraries in one run (h200_parity.json) it is still 1.05-1.14x behind the faster of
 //   FlashInfer's FlashAttention-3 kernel and cuDNN's. What they do that this does not: a
 //   persistent grid whose producer loads the next tile's query and keys while the consumers
 //   finish the epilogue (FLUX's 864 blocks are 6.5 waves of 132, each block paying its start

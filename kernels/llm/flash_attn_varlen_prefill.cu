@@ -52,9 +52,10 @@
 //   the block-barrier design (both warpgroups loading and computing in step), the longer the
 //   key loop the more; starting every head's longest tile first instead of each head's tiles
 //   in turn, 1.005-1.18x more. Against FlashInfer's paged prefill (its FlashAttention-3
-//   kernels), side by side in one run (h200_parity.json): 0.98-1.06x on fresh prompts up to
-//   2048 tokens, 1.18-1.25x on the 8192-token prompt, the mixed step and the 2048-token chunks
-//   of 8k and 32k contexts.
+//   kernels), side by side in one run (h200_parity.json): 0.95-1.04x on fresh prompts up to
+//   2048 tokens, 1.18-1.23x on the 8192-token prompt, the mixed step and the 2048-token chunks
+//   of 8k and 32k contexts: the longer the key loop, the further behind, as diffusion/attention
+//   is on its long sequences (its notes list what FlashAttention-3 does that this does not).
 // - Not done here: splitting long contexts of short chunks over several blocks (a decode row or
 //   a short chunk at a 32k context is one block that walks 256 key tiles while others idle;
 //   FlashAttention's split-KV), a persistent grid that overlaps one tile's epilogue with the
