@@ -50,7 +50,10 @@
 //   cp.async.mbarrier.arrive.noinc) and an "empty" one each that the eight consumer warps
 //   arrive on once their wgmmas have read the tile. The consumer fences the async proxy
 //   (fence.proxy.async) after its wait, before its wgmmas read what cp.async wrote. setmaxnreg
-//   gives the producer 56 registers and each consumer thread 224.
+//   gives the producer 56 registers and each consumer thread 224: the block starts at 168 a
+//   thread (64512 of 65536), and the consumers' increase (256 x 56) must not exceed what the
+//   producer gives back (128 x 112), or setmaxnreg.inc waits forever; a persistent variant at
+//   64 / 224 hung so (h200_reference_variants_attention.json).
 // - Ping-pong: two named barriers hand the tensor cores from one consumer to the other. A
 //   consumer waits for its turn, issues tile t's Q K^T and tile t - 1's P V (16 wgmmas), hands
 //   the turn over and then runs tile t's softmax while the other consumer's wgmmas run; it

@@ -63,7 +63,9 @@ TEST_CASE("llm/rms_norm: measured against PyTorch's composite and FlashInfer's k
   CHECK(task->parity->anchors[1].function == "flashinfer_rmsnorm");
 }
 
-TEST_CASE("llm/paged_decode_attention: measured against FlashAttention-2 and efficient attention") {
+TEST_CASE(
+    "llm/paged_decode_attention: measured against FlashAttention-2, efficient attention and "
+    "FlashInfer's decode") {
   const Task* task = real_registry().find("llm/paged_decode_attention");
   REQUIRE(task != nullptr);
   REQUIRE(task->parity.has_value());
@@ -74,8 +76,9 @@ TEST_CASE("llm/paged_decode_attention: measured against FlashAttention-2 and eff
     CHECK(anchor.kind == ParityKind::kKernel);
     names.push_back(anchor.name);
   }
-  CHECK(names == std::vector<std::string>{"FlashAttention-2 varlen",
-                                          "memory-efficient attention (kv heads repeated)"});
+  CHECK(names == std::vector<std::string>{
+                     "FlashAttention-2 varlen", "memory-efficient attention (kv heads repeated)",
+                     "FlashInfer paged decode", "FlashInfer paged decode (tensor cores)"});
 }
 
 TEST_CASE("registry: find returns the task by id and nullptr for an unknown id") {
