@@ -347,7 +347,7 @@ def main():
                 # Only some anchors were timed: every row keeps its earlier run for the rest.
                 parity["runs"][0]["anchors"] = anchors
                 partly = sorted(measured)
-            if partly and anchors is None:
+            elif partly:
                 parity["runs"][0]["only_cases"] = sorted(
                     case for task, case in measured_cases if task in partly)
             parity["rows"] = sorted(kept + parity["rows"], key=lambda r: r["task"])

@@ -31,6 +31,14 @@ def _load_parity_script():
 parity = _load_parity_script()
 
 
+def _load_collect_script():
+    spec = importlib.util.spec_from_file_location("crucible_bench_collect",
+                                                  ROOT / "bench" / "gpu" / "collect_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _manifest(path):
     with path.open("rb") as f:
         return tomllib.load(f)
@@ -211,3 +219,36 @@ def test_kernel_matches_the_check_on_the_smallest_case(path, anchor):
         pytest.skip(f"'{anchor['name']}' needs {error.name}, which is not installed here")
     excess = (got.float() - want).abs() - parity.KERNEL_CHECK_RTOL * want.abs()
     assert float(excess.max()) <= parity.KERNEL_CHECK_ATOL
+
+
+def test_a_run_over_some_anchors_merges_into_the_committed_rows():
+    # The committed row: torch.compile the best library, FlashInfer not on the path then.
+    committed = [{"task": "llm/rms_norm", "case": "decode_1", "reference_ns": 1800.0,
+                  "compile_ns": 2000.0, "eager_ns": 9000.0, "kernels_ns": {},
+                  "kernel_errors": {"FlashInfer rmsnorm": "flashinfer is not on the path"},
+                  "library": "torch.compile", "library_ns": 2000.0,
+                  "reference_over_library": 0.9},
+                 {"task": "llm/rms_norm", "case": "decode_7", "library": "torch.compile",
+                  "reference_over_library": 0.8}]
+    # A later run of the FlashInfer anchor alone, with the reference timed beside it.
+    run = [{"task": "llm/rms_norm", "case": "decode_1", "reference_ns": 1700.0,
+            "harness_reference_ns": 1650.0, "kernels_ns": {"FlashInfer rmsnorm": 1600.0},
+            "reference_over": {"FlashInfer rmsnorm": 1700.0 / 1600.0},
+            "anchors_only": ["flashinfer"]}]
+    collect = _load_collect_script()
+    merged = collect.merge_anchor_rows(committed, run, {"date": "2026-12-04T07:00:00Z"})
+    assert len(merged) == 1
+    row = merged[0]
+    # Each ratio is the one of its own run; the row's library is the one furthest ahead.
+    assert row["reference_over"] == {"torch.compile": 0.9, "FlashInfer rmsnorm": 1700.0 / 1600.0}
+    assert row["library"] == "FlashInfer rmsnorm"
+    assert row["library_ns"] == 1600.0
+    assert row["reference_over_library"] == 1700.0 / 1600.0
+    # The earlier run's figures stay, the anchor's error is gone, the run's reference is kept.
+    assert row["compile_ns"] == 2000.0 and row["reference_ns"] == 1800.0
+    assert "kernel_errors" not in row
+    assert row["anchor_runs"] == [{"date": "2026-12-04T07:00:00Z", "anchors": ["flashinfer"],
+                                   "reference_ns": 1700.0, "harness_reference_ns": 1650.0}]
+    # A second run of the same anchors replaces the first's entry instead of adding one.
+    again = collect.merge_anchor_rows(merged, run, {"date": "2026-12-05T07:00:00Z"})
+    assert [r["date"] for r in again[0]["anchor_runs"]] == ["2026-12-05T07:00:00Z"]
