@@ -280,7 +280,7 @@ def merge_anchor_rows(previous, rows, facts):
         if "reference_over" not in new and new.get("reference_over_library"):
             new["reference_over"] = {new["library"]: new["reference_over_library"]}
         for field in ("kernels_ns", "kernel_max_abs_error", "kernel_errors", "kernels_per_call",
-                      "reference_over"):
+                      "reference_over", "spans_ns", "reference_over_span"):
             if row.get(field):
                 new.setdefault(field, {}).update(row[field])
         for name in row.get("kernels_ns", {}):  # an anchor that runs now has no earlier error

@@ -10,8 +10,11 @@ reference per timing case):
     python3 bench/gpu/parity.py --crucible refs-eval/results.jsonl --json parity.json
 
 Library times are kernel times from torch.profiler (the sum of the GPU kernels of one call, not
-host time; a call's kernels are those between two flushes, whoever launched them), median over calls, each call on its own copy of the inputs with a 2 x L2 read
-between calls (the conditions crucible times its kernels under). PyTorch eager and
+host time; a call's kernels are those between two flushes, whoever launched them), median over
+calls, each call on its own copy of the inputs with a 2 x L2 read between calls (the conditions
+crucible times its kernels under). Each call's span, its first kernel's start to its last one's
+end, is kept too: crucible times a call by its span, so `reference_over_span` is the like-for-like
+ratio against a library of several kernels. PyTorch eager and
 torch.compile (inductor, default mode) are both measured; the best of the two is the library
 time. What each task is measured against is the task's own: the [parity] table of its task.toml
 (docs/tasks.md) names the library calls, which live in a Python module of the task folder
@@ -242,11 +245,36 @@ def gpu_kernels(torch, prof):
 FLUSH_KERNEL = "crucible_parity_l2_flush"
 
 
+def split_calls(events):
+    """The calls of a profile: `events` are (name, start_us, end_us) of its GPU kernels in start
+    order, a flush kernel (FLUSH_KERNEL) before every call and after the last. Per call, in
+    order: (summed kernel time, span from its first kernel's start to its last one's end, both
+    in microseconds, and its kernel count). The span is what crucible times a call by (the first
+    launch's start to the last one's end, gaps between dependent kernels included), the sum
+    what the kernels themselves take."""
+    calls, current, started = [], None, False
+    for name, start, end in events:
+        if name.startswith(FLUSH_KERNEL):
+            if started:
+                calls.append(current)
+            current, started = [0.0, None, None, 0], True
+            continue
+        if current is None:  # kernels before the first flush belong to no call
+            continue
+        current[0] += end - start
+        current[1] = start if current[1] is None else current[1]
+        current[2] = end if current[2] is None else max(current[2], end)
+        current[3] += 1
+    return [(total, (last - first) if first is not None else 0.0, count)
+            for total, first, last, count in calls]
+
+
 def kernel_times_ns(torch, fn, inputs, calls, flush, stats=None):
     """Median over calls of the summed GPU kernel time of one call (torch.profiler): the
     kernels between one flush and the next belong to one call, whoever launched them (ATen,
     torch.compile's or a library's own Triton launches, cuDNN). `stats`, if given, gets the
-    kernels a call launched (the median over calls)."""
+    kernels a call launched and its span, first kernel start to last kernel end (split_calls;
+    medians over calls)."""
     from torch.profiler import ProfilerActivity, profile
     for i in range(3):
         fn(inputs[i % len(inputs)])
@@ -257,22 +285,16 @@ def kernel_times_ns(torch, fn, inputs, calls, flush, stats=None):
             fn(inputs[i % len(inputs)])
         flush()
         torch.cuda.synchronize()
-    per_call, counts, current, count, started = [], [], 0.0, 0, False
-    for event in gpu_kernels(torch, prof):
-        if event.name.startswith(FLUSH_KERNEL):
-            if started:
-                per_call.append(current)
-                counts.append(count)
-            current, count, started = 0.0, 0, True
-            continue
-        current += event.time_range.elapsed_us()
-        count += 1
+    per_call = split_calls([(e.name, e.time_range.start, e.time_range.end)
+                            for e in gpu_kernels(torch, prof)])
     if len(per_call) != calls:
         raise RuntimeError(f"the profile splits into {len(per_call)} calls, not {calls}")
+    measured = [call for call in per_call if call[0] > 0]
     if stats is not None:
-        stats["kernels_per_call"] = statistics.median(counts)
-    per_call = [c for c in per_call if c > 0]
-    return 1000.0 * statistics.median(per_call) if per_call else None
+        stats["kernels_per_call"] = statistics.median(call[2] for call in per_call)
+        if measured:
+            stats["span_ns"] = 1000.0 * statistics.median(call[1] for call in measured)
+    return 1000.0 * statistics.median(call[0] for call in measured) if measured else None
 
 
 # ---- the reference in this harness ------------------------------------------------------------
@@ -461,6 +483,15 @@ def main():
                 row["harness_reference_error"] = export_error
             row["kernels_per_call"] = {name: stats["kernels_per_call"]
                                        for name, stats in launched.items() if stats}
+            # Each call's span, first kernel start to last kernel end: crucible's measure of a
+            # call, so that a reference timed by crucible is compared like for like with a
+            # library of several kernels (the gaps between them are part of its call).
+            row["spans_ns"] = {name: stats["span_ns"]
+                               for name, stats in launched.items() if "span_ns" in stats}
+            if row.get("reference_ns"):
+                row["reference_over_span"] = {
+                    name: row["reference_ns"] / span for name, span in row["spans_ns"].items()
+                    if name != "reference (exported)" and span > 0}
             if timed:
                 # The best library; a tie goes to the first measured (eager before compile).
                 row["library"] = min(timed, key=timed.get)

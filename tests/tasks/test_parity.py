@@ -252,3 +252,16 @@ def test_a_run_over_some_anchors_merges_into_the_committed_rows():
     # A second run of the same anchors replaces the first's entry instead of adding one.
     again = collect.merge_anchor_rows(merged, run, {"date": "2026-12-05T07:00:00Z"})
     assert [r["date"] for r in again[0]["anchor_runs"]] == ["2026-12-05T07:00:00Z"]
+
+
+def test_a_profile_splits_into_calls_at_the_flushes():
+    flush = parity.FLUSH_KERNEL
+    events = [("warm_up", 0.0, 1.0),            # before the first flush: no call's
+              (flush, 2.0, 3.0),
+              ("split", 10.0, 14.0), ("reduce", 15.5, 16.5),  # 5 us of kernels over 6.5
+              (flush, 20.0, 21.0),
+              ("one", 30.0, 32.0),
+              (flush, 40.0, 41.0),
+              (flush, 50.0, 51.0)]              # an empty call
+    calls = parity.split_calls(events)
+    assert calls == [(5.0, 6.5, 2), (2.0, 2.0, 1), (0.0, 0.0, 0)]
