@@ -7,6 +7,7 @@ RESULTS_DIR is the unpacked results.tar.gz of a `device_run.sh` run; each file i
 the parts that run produced (a part not run leaves its committed file as it was).
 """
 import argparse
+import copy
 import json
 import pathlib
 import re
@@ -276,7 +277,7 @@ def merge_anchor_rows(previous, rows, facts):
         if "anchors_only" not in row or old is None:
             merged.append(row)
             continue
-        new = json.loads(json.dumps(old))
+        new = copy.deepcopy(old)
         if "reference_over" not in new and new.get("reference_over_library"):
             new["reference_over"] = {new["library"]: new["reference_over_library"]}
         for field in ("kernels_ns", "kernel_max_abs_error", "kernel_errors", "kernels_per_call",

@@ -190,6 +190,19 @@ __device__ __forceinline__ void wgmma_wait() {
 // Keeps a register the compiler must not move or reuse while a wgmma may still read or write it.
 __device__ __forceinline__ void hold(float& x) { asm volatile("" : "+f"(x)::"memory"); }
 __device__ __forceinline__ void hold(unsigned& x) { asm volatile("" : "+r"(x)::"memory"); }
+template <int N>
+__device__ __forceinline__ void hold(float (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) hold(x[i]);
+}
+template <int M, int N>
+__device__ __forceinline__ void hold(unsigned (&x)[M][N]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) hold(x[i][j]);
+  }
+}
 
 // d (64 x 128 per warpgroup, fp32) = (accumulate ? d : 0) + a (64 x 16, shared, K-major) *
 // b (16 x 128, shared, K-major: rows of keys), bf16 inputs.
@@ -410,6 +423,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
+  // O to a new maximum: each row half r times rescale[r].
+  auto rescale_o = [&](const float(&rescale)[2]) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
+    }
+  };
+
   // The factor O is rescaled by before the next P V: 2^(previous maximum - this tile's).
   float rescale[2];
   // Tile 0: scores only (nothing is accumulated yet).
@@ -422,8 +444,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     wgmma_commit();
     if (!(consumer == 1 && kv_tiles == 1)) named_arrive(their_turn);
     wgmma_wait<0>();
-#pragma unroll
-    for (int e = 0; e < 64; ++e) hold(s[e]);
+    hold(s);
     release(empty_k(0));
     softmax(0, rescale);
     pack_scores();
@@ -441,29 +462,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     issue_scores(tile);
     wgmma_commit();
     // O to the previous tile's maximum while the scores run, then its P V on top.
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
-    }
+    rescale_o(rescale);
     wgmma_fence();
     issue_values(tile - 1);
     wgmma_commit();
     // The other consumer issues next; the last turn consumer 1 would hand over is never taken.
     if (!(consumer == 1 && tile == kv_tiles - 1)) named_arrive(their_turn);
     wgmma_wait<1>();
-#pragma unroll
-    for (int e = 0; e < 64; ++e) hold(s[e]);
+    hold(s);
     release(empty_k(stage));
     softmax(tile, rescale);
     wgmma_wait<0>();
-#pragma unroll
-    for (int e = 0; e < 64; ++e) hold(o[e]);
-#pragma unroll
-    for (int t = 0; t < kBlockKV / 16; ++t) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) hold(p[t][j]);
-    }
+    hold(o);
+    hold(p);
     release(empty_v(previous));
     pack_scores();
   }
@@ -472,17 +483,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const int last = kv_tiles - 1;
     barrier_wait(full_v(last % kStages), (last / kStages) & 1);
     fence_for_wgmma();
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
-    }
+    rescale_o(rescale);
     wgmma_fence();
     issue_values(last);
     wgmma_commit();
     wgmma_wait<0>();
-#pragma unroll
-    for (int e = 0; e < 64; ++e) hold(o[e]);
+    hold(o);
   }
 
   // Epilogue: full row sums, normalise, round to bf16, store the rows inside the sequence.

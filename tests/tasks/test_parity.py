@@ -20,23 +20,16 @@ CPU_ELEMENT_LIMIT = 1 << 26
 TORCH_REASON = "PyTorch is not installed (scripts/setup installs it): the anchors are not run"
 
 
-def _load_parity_script():
-    spec = importlib.util.spec_from_file_location("crucible_bench_parity",
-                                                  ROOT / "bench" / "gpu" / "parity.py")
+def _load_bench_script(name):
+    """bench/gpu/<name>.py, imported from its path."""
+    spec = importlib.util.spec_from_file_location(f"crucible_bench_{name}",
+                                                  ROOT / "bench" / "gpu" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-parity = _load_parity_script()
-
-
-def _load_collect_script():
-    spec = importlib.util.spec_from_file_location("crucible_bench_collect",
-                                                  ROOT / "bench" / "gpu" / "collect_results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+parity = _load_bench_script("parity")
 
 
 def _manifest(path):
@@ -235,7 +228,7 @@ def test_a_run_over_some_anchors_merges_into_the_committed_rows():
             "harness_reference_ns": 1650.0, "kernels_ns": {"FlashInfer rmsnorm": 1600.0},
             "reference_over": {"FlashInfer rmsnorm": 1700.0 / 1600.0},
             "anchors_only": ["flashinfer"]}]
-    collect = _load_collect_script()
+    collect = _load_bench_script("collect_results")
     merged = collect.merge_anchor_rows(committed, run, {"date": "2026-12-04T07:00:00Z"})
     assert len(merged) == 1
     row = merged[0]

@@ -33,36 +33,38 @@ def prepare(torch, t, s, sym):
     group = t["query"].shape[1] // t["_k"].shape[1]
     t["_ke"] = t["_k"].repeat_interleave(group, dim=1)[None].contiguous()
     t["_ve"] = t["_v"].repeat_interleave(group, dim=1)[None].contiguous()
-    t["_flashinfer"] = {}
-    for cores in (False, True):
-        try:
-            t["_flashinfer"][cores] = _flashinfer_plan(torch, t, s, lens, block, cores)
-        except RuntimeError as error:  # e.g. a query group its CUDA-core kernel has no build of
-            t["_flashinfer"][cores] = error
+    t["_flashinfer"] = _flashinfer_plans(torch, t, s, lens, block)
 
 
-def _flashinfer_plan(torch, t, s, lens, block, tensor_cores):
+def _flashinfer_plans(torch, t, s, lens, block):
     """FlashInfer's batch decode planned over the paged cache itself (what vLLM's and SGLang's
     FlashInfer backends run for decode): the block tables as its page-table CSR, the cache in its
     NHD page layout ([pages, page_size, kv_heads, head_dim], the task's flash layout). Its CUDA-
     core kernel and its tensor-core one (the prefill kernel on one query row, which the serving
-    engines pick for wide query groups) are both planned; the faster is the bar. None where
-    FlashInfer is not on the path; its anchors then say so."""
+    engines pick for wide query groups) are both planned; the faster is the bar. Returns
+    {use_tensor_cores: the planned wrapper, or the error its plan raised (e.g. a query group its
+    CUDA-core kernel has no build of)}; both None where FlashInfer is not on the path (its
+    anchors then say so)."""
     try:
         import flashinfer
     except ModuleNotFoundError:
-        return None
+        return {False: None, True: None}
     from flashinfer_pages import page_table  # bench/gpu
     indptr, indices, last = page_table(torch, t["block_tables"], lens, block)
-    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-        torch.empty(128 << 20, dtype=torch.uint8, device=t["query"].device), "NHD",
-        use_tensor_cores=tensor_cores)
     _, heads, dims = t["query"].shape
-    wrapper.plan(indptr, indices, last, heads,
-                 t["key_cache"].shape[2], dims, block,
-                 sm_scale=float(s.get("scale", 1.0 / (dims ** 0.5))),
-                 q_data_type=t["query"].dtype, kv_data_type=t["key_cache"].dtype)
-    return wrapper
+    plans = {}
+    for tensor_cores in (False, True):
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            torch.empty(128 << 20, dtype=torch.uint8, device=t["query"].device), "NHD",
+            use_tensor_cores=tensor_cores)
+        try:
+            wrapper.plan(indptr, indices, last, heads, t["key_cache"].shape[2], dims, block,
+                         sm_scale=float(s.get("scale", 1.0 / (dims ** 0.5))),
+                         q_data_type=t["query"].dtype, kv_data_type=t["key_cache"].dtype)
+            plans[tensor_cores] = wrapper
+        except RuntimeError as error:
+            plans[tensor_cores] = error
+    return plans
 
 
 def check(torch, t, s):
