@@ -7,7 +7,7 @@
 // @workspace ws_a f16[(cdiv(num_tokens, 64) + num_seqs) * num_v_heads * 4096]
 // @workspace ws_qk f16[(cdiv(num_tokens, 64) + num_seqs) * num_k_heads * 16384]
 // @workspace ws_rows float[(cdiv(num_tokens, 64) + num_seqs) * num_v_heads * 192]
-// @launch gdr_chunk_prepare<<<dim3(cdiv(num_tokens, 64) + num_seqs, num_v_heads), 256, 108544>>>(
+// @launch gdr_chunk_prepare<<<dim3(cdiv(num_tokens, 64) + num_seqs, num_v_heads), 256, 72960>>>(
 //     q, k, v, g, beta, cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, scale, num_seqs,
 //     num_k_heads, num_v_heads)
 // @launch gdr_chunk_scan<<<dim3(2, num_v_heads, num_seqs), 128, 173120>>>(initial_state,
@@ -26,15 +26,20 @@
 // whole sequence), and the upper triangle is masked before its exponential is taken.
 //
 // Kernels:
-// - gdr_chunk_prepare, one block per (chunk, value head), all chunks in parallel: K K^T and
-//   Q K^T of the raw bf16 rows on bf16 tensor cores (mma.sync m16n8k16: exact products, fp32
-//   sums; the norms are applied afterwards as row and column scales), M and A, T = (I + M)^-1 in
-//   fp32 by 16 x 16 blocks (forward substitution inside the diagonal blocks, one thread a column,
-//   then each block row from the rows above it: three levels of small products), then W and U on
-//   bf16 tensor cores with T's scaled columns split into two bf16 parts (hi + lo, 16 bits of
-//   mantissa) against the exact raw k and v. Writes W (fp16), U transposed (fp32), A (fp16), the
-//   normalised q and k rows (fp16, once per key head) and the row factors scale e^(c_i),
-//   e^(c_L - c_i) and e^(c_L).
+// - gdr_chunk_prepare, one block per (chunk, value head), all chunks in parallel, three blocks
+//   a multiprocessor (73 KB of shared memory, 80 registers): the raw k and q rows in one batch
+//   of asynchronous copies, the lower tiles of K K^T and Q K^T on bf16 tensor cores (mma.sync
+//   m16n8k16 through ldmatrix: exact products, fp32 sums; the norms, betas and gate differences
+//   applied to the accumulators as row and column factors, giving M and A without a pass over
+//   shared memory), T = (I + M)^-1 in fp32 by 16 x 16 blocks (forward substitution inside the
+//   diagonal blocks, one thread a column, then each block row from the rows above it: three
+//   levels of small products) while v's rows land in q's buffer, then W and U on bf16 tensor
+//   cores with T's scaled entries split in registers into two bf16 parts (hi + lo, 16 bits of
+//   mantissa) against the exact raw k and v, only T's lower blocks taken. Writes W (fp16), U
+//   transposed (fp32, staged for 16-byte stores), A's lower tiles (fp16), the normalised q and
+//   k rows (fp16, once per key head) and the row factors scale e^(c_i), e^(c_L - c_i) and
+//   e^(c_L). The previous design (one pass over shared memory per step, 108 KB, two blocks a
+//   multiprocessor) took 1.6-1.75x as long (bench/gpu/kernel_stages.py).
 // - gdr_chunk_scan, one block per (sequence, value head, 64 value columns), walking the
 //   sequence's chunks in order. Each of its 4 warps owns 16 value columns and keeps its slice of
 //   the state transposed (16 x 128, fp32) in mma accumulator registers for the whole sequence, so
@@ -93,33 +98,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Tensor-core tiles through mma.sync (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane =
-// 4 g + t. A 16 x 16 fp32 tile is two 16 x 8 accumulators; in half h a lane holds rows g and
-// g + 8 at columns 8 h + 2 t and 8 h + 2 t + 1.
-struct Tile {
-  float v[2][4];
-
-  __device__ void zero() {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) v[h][0] = v[h][1] = v[h][2] = v[h][3] = 0.f;
-  }
-  // Row-major fp32 tile at p with leading dimension ld.
-  __device__ void store(float* p, int ld) const {
-    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      p[g * ld + 8 * h + 2 * t] = v[h][0];
-      p[g * ld + 8 * h + 2 * t + 1] = v[h][1];
-      p[(g + 8) * ld + 8 * h + 2 * t] = v[h][2];
-      p[(g + 8) * ld + 8 * h + 2 * t + 1] = v[h][3];
-    }
-  }
-};
-
-__device__ __forceinline__ unsigned bf16_pair(const __nv_bfloat16* p) {
-  return *reinterpret_cast<const unsigned*>(p);  // p[0] in the low half
-}
-
 __device__ __forceinline__ unsigned bf16_pack(__nv_bfloat16 lo, __nv_bfloat16 hi) {
   return static_cast<unsigned>(__bfloat16_as_ushort(lo)) |
          (static_cast<unsigned>(__bfloat16_as_ushort(hi)) << 16);
@@ -140,8 +118,8 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const unsigned 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void mma_m16n8k16_f16(float (&d)[4], const unsigned (&a)[4],
-                                                 unsigned b0, unsigned b1) {
+__device__ __forceinline__ void mma_m16n8k16_f16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                                 unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};\n"
@@ -166,43 +144,6 @@ __device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], const void* row)
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr)
                : "memory");
-}
-
-// The bf16 A fragment of a row-major 16 x 16 block at a (leading dimension lda, even).
-__device__ __forceinline__ void load_a_bf16(unsigned (&fa)[4], const __nv_bfloat16* a, int lda) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  fa[0] = bf16_pair(a + g * lda + 2 * t);
-  fa[1] = bf16_pair(a + (g + 8) * lda + 2 * t);
-  fa[2] = bf16_pair(a + g * lda + 2 * t + 8);
-  fa[3] = bf16_pair(a + (g + 8) * lda + 2 * t + 8);
-}
-
-// C += A B, A 16 x 16 row-major bf16, B 16 x 16 with B[k][n] = b[n * ldb + k] (B^T row-major).
-__device__ __forceinline__ void mma_bf16_bt(Tile& c, const __nv_bfloat16* a, int lda,
-                                            const __nv_bfloat16* b, int ldb) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  unsigned fa[4];
-  load_a_bf16(fa, a, lda);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const __nv_bfloat16* col = b + (8 * h + g) * ldb;
-    mma_m16n8k16_bf16(c.v[h], fa, bf16_pair(col + 2 * t), bf16_pair(col + 2 * t + 8));
-  }
-}
-
-// C += A B, A 16 x 16 row-major bf16, B 16 x 16 row-major bf16 (B[k][n] = b[k * ldb + n]).
-__device__ __forceinline__ void mma_bf16_bn(Tile& c, const __nv_bfloat16* a, int lda,
-                                            const __nv_bfloat16* b, int ldb) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  unsigned fa[4];
-  load_a_bf16(fa, a, lda);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int n = 8 * h + g;
-    const unsigned b0 = bf16_pack(b[(2 * t) * ldb + n], b[(2 * t + 1) * ldb + n]);
-    const unsigned b1 = bf16_pack(b[(2 * t + 8) * ldb + n], b[(2 * t + 9) * ldb + n]);
-    mma_m16n8k16_bf16(c.v[h], fa, b0, b1);
-  }
 }
 
 // By one warp (every lane gets the answer): the sequence holding global chunk `target` (target
@@ -249,11 +190,41 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
+// 16-byte asynchronous copy that fills the destination with zeros when `valid` is false (no
+// bytes are read then).
+__device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* gmem_src, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// Two fp32 values split into bf16 hi and lo parts (hi + lo carries 16 mantissa bits), each pair
+// packed with x0 in the low half.
+__device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
+  const __nv_bfloat16 h0 = __float2bfloat16(x0), h1 = __float2bfloat16(x1);
+  hi = bf16_pack(h0, h1);
+  lo = bf16_pack(__float2bfloat16(x0 - __bfloat162float(h0)),
+                 __float2bfloat16(x1 - __bfloat162float(h1)));
+}
+
 }  // namespace
 
-// Shared memory (bytes): k, q, v rows (bf16, 3 x 17408), then K K^T / M / W's T parts (18432),
-// Q K^T / A / U's T parts (18432), T (18432), row vectors (1024): 108544.
-__global__ void __launch_bounds__(256)
+// The prepare's shared memory (bytes): raw k rows (bf16 [64][kLdB]); raw q rows, then raw v rows
+// (same buffer: q is done with before v lands); M (fp32 [64][kLdG]; its upper blocks hold the
+// block products X of T's levels); T (fp32 [64][kLdG]); the row vectors. M and T together then
+// stage U^T (fp32 [128][kLdUS]) for coalesced stores.
+constexpr int kLdUS = kChunk + 4;
+constexpr int kPrepK = 0;
+constexpr int kPrepQV = kPrepK + kChunk * kLdB * 2;
+constexpr int kPrepM = kPrepQV + kChunk * kLdB * 2;
+constexpr int kPrepT = kPrepM + kChunk * kLdG * 4;
+constexpr int kPrepVec = kPrepT + kChunk * kLdG * 4;
+constexpr int kPrepSmemBytes = kPrepVec + 5 * kChunk * 4;
+static_assert(kPrepSmemBytes == 72960, "the prepare's @launch passes 72960 bytes");
+static_assert(kDim * kLdUS * 4 <= 2 * kChunk * kLdG * 4, "U^T's staging fits in M and T");
+
+__global__ void __launch_bounds__(256, 3)
     gdr_chunk_prepare(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                       const __nv_bfloat16* __restrict__ v, const float* __restrict__ g,
                       const __nv_bfloat16* __restrict__ beta, const int* __restrict__ cu_seqlens,
@@ -262,23 +233,22 @@ __global__ void __launch_bounds__(256)
                       float* __restrict__ ws_rows, float scale, int num_seqs, int num_k_heads,
                       int num_v_heads) {
   extern __shared__ __align__(128) unsigned char smem[];
-  __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(smem);
-  __nv_bfloat16* qb = kb + kChunk * kLdB;
-  __nv_bfloat16* vb = qb + kChunk * kLdB;
-  float* gk = reinterpret_cast<float*>(vb + kChunk * kLdB);  // K K^T, then M
-  float* gq = gk + kChunk * kLdG;                            // Q K^T, then A
-  float* tm = gq + kChunk * kLdG;                            // T
-  float* gc = tm + kChunk * kLdG;                            // cumulative gates
-  float* bt = gc + kChunk;                                   // beta
-  float* rk = bt + kChunk;                                   // 1 / |k|
-  float* rq = rk + kChunk;                                   // 1 / |q|
-  __nv_bfloat16* tw = reinterpret_cast<__nv_bfloat16*>(gk);  // W's T parts, once M is used
-  __nv_bfloat16* tu = reinterpret_cast<__nv_bfloat16*>(gq);  // U's T parts, once A is out
+  __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(smem + kPrepK);
+  __nv_bfloat16* qv = reinterpret_cast<__nv_bfloat16*>(smem + kPrepQV);
+  float* mm = reinterpret_cast<float*>(smem + kPrepM);
+  float* tm = reinterpret_cast<float*>(smem + kPrepT);
+  float* gc = reinterpret_cast<float*>(smem + kPrepVec);  // cumulative gates
+  float* bt = gc + kChunk;                                // beta (0 past the chunk)
+  float* rk = bt + kChunk;                                // 1 / |k| (0 past the chunk)
+  float* rq = rk + kChunk;                                // 1 / |q|
+  float* fw = rq + kChunk;                                // beta e^c / |k|: W's column factors
+  float* ut = mm;                                         // U^T staging, once M and T are done
   __shared__ int s_chunk[2];
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
+  const int lg = lane >> 2, lt = lane & 3;
   const int chunk = blockIdx.x;
   const int hv = blockIdx.y;
   const int group = num_v_heads / num_k_heads;
@@ -303,27 +273,26 @@ __global__ void __launch_bounds__(256)
   const int len = s_chunk[1];
   if (t0 < 0) return;
 
-  // Raw rows, 16 bytes a thread a step; rows past the chunk are zero.
+  // Raw k and q rows in one batch of copies; rows past the chunk are zero.
   for (int idx = tid; idx < kChunk * (kDim / 8); idx += blockDim.x) {
     const int r = idx >> 4;
     const int c8 = (idx & 15) * 8;
-    uint4 kr = make_uint4(0u, 0u, 0u, 0u), qr = kr, vr = kr;
-    if (r < len) {
-      const size_t tok = static_cast<size_t>(t0 + r);
-      kr = *reinterpret_cast<const uint4*>(k + (tok * num_k_heads + h) * kDim + c8);
-      qr = *reinterpret_cast<const uint4*>(q + (tok * num_k_heads + h) * kDim + c8);
-      vr = *reinterpret_cast<const uint4*>(v + (tok * num_v_heads + hv) * kDim + c8);
-    }
-    *reinterpret_cast<uint4*>(kb + r * kLdB + c8) = kr;
-    *reinterpret_cast<uint4*>(qb + r * kLdB + c8) = qr;
-    *reinterpret_cast<uint4*>(vb + r * kLdB + c8) = vr;
+    const size_t tok = static_cast<size_t>(t0 + min(r, len - 1));
+    cp_async16_zfill(kb + r * kLdB + c8, k + (tok * num_k_heads + h) * kDim + c8, r < len);
+    cp_async16_zfill(qv + r * kLdB + c8, q + (tok * num_k_heads + h) * kDim + c8, r < len);
   }
   if (warp == 7) {
     // Cumulative gates: an inclusive scan over the two halves of the chunk (g = 0 past it, so
-    // c stays at the last token's value).
-    float g0 = 0.f, g1 = 0.f;
-    if (lane < len) g0 = g[static_cast<size_t>(t0 + lane) * num_v_heads + hv];
-    if (lane + 32 < len) g1 = g[static_cast<size_t>(t0 + lane + 32) * num_v_heads + hv];
+    // c stays at the last token's value); betas, 0 past the chunk.
+    float g0 = 0.f, g1 = 0.f, b0 = 0.f, b1 = 0.f;
+    if (lane < len) {
+      g0 = g[static_cast<size_t>(t0 + lane) * num_v_heads + hv];
+      b0 = __bfloat162float(beta[static_cast<size_t>(t0 + lane) * num_v_heads + hv]);
+    }
+    if (lane + 32 < len) {
+      g1 = g[static_cast<size_t>(t0 + lane + 32) * num_v_heads + hv];
+      b1 = __bfloat162float(beta[static_cast<size_t>(t0 + lane + 32) * num_v_heads + hv]);
+    }
 #pragma unroll
     for (int offset = 1; offset < 32; offset <<= 1) {
       const float y0 = __shfl_up_sync(0xffffffffu, g0, offset);
@@ -336,98 +305,110 @@ __global__ void __launch_bounds__(256)
     const float half = __shfl_sync(0xffffffffu, g0, 31);
     gc[lane] = g0;
     gc[lane + 32] = g1 + half;
+    bt[lane] = b0;
+    bt[lane + 32] = b1;
   }
+  cp_async_wait_all();
   __syncthreads();
 
-  // Norms (FLA: x / sqrt(sum x^2 + 1e-6)) and betas; zero past the chunk.
+  // Norms (FLA: x / sqrt(sum x^2 + 1e-6)), a warp per 8 rows, 4 elements a lane; W's column
+  // factors and the row factors of the scan.
   for (int rr = 0; rr < kChunk / 8; ++rr) {
     const int r = warp * (kChunk / 8) + rr;
-    float sk = 0.f, sq = 0.f;
-    for (int c = lane; c < kDim; c += 32) {
-      const float a = __bfloat162float(kb[r * kLdB + c]);
-      const float b = __bfloat162float(qb[r * kLdB + c]);
-      sk = fmaf(a, a, sk);
-      sq = fmaf(b, b, sq);
-    }
+    const uint2 kr = *reinterpret_cast<const uint2*>(kb + r * kLdB + 4 * lane);
+    const uint2 qr = *reinterpret_cast<const uint2*>(qv + r * kLdB + 4 * lane);
+    const float2 k0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kr.x));
+    const float2 k1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kr.y));
+    const float2 q0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qr.x));
+    const float2 q1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qr.y));
+    float sk = k0.x * k0.x + k0.y * k0.y + k1.x * k1.x + k1.y * k1.y;
+    float sq = q0.x * q0.x + q0.y * q0.y + q1.x * q1.x + q1.y * q1.y;
     sk = warp_sum(sk);
     sq = warp_sum(sq);
     if (lane == 0) {
       const bool in = r < len;
-      rk[r] = in ? 1.f / sqrtf(sk + 1e-6f) : 0.f;
+      const float inv_k = in ? 1.f / sqrtf(sk + 1e-6f) : 0.f;
+      rk[r] = inv_k;
       rq[r] = in ? 1.f / sqrtf(sq + 1e-6f) : 0.f;
-      bt[r] = in ? __bfloat162float(beta[static_cast<size_t>(t0 + r) * num_v_heads + hv]) : 0.f;
+      fw[r] = bt[r] * expf(gc[r]) * inv_k;
     }
   }
-
-  // K K^T and Q K^T of the raw rows: 16 tiles each, 4 a warp.
-  for (int t = warp; t < 32; t += 8) {
-    const __nv_bfloat16* a_src = t < 16 ? kb : qb;
-    float* dst = t < 16 ? gk : gq;
-    const int rt = (t & 15) >> 2;
-    const int ct = t & 3;
-    Tile acc;
-    acc.zero();
-#pragma unroll
-    for (int kk = 0; kk < kDim; kk += 16) {
-      mma_bf16_bt(acc, a_src + rt * 16 * kLdB + kk, kLdB, kb + ct * 16 * kLdB + kk, kLdB);
-    }
-    acc.store(dst + rt * 16 * kLdG + ct * 16, kLdG);
-  }
-  __syncthreads();
-
-  // M (strictly lower) over K K^T, A (lower, with the diagonal) over Q K^T, in place. The upper
-  // triangle is never exponentiated (e^(c_i - c_j) overflows there under strong decay).
-  for (int idx = tid; idx < kChunk * kChunk; idx += blockDim.x) {
-    const int i = idx >> 6;
-    const int j = idx & 63;
-    float m = 0.f, a = 0.f;
-    if (j <= i) {
-      const float d = expf(gc[i] - gc[j]);
-      a = scale * rq[i] * rk[j] * gq[i * kLdG + j] * d;
-      if (j < i) m = bt[i] * rk[i] * rk[j] * gk[i * kLdG + j] * d;
-    }
-    gk[i * kLdG + j] = m;
-    gq[i * kLdG + j] = a;
-  }
-  __syncthreads();
-
   const size_t cg = static_cast<size_t>(chunk) * num_v_heads + hv;
-  {
-    __half2* a_out = reinterpret_cast<__half2*>(ws_a + cg * (kChunk * kChunk));
-    for (int idx = tid; idx < kChunk * kChunk / 2; idx += blockDim.x) {
-      const float* a_row = gq + (idx >> 5) * kLdG + (idx & 31) * 2;
-      a_out[idx] = __floats2half2_rn(a_row[0], a_row[1]);
-    }
-    // The normalised q and k rows, once per key head (by its first value head's block).
-    if (hv % group == 0) {
-      __half2* qk_out =
-          reinterpret_cast<__half2*>(ws_qk + (static_cast<size_t>(chunk) * num_k_heads + h) *
-                                                 (2 * kChunk * kDim));
-      for (int idx = tid; idx < kChunk * kDim / 2; idx += blockDim.x) {
-        const int r = idx >> 6;
-        const int c2 = (idx & 63) * 2;
-        qk_out[idx] = __floats2half2_rn(__bfloat162float(qb[r * kLdB + c2]) * rq[r],
-                                        __bfloat162float(qb[r * kLdB + c2 + 1]) * rq[r]);
-        qk_out[kChunk * kDim / 2 + idx] =
-            __floats2half2_rn(__bfloat162float(kb[r * kLdB + c2]) * rk[r],
-                              __bfloat162float(kb[r * kLdB + c2 + 1]) * rk[r]);
-      }
-    }
+  if (tid < kChunk) {
     float* rows_out = ws_rows + cg * kRowsStride;
     const float c_last = gc[kChunk - 1];
-    if (tid < kChunk) {
-      const bool in = tid < len;
-      rows_out[tid] = in ? expf(gc[tid]) * scale : 0.f;
-      rows_out[kChunk + tid] = in ? expf(c_last - gc[tid]) : 0.f;
+    const bool in = tid < len;
+    rows_out[tid] = in ? expf(gc[tid]) * scale : 0.f;
+    rows_out[kChunk + tid] = in ? expf(c_last - gc[tid]) : 0.f;
+    if (tid == 0) rows_out[2 * kChunk] = expf(c_last);
+  }
+  __syncthreads();
+
+  // The lower 16 x 16 tiles of K K^T and Q K^T of the raw rows (10 each, 20 over 8 warps) on
+  // bf16 tensor cores, turned into M (strictly lower, fp32, to shared memory) and A (lower with
+  // the diagonal, fp16, to the workspace) in registers. The upper triangle is never
+  // exponentiated (e^(c_i - c_j) overflows there under strong decay); A's tiles above the
+  // diagonal are not written (the scan does not read them).
+  const int mi = lane >> 3, r8 = lane & 7;
+  const int a_row = lane & 15, a_col = 8 * (lane >> 4);        // A operand, row-major
+  const int n_row = 8 * (mi >> 1) + r8, n_col = 8 * (mi & 1);  // B stored n-major
+  const int k_row = 8 * (mi & 1) + r8, k_col = 8 * (mi >> 1);  // B stored k-major
+  __half* a_out = ws_a + cg * (kChunk * kChunk);
+  for (int job = warp; job < 20; job += 8) {
+    const bool is_q = job >= 10;
+    const int tri = is_q ? job - 10 : job;  // tiles (rt, ct), ct <= rt
+    const int rt = tri >= 6 ? 3 : tri >= 3 ? 2 : tri >= 1 ? 1 : 0;
+    const int ct = tri - rt * (rt + 1) / 2;
+    const __nv_bfloat16* a_src = is_q ? qv : kb;
+    float acc[2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kDim; kk += 16) {
+      unsigned fa[4], fb[4];
+      ldsm_x4(fa, a_src + (16 * rt + a_row) * kLdB + kk + a_col);
+      ldsm_x4(fb, kb + (16 * ct + n_row) * kLdB + kk + n_col);
+      mma_m16n8k16_bf16(acc[0], fa, fb[0], fb[1]);
+      mma_m16n8k16_bf16(acc[1], fa, fb[2], fb[3]);
     }
-    if (tid == kChunk) rows_out[2 * kChunk] = expf(c_last);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 16 * rt + lg + 8 * half;
+        const int j = 16 * ct + 8 * hh + 2 * lt;
+        float x[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int jj = j + e;
+          const float raw = acc[hh][2 * half + e];
+          x[e] = 0.f;
+          if (is_q ? jj <= i : jj < i) {
+            const float d = expf(gc[i] - gc[jj]);
+            x[e] = is_q ? scale * rq[i] * rk[jj] * raw * d : bt[i] * rk[i] * rk[jj] * raw * d;
+          }
+        }
+        if (is_q) {
+          *reinterpret_cast<__half2*>(a_out + i * kChunk + j) = __floats2half2_rn(x[0], x[1]);
+        } else {
+          *reinterpret_cast<float2*>(mm + i * kLdG + j) = make_float2(x[0], x[1]);
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // q is done with: v's rows land in its buffer while T is computed.
+  for (int idx = tid; idx < kChunk * (kDim / 8); idx += blockDim.x) {
+    const int r = idx >> 4;
+    const int c8 = (idx & 15) * 8;
+    const size_t tok = static_cast<size_t>(t0 + min(r, len - 1));
+    cp_async16_zfill(qv + r * kLdB + c8, v + (tok * num_v_heads + hv) * kDim + c8, r < len);
   }
 
   // T = (I + M)^-1 by 16 x 16 blocks (M strictly lower, so T is lower with a unit diagonal).
   // The diagonal blocks by forward substitution, one thread a column held in registers:
-  // T[i][c] = delta_ic - sum_(j < i) M[i][j] T[j][c]; the blocks above the diagonal are zero.
-  // A's values are written out above, so its buffer holds the block products below (the barrier
-  // orders its reads before those writes).
+  // T[i][c] = delta_ic - sum_(j < i) M[i][j] T[j][c]. Meanwhile the other warps write the
+  // normalised q and k rows, once per key head (by its first value head's block); q comes from
+  // the workspace copy's source rows, since v now fills q's buffer.
   if (tid < kChunk) {
     const int b0 = (tid >> 4) * 16;
     const int cc = tid & 15;
@@ -436,35 +417,58 @@ __global__ void __launch_bounds__(256)
     for (int i = 0; i < 16; ++i) {
       float s = 0.f;
 #pragma unroll
-      for (int j = 0; j < i; ++j) s = fmaf(gk[(b0 + i) * kLdG + b0 + j], col[j], s);
+      for (int j = 0; j < i; ++j) s = fmaf(mm[(b0 + i) * kLdG + b0 + j], col[j], s);
       col[i] = i == cc ? 1.f : (i < cc ? 0.f : -s);
     }
 #pragma unroll
     for (int i = 0; i < 16; ++i) tm[(b0 + i) * kLdG + b0 + cc] = col[i];
-  }
-  for (int idx = tid; idx < kChunk * kChunk; idx += blockDim.x) {
-    const int i = idx >> 6;
-    const int j = idx & 63;
-    if ((j >> 4) > (i >> 4)) tm[i * kLdG + j] = 0.f;
+  } else if (hv % group == 0) {
+    __half2* qk_out = reinterpret_cast<__half2*>(
+        ws_qk + (static_cast<size_t>(chunk) * num_k_heads + h) * (2 * kChunk * kDim));
+    for (int idx = tid - kChunk; idx < kChunk * kDim / 8; idx += blockDim.x - kChunk) {
+      const int r = idx >> 4;
+      const int c8 = (idx & 15) * 8;
+      uint4 kr = *reinterpret_cast<const uint4*>(kb + r * kLdB + c8);
+      uint4 qr = make_uint4(0u, 0u, 0u, 0u);
+      if (r < len) {
+        qr = *reinterpret_cast<const uint4*>(
+            q + (static_cast<size_t>(t0 + r) * num_k_heads + h) * kDim + c8);
+      }
+      const __nv_bfloat162* kp = reinterpret_cast<const __nv_bfloat162*>(&kr);
+      const __nv_bfloat162* qp = reinterpret_cast<const __nv_bfloat162*>(&qr);
+      uint4 ko, qo;
+      __half2* kh = reinterpret_cast<__half2*>(&ko);
+      __half2* qh = reinterpret_cast<__half2*>(&qo);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 kf = __bfloat1622float2(kp[e]);
+        const float2 qf = __bfloat1622float2(qp[e]);
+        kh[e] = __floats2half2_rn(kf.x * rk[r], kf.y * rk[r]);
+        qh[e] = __floats2half2_rn(qf.x * rq[r], qf.y * rq[r]);
+      }
+      *reinterpret_cast<uint4*>(qk_out + (r * kDim + c8) / 2) = qo;
+      *reinterpret_cast<uint4*>(qk_out + (kChunk * kDim + r * kDim + c8) / 2) = ko;
+    }
   }
   __syncthreads();
   // Block row r from the rows above it: (I + M)_rr T_rb + sum_(b <= k < r) M_rk T_kb = 0, so
-  // T_rb = -T_rr X_rb with X_rb = sum_(b <= k < r) M_rk T_kb (X in A's buffer).
+  // T_rb = -T_rr X_rb with X_rb = sum_(b <= k < r) M_rk T_kb, X_rb kept in M's (unused) block
+  // (b, r) above the diagonal.
 #pragma unroll
   for (int r = 1; r < 4; ++r) {
     for (int e = tid; e < r * 256; e += blockDim.x) {
       const int b = e >> 8;
       const int i = (e >> 4) & 15;
       const int c = e & 15;
-      const float* m_row = gk + (16 * r + i) * kLdG;
+      const float* m_row = mm + (16 * r + i) * kLdG;
       float s = 0.f;
       for (int kb = b; kb < r; ++kb) {
 #pragma unroll
-        for (int kx = 0; kx < 16; ++kx) {
-          s = fmaf(m_row[16 * kb + kx], tm[(16 * kb + kx) * kLdG + 16 * b + c], s);
+        for (int kx = 16 * kb; kx < 16 * kb + 16; ++kx) {
+          s = fmaf(m_row[kx], tm[kx * kLdG + 16 * b + c], s);
         }
       }
-      gq[(16 * r + i) * kLdG + 16 * b + c] = s;
+      mm[(16 * b + i) * kLdG + 16 * r + c] = s;
     }
     __syncthreads();
     for (int e = tid; e < r * 256; e += blockDim.x) {
@@ -474,69 +478,82 @@ __global__ void __launch_bounds__(256)
       const float* t_row = tm + (16 * r + i) * kLdG + 16 * r;  // zero past the diagonal
       float s = 0.f;
 #pragma unroll
-      for (int kx = 0; kx < 16; ++kx) s = fmaf(t_row[kx], gq[(16 * r + kx) * kLdG + 16 * b + c], s);
+      for (int kx = 0; kx < 16; ++kx) s = fmaf(t_row[kx], mm[(16 * b + kx) * kLdG + 16 * r + c], s);
       tm[(16 * r + i) * kLdG + 16 * b + c] = -s;
     }
+    if (r == 3) cp_async_wait_all();
     __syncthreads();
   }
 
-  // T diag(b e^c / |k|) and T diag(b), each split into bf16 hi + lo parts (M and A are no longer
-  // needed: the parts overwrite them).
-  for (int idx = tid; idx < kChunk * kChunk; idx += blockDim.x) {
-    const int i = idx >> 6;
-    const int j = idx & 63;
-    const float t = tm[i * kLdG + j];
-    const float w = t * bt[j] * expf(gc[j]) * rk[j];
-    const float u = t * bt[j];
-    const __nv_bfloat16 w_hi = __float2bfloat16(w);
-    const __nv_bfloat16 u_hi = __float2bfloat16(u);
-    tw[i * kLdG + j] = w_hi;
-    tw[kChunk * kLdG + i * kLdG + j] = __float2bfloat16(w - __bfloat162float(w_hi));
-    tu[i * kLdG + j] = u_hi;
-    tu[kChunk * kLdG + i * kLdG + j] = __float2bfloat16(u - __bfloat162float(u_hi));
+  // W = T diag(b e^c / |k|) K_raw and U = T diag(b) V_raw on bf16 tensor cores, T's scaled
+  // entries split into bf16 hi + lo parts in registers against the exact raw rows. Warp w: W's
+  // row strip w % 4 and U's strip 3 - w % 4 (T is lower triangular, so strip r takes r + 1
+  // k steps: 5 for every warp), columns 64 (w / 4) onwards.
+  const int col0 = 64 * (warp >> 2);
+  // acc += T' src over k steps 0..r of row strip r, T'[i][j] = T[i][j] coef[j].
+  auto strip_product = [&](float(&acc)[8][4], int r, const float* coef, const __nv_bfloat16* src) {
+    for (int s = 0; s <= r; ++s) {
+      unsigned ahi[4], alo[4];
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4) {
+        const int i = 16 * r + lg + 8 * (q4 & 1);
+        const int j = 16 * s + 2 * lt + 8 * (q4 >> 1);
+        const float2 tv = *reinterpret_cast<const float2*>(tm + i * kLdG + j);
+        split_pair(tv.x * coef[j], tv.y * coef[j + 1], ahi[q4], alo[q4]);
+      }
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        unsigned fb[4];
+        ldsm_x4_trans(fb, src + (16 * s + k_row) * kLdB + col0 + 16 * np + k_col);
+        mma_m16n8k16_bf16(acc[2 * np], alo, fb[0], fb[1]);
+        mma_m16n8k16_bf16(acc[2 * np + 1], alo, fb[2], fb[3]);
+        mma_m16n8k16_bf16(acc[2 * np], ahi, fb[0], fb[1]);
+        mma_m16n8k16_bf16(acc[2 * np + 1], ahi, fb[2], fb[3]);
+      }
+    }
+  };
+  {
+    // W, row-major in fp16 straight from the accumulators.
+    const int rw = warp & 3;
+    float acc[8][4] = {};
+    strip_product(acc, rw, fw, kb);
+    __half* w_out = ws_w + cg * (kChunk * kDim);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int col = col0 + 8 * n + 2 * lt;
+      const int row = 16 * rw + lg;
+      *reinterpret_cast<__half2*>(w_out + row * kDim + col) =
+          __floats2half2_rn(acc[n][0], acc[n][1]);
+      *reinterpret_cast<__half2*>(w_out + (row + 8) * kDim + col) =
+          __floats2half2_rn(acc[n][2], acc[n][3]);
+    }
+  }
+  {
+    // U^T through shared memory (M and T are done with once every warp is) as 16-byte rows of
+    // fp32.
+    const int ru = 3 - (warp & 3);
+    float acc[8][4] = {};
+    strip_product(acc, ru, bt, qv);
+    __syncthreads();
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int col = col0 + 8 * n + 2 * lt;
+      const int row = 16 * ru + lg;
+      ut[col * kLdUS + row] = acc[n][0];
+      ut[(col + 1) * kLdUS + row] = acc[n][1];
+      ut[col * kLdUS + row + 8] = acc[n][2];
+      ut[(col + 1) * kLdUS + row + 8] = acc[n][3];
+    }
   }
   __syncthreads();
-
-  // W = T' K_raw and U = T'' V_raw: 32 tiles each, 8 a warp, two parts each. W is stored
-  // row-major in fp16, U transposed (U^T[column][token]) in fp32.
-  __half* w_out = ws_w + cg * (kChunk * kDim);
   float* u_out = ws_u + cg * (kChunk * kDim);
-  const int lg = lane >> 2, lt = lane & 3;
-  for (int t = warp; t < 64; t += 8) {
-    const bool is_w = t < 32;
-    const int rt = (t & 31) >> 3;
-    const int ct = t & 7;
-    const __nv_bfloat16* parts = is_w ? tw : tu;
-    const __nv_bfloat16* src = is_w ? kb : vb;
-    Tile acc;
-    acc.zero();
-#pragma unroll
-    for (int p = 1; p >= 0; --p) {
-#pragma unroll
-      for (int kk = 0; kk < kChunk; kk += 16) {
-        mma_bf16_bn(acc, parts + p * kChunk * kLdG + rt * 16 * kLdG + kk, kLdG,
-                    src + kk * kLdB + ct * 16, kLdB);
-      }
-    }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int row = rt * 16 + lg;
-      const int col = ct * 16 + 8 * hh + 2 * lt;
-      if (is_w) {
-        *reinterpret_cast<__half2*>(w_out + row * kDim + col) =
-            __floats2half2_rn(acc.v[hh][0], acc.v[hh][1]);
-        *reinterpret_cast<__half2*>(w_out + (row + 8) * kDim + col) =
-            __floats2half2_rn(acc.v[hh][2], acc.v[hh][3]);
-      } else {
-        u_out[col * kChunk + row] = acc.v[hh][0];
-        u_out[(col + 1) * kChunk + row] = acc.v[hh][1];
-        u_out[col * kChunk + row + 8] = acc.v[hh][2];
-        u_out[(col + 1) * kChunk + row + 8] = acc.v[hh][3];
-      }
-    }
+  for (int idx = tid; idx < kDim * (kChunk / 4); idx += blockDim.x) {
+    const int c = idx >> 4;
+    const int r4 = (idx & 15) * 4;
+    *reinterpret_cast<float4*>(u_out + c * kChunk + r4) =
+        *reinterpret_cast<const float4*>(ut + c * kLdUS + r4);
   }
 }
-
 
 // Fragment conventions of the scan (lane = 4 g + t, warp w owns value columns v0 + 16 w + m,
 // m < 16): an accumulator array x[j][4] of a 16 x (8 J) matrix X holds X[g][8 j + 2 t],
@@ -757,8 +774,8 @@ __global__ void __launch_bounds__(128, 1)
       const int token = item >> 1;
       const int part = item & 1;
       if (token < len) {
-        *reinterpret_cast<uint4*>(
-            o + (static_cast<size_t>(t0 + token) * num_v_heads + hv) * kDim + vw + 8 * part) =
+        *reinterpret_cast<uint4*>(o + (static_cast<size_t>(t0 + token) * num_v_heads + hv) * kDim +
+                                  vw + 8 * part) =
             *reinterpret_cast<const uint4*>(o_tile + token * kLdO + 8 * part);
       }
     }
