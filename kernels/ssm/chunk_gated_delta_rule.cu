@@ -10,7 +10,7 @@
 // @launch gdr_chunk_prepare<<<dim3(cdiv(num_tokens, 64) + num_seqs, num_v_heads), 256, 72960>>>(
 //     q, k, v, g, beta, cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, scale, num_seqs,
 //     num_k_heads, num_v_heads)
-// @launch gdr_chunk_scan<<<dim3(2, num_v_heads, num_seqs), 128, 173120>>>(initial_state,
+// @launch gdr_chunk_scan<<<dim3(2, num_v_heads, num_seqs), 128, 166912>>>(initial_state,
 //     cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, o, final_state, num_seqs, num_k_heads,
 //     num_v_heads)
 //
@@ -40,20 +40,23 @@
 //   k rows (fp16, once per key head) and the row factors scale e^(c_i), e^(c_L - c_i) and
 //   e^(c_L). The previous design (one pass over shared memory per step, 108 KB, two blocks a
 //   multiprocessor) took 1.6-1.75x as long (bench/gpu/kernel_stages.py).
-// - gdr_chunk_scan, one block per (sequence, value head, 64 value columns), walking the
-//   sequence's chunks in order. Each of its 4 warps owns 16 value columns and keeps its slice of
-//   the state transposed (16 x 128, fp32) in mma accumulator registers for the whole sequence, so
-//   every product of a chunk is warp-local: with the state's fragments as the A operand,
-//   u^T = U^T - S^T W^T and P^T = S^T Q^T, then S^T = e^(c_L) S^T + (f u)^T K and
-//   o^T = (scale e^c P)^T + u^T A^T, the accumulators of one product feeding the next as A
-//   operands and W, Q, K and A coming from shared memory through ldmatrix. Products run on fp16
-//   tensor cores (mma.sync m16n8k16, fp32 sums): fp16 carries TF32's 10 mantissa bits, the
-//   precision the task's tolerances were derived for, at twice TF32's rate; every operand is
-//   normalised or bounded (|q|, |k| = 1; A, e^c <= 1; the state and u of the recurrence's
-//   scale), far inside fp16's range, and values under its normal range lose only absolute error
-//   below 1e-7. The next chunk's W, A, U, q and k slices and row factors are copied with cp.async
-//   into the second of two stage buffers while the current chunk computes: one block barrier a
-//   chunk. Each warp writes its outputs through a small shared tile as 16-byte rows.
+// - gdr_chunk_scan, one block (one warpgroup) per (sequence, value head, 64 value columns),
+//   walking the sequence's chunks in order. It keeps its slice of the state transposed
+//   (64 x 128, fp32) in wgmma accumulator registers for the whole sequence (warp w: 16 value
+//   columns), the state's fragments as the A operand from registers: u^T = U^T - S^T W^T and
+//   P^T = S^T Q^T (m64n64k16, W and q rows K-major), then S^T = e^(c_L) S^T + (f u)^T K
+//   (m64n128k16, k rows MN-major) and o^T = (scale e^c P)^T + u^T A^T (m64n64k16), the
+//   accumulators of one product feeding the next as A operands. The shared operands are read
+//   once per warpgroup: with mma.sync each warp read all of W, q and k through ldmatrix, four
+//   times the shared-memory traffic, and the scan took 1.27-1.33x as long (bench/gpu/
+//   kernel_stages.py). Products run on fp16 tensor cores (fp32 sums): fp16 carries TF32's 10
+//   mantissa bits, the precision the task's tolerances were derived for, at twice TF32's rate;
+//   every operand is normalised or bounded (|q|, |k| = 1; A, e^c <= 1; the state and u of the
+//   recurrence's scale), far inside fp16's range, and values under its normal range lose only
+//   absolute error below 1e-7. The next chunk's W, A, U, q and k slices and row factors are
+//   copied with cp.async (into the 128-byte swizzle) into the second of two stage buffers while
+//   the current chunk computes: one block barrier a chunk. Each warp writes its outputs through
+//   a small shared tile as 16-byte rows.
 // Chunks are numbered across the batch, sequence after sequence (cdiv(length, 64) each); the
 // grid of the first kernel covers the bound cdiv(num_tokens, 64) + num_seqs and its extra
 // blocks exit.
@@ -69,27 +72,27 @@ constexpr int kLdB = kDim + 8;    // bf16 rows of q, k, v in the prepare's share
 constexpr int kLdG = kChunk + 8;  // fp32 64 x 64 matrices (and the bf16 parts aliasing them)
 constexpr int kRowsStride = 192;  // row factors a (chunk, head): fq[64], fk[64], e^(c_L)
 
-// The scan's shared memory: two stage buffers, each W, q, k (fp16 [64][kLdH]), A (fp16
-// [64][kLdHA]), the block's U^T columns (fp32 [64][kLdUT]) and the row factors (132 floats,
-// padded to 544 bytes); then each warp's output tile (bf16 [64][kLdO]). Row strides of 272, 144
-// and 288 bytes put the 8 rows an ldmatrix or a half-warp's float2 reads in distinct banks.
-constexpr int kScanWarps = 4;
-constexpr int kScanCols = 16 * kScanWarps;  // value columns of a scan block
-constexpr int kLdH = kDim + 8;
-constexpr int kLdHA = kChunk + 8;
+// The scan's shared memory, from the first 1024-byte boundary: two stage buffers, each W, q, k
+// (fp16, 64 rows of 128 as two 64-column halves of 64 rows of 128 bytes, in the 128-byte
+// swizzle wgmma reads), A (fp16, one such half), the block's U^T columns (fp32 [64][kLdUT]: the
+// 288-byte stride puts the rows a half-warp's float2 reads in distinct banks) and the row
+// factors (132 floats, padded to 544 bytes), each buffer padded to 1024 bytes; then each warp's
+// output tile (bf16 [64][kLdO]).
+constexpr int kScanCols = 64;  // value columns of a scan block: one warpgroup's m64
+constexpr int kHalfTile = kChunk * 128;
 constexpr int kLdUT = kChunk + 8;
 constexpr int kLdO = 24;
 constexpr int kStW = 0;
-constexpr int kStQ = kStW + kChunk * kLdH * 2;
-constexpr int kStK = kStQ + kChunk * kLdH * 2;
-constexpr int kStA = kStK + kChunk * kLdH * 2;
-constexpr int kStU = kStA + kChunk * kLdHA * 2;
+constexpr int kStQ = kStW + 2 * kHalfTile;
+constexpr int kStK = kStQ + 2 * kHalfTile;
+constexpr int kStA = kStK + 2 * kHalfTile;
+constexpr int kStU = kStA + kHalfTile;
 constexpr int kStRows = kStU + kScanCols * kLdUT * 4;
-constexpr int kStageBytes = kStRows + 544;
+constexpr int kStageBytes = (kStRows + 544 + 1023) / 1024 * 1024;
 constexpr int kScanOut = 2 * kStageBytes;
-constexpr int kScanSmemBytes = kScanOut + kScanWarps * kChunk * kLdO * 2;
-static_assert(kScanSmemBytes == 173120, "the scan's @launch passes 173120 bytes");
-static_assert(kStageBytes % 16 == 0 && kStRows % 16 == 0 && kStU % 16 == 0, "16-byte copies");
+constexpr int kScanSmemBytes = kScanOut + 4 * kChunk * kLdO * 2 + 1024;
+static_assert(kScanSmemBytes == 166912, "the scan's @launch passes 166912 bytes");
+static_assert(kStRows % 16 == 0 && kStU % 16 == 0, "16-byte copies");
 static_assert(kDim % kScanCols == 0, "the scan grid's x is kDim / kScanCols = 2");
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -113,15 +116,6 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const unsigned 
                                                   unsigned b0, unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_m16n8k16_f16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                                 unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -348,7 +342,7 @@ __global__ void __launch_bounds__(256, 3)
   // bf16 tensor cores, turned into M (strictly lower, fp32, to shared memory) and A (lower with
   // the diagonal, fp16, to the workspace) in registers. The upper triangle is never
   // exponentiated (e^(c_i - c_j) overflows there under strong decay); A's tiles above the
-  // diagonal are not written (the scan does not read them).
+  // diagonal are written as zeros (the scan's products take A's rows whole).
   const int mi = lane >> 3, r8 = lane & 7;
   const int a_row = lane & 15, a_col = 8 * (lane >> 4);        // A operand, row-major
   const int n_row = 8 * (mi >> 1) + r8, n_col = 8 * (mi & 1);  // B stored n-major
@@ -392,6 +386,13 @@ __global__ void __launch_bounds__(256, 3)
           *reinterpret_cast<float2*>(mm + i * kLdG + j) = make_float2(x[0], x[1]);
         }
       }
+    }
+  }
+  for (int idx = tid; idx < kChunk * kChunk / 8; idx += blockDim.x) {
+    const int i = idx >> 3;
+    const int j8 = (idx & 7) * 8;
+    if ((j8 >> 4) > (i >> 4)) {
+      *reinterpret_cast<uint4*>(a_out + i * kChunk + j8) = make_uint4(0u, 0u, 0u, 0u);
     }
   }
   __syncthreads();
@@ -555,17 +556,81 @@ __global__ void __launch_bounds__(256, 3)
   }
 }
 
-// Fragment conventions of the scan (lane = 4 g + t, warp w owns value columns v0 + 16 w + m,
-// m < 16): an accumulator array x[j][4] of a 16 x (8 J) matrix X holds X[g][8 j + 2 t],
-// X[g][8 j + 2 t + 1], X[g + 8][8 j + 2 t], X[g + 8][8 j + 2 t + 1] in x[j][0..3]. Columns
-// 16 s .. 16 s + 15 of it, packed to fp16 pairs, are exactly the A operand of the k step s:
-// {x[2 s][0, 1]}, {x[2 s][2, 3]}, {x[2 s + 1][0, 1]}, {x[2 s + 1][2, 3]}.
-__device__ __forceinline__ void a_fragment(unsigned (&a)[4], const float (&lo)[4],
-                                           const float (&hi)[4]) {
-  a[0] = f16_pack(lo[0], lo[1]);
-  a[1] = f16_pack(lo[2], lo[3]);
-  a[2] = f16_pack(hi[0], hi[1]);
-  a[3] = f16_pack(hi[2], hi[3]);
+// A wgmma shared-memory descriptor with the 128-byte swizzle: start address, leading and stride
+// byte offsets (each stored >> 4), swizzle mode 1 in bits 62-63, base offset 0 (every pattern
+// starts 1024-byte aligned).
+__device__ __forceinline__ unsigned long long descriptor(unsigned address, unsigned leading_bytes,
+                                                         unsigned stride_bytes) {
+  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) |
+         (static_cast<unsigned long long>(leading_bytes >> 4) << 16) |
+         (static_cast<unsigned long long>(stride_bytes >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit_and_wait() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Tiles written through the generic proxy (cp.async), read by wgmma through the async proxy.
+__device__ __forceinline__ void fence_for_wgmma() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// d (64 x 64 per warpgroup, fp32) += ScaleA a (64 x 16, registers) b (16 x 64, shared,
+// K-major: the 64 n rows of 16 k each), fp16 inputs.
+template <int ScaleA>
+__device__ __forceinline__ void wgmma_n64(float (&d)[32], const unsigned (&a)[4],
+                                          unsigned long long b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, "
+      "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, "
+      "%28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, %38, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(ScaleA));
+}
+
+// d (64 x 128 per warpgroup, fp32) += a (64 x 16, registers) b (16 x 128, shared, MN-major:
+// 16 k rows with the n columns contiguous), fp16 inputs.
+__device__ __forceinline__ void wgmma_n128_mn(float (&d)[64], const unsigned (&a)[4],
+                                              unsigned long long b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+// The scan's accumulators (m64nN, per warp 16 rows: warp w holds value columns v0 + 16 w + m,
+// m < 16; lane = 4 g + t): element 4 j + e is row g + 8 (e / 2), column 8 j + 2 t + e % 2. Its
+// columns 16 s .. 16 s + 15, packed to fp16 pairs, are exactly the warp's A fragment of k step
+// s: {x[8 s + 0, 1]}, {x[8 s + 2, 3]}, {x[8 s + 4, 5]}, {x[8 s + 6, 7]}.
+__device__ __forceinline__ void a_fragment(unsigned (&a)[4], const float* x) {
+  a[0] = f16_pack(x[0], x[1]);
+  a[1] = f16_pack(x[2], x[3]);
+  a[2] = f16_pack(x[4], x[5]);
+  a[3] = f16_pack(x[6], x[7]);
 }
 
 // Shared memory: see kScanSmemBytes.
@@ -576,8 +641,12 @@ __global__ void __launch_bounds__(128, 1)
                    const float* __restrict__ ws_rows, __nv_bfloat16* __restrict__ o,
                    float* __restrict__ final_state, int num_seqs, int num_k_heads,
                    int num_v_heads) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ int s_first;
+  // Swizzle patterns repeat every 1024 bytes: the tiles start on such a boundary.
+  const unsigned raw_address = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
+  unsigned char* smem = smem_raw + (((raw_address + 1023u) & ~1023u) - raw_address);
+  const unsigned smem_address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -598,24 +667,26 @@ __global__ void __launch_bounds__(128, 1)
     if (lane == 0) s_first = first;
   }
 
-  // The state slice, transposed: st[j] holds S^T[m][8 j + 2 t (+1)] = S[key][vw + m] for
-  // m = g, g + 8 (16 tiles of 8 keys).
+  // The state slice, transposed: st[4 j + e] holds S^T[m][8 j + 2 t + e % 2] = S[key][vw + m]
+  // for m = g + 8 (e / 2) (16 tiles of 8 keys).
   const size_t state_base = (static_cast<size_t>(n) * num_v_heads + hv) * kDim * kDim + vw + g;
-  float st[16][4];
+  float st[64];
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     const float* row = initial_state + state_base + static_cast<size_t>(8 * j + 2 * t) * kDim;
-    st[j][0] = row[0];
-    st[j][1] = row[kDim];
-    st[j][2] = row[8];
-    st[j][3] = row[kDim + 8];
+    st[4 * j] = row[0];
+    st[4 * j + 1] = row[kDim];
+    st[4 * j + 2] = row[8];
+    st[4 * j + 3] = row[kDim + 8];
   }
   __syncthreads();
   const int first = s_first;
   const int num_chunks = (eos - bos + kChunk - 1) / kChunk;
 
-  // The chunk's copies into stage buffer `buf`: W, q, k and A whole, the block's 64 columns of
-  // U^T, and fq, fk, e^(c_L) (the first 132 of the 192 row factors).
+  // The chunk's copies into stage buffer `buf`: W, q, k (64 rows of 128) and A (64 rows of 64)
+  // in the 128-byte swizzle (16-byte chunk c of row r of a 64-column half at r * 128 +
+  // ((c ^ r % 8) * 16)), the block's 64 columns of U^T, and fq, fk, e^(c_L) (the first 132 of
+  // the 192 row factors).
   auto issue_chunk_copies = [&](int c, int buf) {
     unsigned char* stage = smem + buf * kStageBytes;
     const size_t cv = static_cast<size_t>(first + c) * num_v_heads + hv;
@@ -625,17 +696,17 @@ __global__ void __launch_bounds__(128, 1)
     const __half* k_in = q_in + kChunk * kDim;
     for (int idx = tid; idx < kChunk * (kDim / 8); idx += blockDim.x) {
       const int r = idx >> 4;
-      const int c8 = (idx & 15) * 8;
-      const int dst = (r * kLdH + c8) * 2;
-      cp_async16(stage + kStW + dst, w_in + r * kDim + c8);
-      cp_async16(stage + kStQ + dst, q_in + r * kDim + c8);
-      cp_async16(stage + kStK + dst, k_in + r * kDim + c8);
+      const int c16 = idx & 15;
+      const int dst = (c16 >> 3) * kHalfTile + r * 128 + (((c16 & 7) ^ (r & 7)) << 4);
+      cp_async16(stage + kStW + dst, w_in + r * kDim + c16 * 8);
+      cp_async16(stage + kStQ + dst, q_in + r * kDim + c16 * 8);
+      cp_async16(stage + kStK + dst, k_in + r * kDim + c16 * 8);
     }
     const __half* a_in = ws_a + cv * (kChunk * kChunk);
     for (int idx = tid; idx < kChunk * (kChunk / 8); idx += blockDim.x) {
       const int r = idx >> 3;
-      const int c8 = (idx & 7) * 8;
-      cp_async16(stage + kStA + (r * kLdHA + c8) * 2, a_in + r * kChunk + c8);
+      const int c16 = idx & 7;
+      cp_async16(stage + kStA + r * 128 + ((c16 ^ (r & 7)) << 4), a_in + r * kChunk + c16 * 8);
     }
     const float* u_in = ws_u + cv * (kChunk * kDim) + static_cast<size_t>(v0) * kChunk;
     for (int idx = tid; idx < kScanCols * (kChunk / 4); idx += blockDim.x) {
@@ -649,60 +720,46 @@ __global__ void __launch_bounds__(128, 1)
   };
   issue_chunk_copies(0, 0);
 
-  // ldmatrix row addresses of this lane: matrix mi = lane / 8, row lane % 8. Plain (W, q, A: the
-  // n index is the stored row): rows 8 (mi / 2) + r8, columns 8 (mi % 2). Transposed (k: the k
-  // index is the stored row): rows 8 (mi % 2) + r8, columns 8 (mi / 2).
-  const int mi = lane >> 3;
-  const int r8 = lane & 7;
-  const int plain_row = 8 * (mi >> 1) + r8, plain_col = 8 * (mi & 1);
-  const int trans_row = 8 * (mi & 1) + r8, trans_col = 8 * (mi >> 1);
   __nv_bfloat16* o_tile =
       reinterpret_cast<__nv_bfloat16*>(smem + kScanOut) + warp * (kChunk * kLdO);
 
   for (int c = 0; c < num_chunks; ++c) {
-    // Chunk c's copies have landed and every warp is done with chunk c - 1's buffer: fill it
-    // with chunk c + 1's while chunk c computes.
+    // Chunk c's copies have landed and chunk c - 1's wgmmas are done with the other buffer: fill
+    // it with chunk c + 1's while chunk c computes.
     cp_async_wait_all();
     __syncthreads();
+    fence_for_wgmma();
     if (c + 1 < num_chunks) issue_chunk_copies(c + 1, (c + 1) & 1);
     const unsigned char* stage = smem + (c & 1) * kStageBytes;
-    const __half* w_s = reinterpret_cast<const __half*>(stage + kStW);
-    const __half* q_s = reinterpret_cast<const __half*>(stage + kStQ);
-    const __half* k_s = reinterpret_cast<const __half*>(stage + kStK);
-    const __half* a_s = reinterpret_cast<const __half*>(stage + kStA);
+    const unsigned stage_address = smem_address + (c & 1) * kStageBytes;
     const float* ut_s = reinterpret_cast<const float*>(stage + kStU) + (16 * warp + g) * kLdUT;
     const float* rows = reinterpret_cast<const float*>(stage + kStRows);
 
-    // u^T = U^T - S^T W^T and P^T = S^T Q^T (16 x 64 each, 8 k steps over the keys).
-    float un[8][4], p[8][4];
+    // u^T = U^T - S^T W^T and P^T = S^T Q^T (64 x 64 each, 8 k steps over the keys): the state's
+    // fragments as the A operand, W and q rows (K-major) as B; k step s reads keys 16 s ..
+    // 16 s + 15, in half s / 4 at byte 32 (s % 4) of each 128-byte row.
+    float un[32], p[32];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float2 top = *reinterpret_cast<const float2*>(ut_s + 8 * j + 2 * t);
       const float2 bottom = *reinterpret_cast<const float2*>(ut_s + 8 * kLdUT + 8 * j + 2 * t);
-      un[j][0] = top.x;
-      un[j][1] = top.y;
-      un[j][2] = bottom.x;
-      un[j][3] = bottom.y;
-      p[j][0] = p[j][1] = p[j][2] = p[j][3] = 0.f;
+      un[4 * j] = top.x;
+      un[4 * j + 1] = top.y;
+      un[4 * j + 2] = bottom.x;
+      un[4 * j + 3] = bottom.y;
+      p[4 * j] = p[4 * j + 1] = p[4 * j + 2] = p[4 * j + 3] = 0.f;
     }
+    unsigned sa[8][4];
+#pragma unroll
+    for (int s = 0; s < 8; ++s) a_fragment(sa[s], st + 8 * s);
+    wgmma_fence();
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
-      unsigned sa[4], na[4];
-      a_fragment(sa, st[2 * s], st[2 * s + 1]);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) na[e] = sa[e] ^ 0x80008000u;  // -S, exactly
-#pragma unroll
-      for (int jp = 0; jp < 4; ++jp) {
-        const int offset = (16 * jp + plain_row) * kLdH + 16 * s + plain_col;
-        unsigned b[4];
-        ldsm_x4(b, w_s + offset);
-        mma_m16n8k16_f16(un[2 * jp], na, b[0], b[1]);
-        mma_m16n8k16_f16(un[2 * jp + 1], na, b[2], b[3]);
-        ldsm_x4(b, q_s + offset);
-        mma_m16n8k16_f16(p[2 * jp], sa, b[0], b[1]);
-        mma_m16n8k16_f16(p[2 * jp + 1], sa, b[2], b[3]);
-      }
+      const unsigned column = (s >> 2) * kHalfTile + (s & 3) * 32;
+      wgmma_n64<-1>(un, sa[s], descriptor(stage_address + kStW + column, 16, 1024));
+      wgmma_n64<1>(p, sa[s], descriptor(stage_address + kStQ + column, 16, 1024));
     }
+    wgmma_commit_and_wait();
 
     // u^T as the A operand, scaled by fk = e^(c_L - c_j) for the state and plain for A u.
     unsigned uf[4][4], ua[4][4];
@@ -710,60 +767,42 @@ __global__ void __launch_bounds__(128, 1)
     for (int s = 0; s < 4; ++s) {
       const float2 f0 = *reinterpret_cast<const float2*>(rows + kChunk + 16 * s + 2 * t);
       const float2 f1 = *reinterpret_cast<const float2*>(rows + kChunk + 16 * s + 8 + 2 * t);
-      const float scaled_lo[4] = {un[2 * s][0] * f0.x, un[2 * s][1] * f0.y, un[2 * s][2] * f0.x,
-                                  un[2 * s][3] * f0.y};
-      const float scaled_hi[4] = {un[2 * s + 1][0] * f1.x, un[2 * s + 1][1] * f1.y,
-                                  un[2 * s + 1][2] * f1.x, un[2 * s + 1][3] * f1.y};
-      a_fragment(uf[s], scaled_lo, scaled_hi);
-      a_fragment(ua[s], un[2 * s], un[2 * s + 1]);
+      const float* x = un + 8 * s;
+      const float scaled[8] = {x[0] * f0.x, x[1] * f0.y, x[2] * f0.x, x[3] * f0.y,
+                               x[4] * f1.x, x[5] * f1.y, x[6] * f1.x, x[7] * f1.y};
+      a_fragment(uf[s], scaled);
+      a_fragment(ua[s], x);
     }
 
-    // S^T = e^(c_L) S^T + (fk u)^T K: 16 tiles of 8 keys, 4 k steps over the tokens.
+    // S^T = e^(c_L) S^T + (fk u)^T K (k rows MN-major: 16 tokens a k step, two 64-key halves
+    // kHalfTile apart) and o^T = (fq P)^T + u^T A^T (A's rows K-major; its upper tiles are zero).
     const float e_last = rows[2 * kChunk];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[j][e] *= e_last;
-    }
-#pragma unroll
-    for (int np = 0; np < 8; ++np) {
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        unsigned b[4];
-        ldsm_x4_trans(b, k_s + (16 * s + trans_row) * kLdH + 16 * np + trans_col);
-        mma_m16n8k16_f16(st[2 * np], uf[s], b[0], b[1]);
-        mma_m16n8k16_f16(st[2 * np + 1], uf[s], b[2], b[3]);
-      }
-    }
-
-    // o^T = (fq P)^T + u^T A^T, A lower triangular: token block i reads u of blocks s <= i.
+    for (int i = 0; i < 64; ++i) st[i] *= e_last;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float2 f = *reinterpret_cast<const float2*>(rows + 8 * j + 2 * t);
-      p[j][0] *= f.x;
-      p[j][1] *= f.y;
-      p[j][2] *= f.x;
-      p[j][3] *= f.y;
+      p[4 * j] *= f.x;
+      p[4 * j + 1] *= f.y;
+      p[4 * j + 2] *= f.x;
+      p[4 * j + 3] *= f.y;
     }
+    wgmma_fence();
 #pragma unroll
-    for (int ip = 0; ip < 4; ++ip) {
-#pragma unroll
-      for (int s = 0; s <= ip; ++s) {
-        unsigned b[4];
-        ldsm_x4(b, a_s + (16 * ip + plain_row) * kLdHA + 16 * s + plain_col);
-        mma_m16n8k16_f16(p[2 * ip], ua[s], b[0], b[1]);
-        mma_m16n8k16_f16(p[2 * ip + 1], ua[s], b[2], b[3]);
-      }
+    for (int s = 0; s < 4; ++s) {
+      wgmma_n128_mn(st, uf[s], descriptor(stage_address + kStK + s * 2048, kHalfTile, 1024));
+      wgmma_n64<1>(p, ua[s], descriptor(stage_address + kStA + s * 32, 16, 1024));
     }
+    wgmma_commit_and_wait();
 
     // The warp's 64 x 16 output tile, through shared memory as 16-byte rows of 8 columns.
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       __nv_bfloat16* row = o_tile + (8 * j + 2 * t) * kLdO + g;
-      row[0] = __float2bfloat16(p[j][0]);
-      row[kLdO] = __float2bfloat16(p[j][1]);
-      row[8] = __float2bfloat16(p[j][2]);
-      row[kLdO + 8] = __float2bfloat16(p[j][3]);
+      row[0] = __float2bfloat16(p[4 * j]);
+      row[kLdO] = __float2bfloat16(p[4 * j + 1]);
+      row[8] = __float2bfloat16(p[4 * j + 2]);
+      row[kLdO + 8] = __float2bfloat16(p[4 * j + 3]);
     }
     __syncwarp();
     const int t0 = bos + c * kChunk;
@@ -779,14 +818,15 @@ __global__ void __launch_bounds__(128, 1)
             *reinterpret_cast<const uint4*>(o_tile + token * kLdO + 8 * part);
       }
     }
+    __syncwarp();
   }
 
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     float* row = final_state + state_base + static_cast<size_t>(8 * j + 2 * t) * kDim;
-    row[0] = st[j][0];
-    row[kDim] = st[j][1];
-    row[8] = st[j][2];
-    row[kDim + 8] = st[j][3];
+    row[0] = st[4 * j];
+    row[kDim] = st[4 * j + 1];
+    row[8] = st[4 * j + 2];
+    row[kDim + 8] = st[4 * j + 3];
   }
 }
