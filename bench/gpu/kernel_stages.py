@@ -20,7 +20,6 @@ something else shows.
 import argparse
 import importlib.util
 import json
-import math
 import pathlib
 import re
 import statistics
@@ -29,28 +28,39 @@ import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-DTYPE_BYTES = {"bf16": 2, "f16": 2, "__half": 2, "half": 2, "__nv_bfloat16": 2, "f32": 4,
-               "float": 4, "i32": 4, "int": 4, "f64": 8, "double": 8, "i64": 8, "u8": 1,
-               "i8": 1, "fp8_e4m3": 1}
+DTYPE_BYTES = {  # every workspace type of docs/launch_plan.md
+    "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "fp8_e4m3": 1, "fp8_e5m2": 1, "i8": 1, "u8": 1,
+    "i16": 2, "u16": 2, "i32": 4, "u32": 4, "i64": 8, "u64": 8, "bool": 1, "float": 4,
+    "double": 8, "__nv_bfloat16": 2, "__half": 2, "half": 2, "__half2": 4, "__nv_bfloat162": 4,
+    "int": 4, "unsigned int": 4, "unsigned": 4, "long long": 8, "unsigned long long": 8,
+    "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4, "uint32_t": 4,
+    "int64_t": 8, "uint64_t": 8, "size_t": 8, "char": 1, "short": 2, "float2": 8, "float4": 16,
+    "int2": 8, "int4": 16, "uint2": 8, "uint4": 16, "double2": 16}
 
 
 def directives(text):
-    """The `// @launch` and `// @workspace` directives of a source, continuation lines joined."""
+    """The `// @` directives of a source, each with the comment lines that continue it joined
+    (docs/launch_plan.md: while a `(`, `[` or `<<<` is open, or a `@launch` has not reached its
+    argument list)."""
+    def open_(d):
+        if d.count("(") > d.count(")") or d.count("[") > d.count("]"):
+            return True
+        if d.startswith("@launch"):
+            return ">>>" not in d or "(" not in d.split(">>>", 1)[1]
+        return d.count("<<<") > d.count(">>>")
+
     out, current = [], None
     for line in text.splitlines():
         m = re.match(r"\s*//\s?(.*)$", line)
-        if not m:
-            current = None
-            continue
-        body = m.group(1).strip()
-        if body.startswith("@"):
-            current = [body]
-            out.append(current)
-        elif current is not None and body:
-            current.append(body)
+        body = m.group(1).strip() if m else ""
+        if m and body.startswith("@"):
+            out.append(body)
+            current = len(out) - 1
+        elif m and current is not None and open_(out[current]):
+            out[current] += " " + body
         else:
             current = None
-    return [" ".join(parts) for parts in out]
+    return out
 
 
 def cdiv(a, b):
@@ -69,6 +79,8 @@ def plan(text):
         if d.startswith("@workspace"):
             m = re.match(r"@workspace\s+(\w+)\s+([\w ]+?)\s*\[(.*)\]\s*$", d)
             workspaces.append((m.group(1), m.group(2), m.group(3)))
+        elif d.startswith("@cluster") or re.match(r"@launch\s+if\b", d):
+            raise SystemExit(f"not supported here: {d}")
         elif d.startswith("@launch"):
             m = re.match(r"@launch\s+([\w:]+(?:<.*?>)?)\s*<<<(.*)>>>\s*\((.*)\)\s*;?$", d)
             if not m:

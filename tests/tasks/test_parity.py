@@ -30,6 +30,7 @@ def _load_bench_script(name):
 
 
 parity = _load_bench_script("parity")
+stages = _load_bench_script("kernel_stages")
 
 
 def _manifest(path):
@@ -258,3 +259,32 @@ def test_a_profile_splits_into_calls_at_the_flushes():
               (flush, 50.0, 51.0)]              # an empty call
     calls = parity.split_calls(events)
     assert calls == [(5.0, 6.5, 2), (2.0, 2.0, 1), (0.0, 0.0, 0)]
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=_task_id)
+def test_kernel_stages_reads_the_reference_launch_plan(path):
+    """bench/gpu/kernel_stages.py launches a reference as its directives say: every launch's
+    grid, block and shared memory evaluate on the first visible case and every argument names
+    a tensor, scalar, shape symbol or workspace; conditional launches and clusters are refused
+    by name, not misread."""
+    task = _manifest(path)
+    text = (ROOT / task["reference"]["source"]).read_text()
+    if "@cluster" in text or any(line.split("@launch")[1].lstrip().startswith("if")
+                                 for line in text.splitlines() if "// @launch" in line):
+        with pytest.raises(SystemExit, match="not supported"):
+            stages.plan(text)
+        return
+    launches, workspaces = stages.plan(text)
+    assert launches
+    sym = task["visible_cases"][0]["symbols"]
+    names = ({t["name"] for t in task["tensors"]} | {s["name"] for s in task.get("scalars", [])}
+             | set(sym) | {w[0] for w in workspaces})
+    for kernel, config, args in launches:
+        dims = [stages.evaluate(part, sym) for part in stages.split_top(config)]
+        assert 2 <= len(dims) <= 3, kernel
+        for dim in dims[:2]:
+            assert all(x > 0 for x in (dim if isinstance(dim, tuple) else (dim,))), kernel
+        assert set(args) <= names, (kernel, set(args) - names)
+    for name, dtype, count in workspaces:
+        assert dtype in stages.DTYPE_BYTES, (name, dtype)
+        assert stages.evaluate(count, sym) >= 0, name
