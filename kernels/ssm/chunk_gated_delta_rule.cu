@@ -10,7 +10,7 @@
 // @launch gdr_chunk_prepare<<<dim3(cdiv(num_tokens, 64) + num_seqs, num_v_heads), 256, 72960>>>(
 //     q, k, v, g, beta, cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, scale, num_seqs,
 //     num_k_heads, num_v_heads)
-// @launch gdr_chunk_scan<<<dim3(2, num_v_heads, num_seqs), 128, 166912>>>(initial_state,
+// @launch gdr_chunk_scan<<<dim3(2, num_v_heads, num_seqs), 128, 162816>>>(initial_state,
 //     cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, o, final_state, num_seqs, num_k_heads,
 //     num_v_heads)
 //
@@ -36,9 +36,10 @@
 //   levels of small products) while v's rows land in q's buffer, then W and U on bf16 tensor
 //   cores with T's scaled entries split in registers into two bf16 parts (hi + lo, 16 bits of
 //   mantissa) against the exact raw k and v, only T's lower blocks taken. Writes W (fp16), U
-//   transposed (fp32, staged for 16-byte stores), A's lower tiles (fp16), the normalised q and
-//   k rows (fp16, once per key head) and the row factors scale e^(c_i), e^(c_L - c_i) and
-//   e^(c_L). The previous design (one pass over shared memory per step, 108 KB, two blocks a
+//   transposed (fp32, staged for 16-byte stores), A (fp16, zero above the diagonal), the
+//   normalised q and k rows (fp16, once per key head), W, A, q and k each in the order the
+//   scan's shared memory holds them (swizzled), and the row factors scale e^(c_i), e^(c_L - c_i)
+//   and e^(c_L). The previous design (one pass over shared memory per step, 108 KB, two blocks a
 //   multiprocessor) took 1.6-1.75x as long (bench/gpu/kernel_stages.py).
 // - gdr_chunk_scan, one block (one warpgroup) per (sequence, value head, 64 value columns),
 //   walking the sequence's chunks in order. It keeps its slice of the state transposed
@@ -53,10 +54,13 @@
 //   mantissa bits, the precision the task's tolerances were derived for, at twice TF32's rate;
 //   every operand is normalised or bounded (|q|, |k| = 1; A, e^c <= 1; the state and u of the
 //   recurrence's scale), far inside fp16's range, and values under its normal range lose only
-//   absolute error below 1e-7. The next chunk's W, A, U, q and k slices and row factors are
-//   copied with cp.async (into the 128-byte swizzle) into the second of two stage buffers while
-//   the current chunk computes: one block barrier a chunk. Each warp writes its outputs through
-//   a small shared tile as 16-byte rows.
+//   absolute error below 1e-7. The next chunk's W, A, U, q and k slices and row factors arrive
+//   as six bulk copies (cp.async.bulk, issued by one thread, completing on an mbarrier) into the
+//   second of two stage buffers while the current chunk computes: the prepare wrote them in
+//   shared memory's order. Issuing the same 74 KB as 16-byte cp.async copies from every thread
+//   sat on the warpgroup's own path and made the scan 1.2-1.35x slower (kernel_stages.py).
+//   One block barrier a chunk. Each warp writes its outputs through a small shared tile as
+//   16-byte rows.
 // Chunks are numbered across the batch, sequence after sequence (cdiv(length, 64) each); the
 // grid of the first kernel covers the bound cdiv(num_tokens, 64) + num_seqs and its extra
 // blocks exit.
@@ -74,13 +78,12 @@ constexpr int kRowsStride = 192;  // row factors a (chunk, head): fq[64], fk[64]
 
 // The scan's shared memory, from the first 1024-byte boundary: two stage buffers, each W, q, k
 // (fp16, 64 rows of 128 as two 64-column halves of 64 rows of 128 bytes, in the 128-byte
-// swizzle wgmma reads), A (fp16, one such half), the block's U^T columns (fp32 [64][kLdUT]: the
-// 288-byte stride puts the rows a half-warp's float2 reads in distinct banks) and the row
-// factors (132 floats, padded to 544 bytes), each buffer padded to 1024 bytes; then each warp's
-// output tile (bf16 [64][kLdO]).
+// swizzle wgmma reads), A (fp16, one such half), the block's U^T columns (fp32 [64][64]) and the
+// row factors (132 floats), each buffer padded to 1024 bytes and filled by one bulk copy per
+// piece; then each warp's output tile (bf16 [64][kLdO]).
 constexpr int kScanCols = 64;  // value columns of a scan block: one warpgroup's m64
 constexpr int kHalfTile = kChunk * 128;
-constexpr int kLdUT = kChunk + 8;
+constexpr int kLdUT = kChunk;
 constexpr int kLdO = 24;
 constexpr int kStW = 0;
 constexpr int kStQ = kStW + 2 * kHalfTile;
@@ -88,10 +91,12 @@ constexpr int kStK = kStQ + 2 * kHalfTile;
 constexpr int kStA = kStK + 2 * kHalfTile;
 constexpr int kStU = kStA + kHalfTile;
 constexpr int kStRows = kStU + kScanCols * kLdUT * 4;
-constexpr int kStageBytes = (kStRows + 544 + 1023) / 1024 * 1024;
+constexpr int kRowsCopyBytes = (2 * kChunk + 4) * 4;
+constexpr int kStageBytes = (kStRows + kRowsCopyBytes + 1023) / 1024 * 1024;
+constexpr int kStageCopyBytes = kStRows + kRowsCopyBytes;  // every byte of a stage is copied
 constexpr int kScanOut = 2 * kStageBytes;
 constexpr int kScanSmemBytes = kScanOut + 4 * kChunk * kLdO * 2 + 1024;
-static_assert(kScanSmemBytes == 166912, "the scan's @launch passes 166912 bytes");
+static_assert(kScanSmemBytes == 162816, "the scan's @launch passes 162816 bytes");
 static_assert(kStRows % 16 == 0 && kStU % 16 == 0, "16-byte copies");
 static_assert(kDim % kScanCols == 0, "the scan grid's x is kDim / kScanCols = 2");
 
@@ -174,14 +179,28 @@ __device__ void locate_chunks(const int* cu_seqlens, int num_seqs, int target, i
   *first = found_first;
 }
 
-// 16-byte asynchronous copy global -> shared (sm_80+), and the wait for all of a thread's.
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
-}
-
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// One bulk copy of `bytes` (a multiple of 16, both ends 16-byte aligned) global -> shared,
+// completing its bytes on the mbarrier at `bar`.
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, int bytes, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+// Waits for the mbarrier at `bar` to complete the phase of the given parity.
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 }
 
 // 16-byte asynchronous copy that fills the destination with zeros when `valid` is false (no
@@ -191,6 +210,13 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* gme
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src),
                "r"(valid ? 16 : 0)
                : "memory");
+}
+
+// Where element (row, col) of a 64-row fp16 tile of 64 or 128 columns goes in the workspace: the
+// order the scan's wgmma reads it from shared memory (64-column halves of 64 rows of 128 bytes,
+// 16-byte chunk c of row r at chunk c ^ r % 8), so one bulk copy moves a tile as it is.
+__device__ __forceinline__ int swizzled(int row, int col) {
+  return (col >> 6) * (kChunk * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
 
 // Two fp32 values split into bf16 hi and lo parts (hi + lo carries 16 mantissa bits), each pair
@@ -381,7 +407,7 @@ __global__ void __launch_bounds__(256, 3)
           }
         }
         if (is_q) {
-          *reinterpret_cast<__half2*>(a_out + i * kChunk + j) = __floats2half2_rn(x[0], x[1]);
+          *reinterpret_cast<__half2*>(a_out + swizzled(i, j)) = __floats2half2_rn(x[0], x[1]);
         } else {
           *reinterpret_cast<float2*>(mm + i * kLdG + j) = make_float2(x[0], x[1]);
         }
@@ -392,7 +418,7 @@ __global__ void __launch_bounds__(256, 3)
     const int i = idx >> 3;
     const int j8 = (idx & 7) * 8;
     if ((j8 >> 4) > (i >> 4)) {
-      *reinterpret_cast<uint4*>(a_out + i * kChunk + j8) = make_uint4(0u, 0u, 0u, 0u);
+      *reinterpret_cast<uint4*>(a_out + swizzled(i, j8)) = make_uint4(0u, 0u, 0u, 0u);
     }
   }
   __syncthreads();
@@ -447,8 +473,8 @@ __global__ void __launch_bounds__(256, 3)
         kh[e] = __floats2half2_rn(kf.x * rk[r], kf.y * rk[r]);
         qh[e] = __floats2half2_rn(qf.x * rq[r], qf.y * rq[r]);
       }
-      *reinterpret_cast<uint4*>(qk_out + (r * kDim + c8) / 2) = qo;
-      *reinterpret_cast<uint4*>(qk_out + (kChunk * kDim + r * kDim + c8) / 2) = ko;
+      *reinterpret_cast<uint4*>(qk_out + swizzled(r, c8) / 2) = qo;
+      *reinterpret_cast<uint4*>(qk_out + (kChunk * kDim + swizzled(r, c8)) / 2) = ko;
     }
   }
   __syncthreads();
@@ -523,9 +549,9 @@ __global__ void __launch_bounds__(256, 3)
     for (int n = 0; n < 8; ++n) {
       const int col = col0 + 8 * n + 2 * lt;
       const int row = 16 * rw + lg;
-      *reinterpret_cast<__half2*>(w_out + row * kDim + col) =
+      *reinterpret_cast<__half2*>(w_out + swizzled(row, col)) =
           __floats2half2_rn(acc[n][0], acc[n][1]);
-      *reinterpret_cast<__half2*>(w_out + (row + 8) * kDim + col) =
+      *reinterpret_cast<__half2*>(w_out + swizzled(row + 8, col)) =
           __floats2half2_rn(acc[n][2], acc[n][3]);
     }
   }
@@ -573,11 +599,6 @@ __device__ __forceinline__ void wgmma_commit_and_wait() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
-// Tiles written through the generic proxy (cp.async), read by wgmma through the async proxy.
-__device__ __forceinline__ void fence_for_wgmma() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // d (64 x 64 per warpgroup, fp32) += ScaleA a (64 x 16, registers) b (16 x 64, shared,
 // K-major: the 64 n rows of 16 k each), fp16 inputs.
 template <int ScaleA>
@@ -643,6 +664,7 @@ __global__ void __launch_bounds__(128, 1)
                    int num_v_heads) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ int s_first;
+  __shared__ __align__(8) unsigned long long s_bars[2];  // chunk copies landed, per buffer
   // Swizzle patterns repeat every 1024 bytes: the tiles start on such a boundary.
   const unsigned raw_address = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + (((raw_address + 1023u) & ~1023u) - raw_address);
@@ -688,37 +710,32 @@ __global__ void __launch_bounds__(128, 1)
   // ((c ^ r % 8) * 16)), the block's 64 columns of U^T, and fq, fk, e^(c_L) (the first 132 of
   // the 192 row factors).
   auto issue_chunk_copies = [&](int c, int buf) {
-    unsigned char* stage = smem + buf * kStageBytes;
+    const unsigned stage = smem_address + buf * kStageBytes;
+    const unsigned bar = static_cast<unsigned>(__cvta_generic_to_shared(&s_bars[buf]));
     const size_t cv = static_cast<size_t>(first + c) * num_v_heads + hv;
     const size_t ck = static_cast<size_t>(first + c) * num_k_heads + h;
-    const __half* w_in = ws_w + cv * (kChunk * kDim);
     const __half* q_in = ws_qk + ck * (2 * kChunk * kDim);
-    const __half* k_in = q_in + kChunk * kDim;
-    for (int idx = tid; idx < kChunk * (kDim / 8); idx += blockDim.x) {
-      const int r = idx >> 4;
-      const int c16 = idx & 15;
-      const int dst = (c16 >> 3) * kHalfTile + r * 128 + (((c16 & 7) ^ (r & 7)) << 4);
-      cp_async16(stage + kStW + dst, w_in + r * kDim + c16 * 8);
-      cp_async16(stage + kStQ + dst, q_in + r * kDim + c16 * 8);
-      cp_async16(stage + kStK + dst, k_in + r * kDim + c16 * 8);
-    }
-    const __half* a_in = ws_a + cv * (kChunk * kChunk);
-    for (int idx = tid; idx < kChunk * (kChunk / 8); idx += blockDim.x) {
-      const int r = idx >> 3;
-      const int c16 = idx & 7;
-      cp_async16(stage + kStA + r * 128 + ((c16 ^ (r & 7)) << 4), a_in + r * kChunk + c16 * 8);
-    }
-    const float* u_in = ws_u + cv * (kChunk * kDim) + static_cast<size_t>(v0) * kChunk;
-    for (int idx = tid; idx < kScanCols * (kChunk / 4); idx += blockDim.x) {
-      const int r = idx >> 4;
-      const int c4 = (idx & 15) * 4;
-      cp_async16(stage + kStU + (r * kLdUT + c4) * 4, u_in + r * kChunk + c4);
-    }
-    for (int idx = tid; idx < (2 * kChunk + 4) / 4; idx += blockDim.x) {
-      cp_async16(stage + kStRows + idx * 16, ws_rows + cv * kRowsStride + idx * 4);
-    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(kStageCopyBytes)
+                 : "memory");
+    bulk_copy(stage + kStW, ws_w + cv * (kChunk * kDim), 2 * kChunk * kDim, bar);
+    bulk_copy(stage + kStQ, q_in, 2 * kChunk * kDim, bar);
+    bulk_copy(stage + kStK, q_in + kChunk * kDim, 2 * kChunk * kDim, bar);
+    bulk_copy(stage + kStA, ws_a + cv * (kChunk * kChunk), 2 * kChunk * kChunk, bar);
+    bulk_copy(stage + kStU, ws_u + cv * (kChunk * kDim) + static_cast<size_t>(v0) * kChunk,
+              4 * kScanCols * kChunk, bar);
+    bulk_copy(stage + kStRows, ws_rows + cv * kRowsStride, kRowsCopyBytes, bar);
   };
-  issue_chunk_copies(0, 0);
+  if (tid == 0) {
+    for (int b = 0; b < 2; ++b) {
+      const unsigned bar = static_cast<unsigned>(__cvta_generic_to_shared(&s_bars[b]));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (tid == 0) issue_chunk_copies(0, 0);
 
   __nv_bfloat16* o_tile =
       reinterpret_cast<__nv_bfloat16*>(smem + kScanOut) + warp * (kChunk * kLdO);
@@ -726,10 +743,9 @@ __global__ void __launch_bounds__(128, 1)
   for (int c = 0; c < num_chunks; ++c) {
     // Chunk c's copies have landed and chunk c - 1's wgmmas are done with the other buffer: fill
     // it with chunk c + 1's while chunk c computes.
-    cp_async_wait_all();
     __syncthreads();
-    fence_for_wgmma();
-    if (c + 1 < num_chunks) issue_chunk_copies(c + 1, (c + 1) & 1);
+    if (tid == 0 && c + 1 < num_chunks) issue_chunk_copies(c + 1, (c + 1) & 1);
+    mbarrier_wait(static_cast<unsigned>(__cvta_generic_to_shared(&s_bars[c & 1])), (c >> 1) & 1);
     const unsigned char* stage = smem + (c & 1) * kStageBytes;
     const unsigned stage_address = smem_address + (c & 1) * kStageBytes;
     const float* ut_s = reinterpret_cast<const float*>(stage + kStU) + (16 * warp + g) * kLdUT;
