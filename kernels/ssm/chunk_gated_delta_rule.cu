@@ -83,14 +83,13 @@ constexpr int kRowsStride = 192;  // row factors a (chunk, head): fq[64], fk[64]
 // piece; then each warp's output tile (bf16 [64][kLdO]).
 constexpr int kScanCols = 64;  // value columns of a scan block: one warpgroup's m64
 constexpr int kHalfTile = kChunk * 128;
-constexpr int kLdUT = kChunk;
 constexpr int kLdO = 24;
 constexpr int kStW = 0;
 constexpr int kStQ = kStW + 2 * kHalfTile;
 constexpr int kStK = kStQ + 2 * kHalfTile;
 constexpr int kStA = kStK + 2 * kHalfTile;
 constexpr int kStU = kStA + kHalfTile;
-constexpr int kStRows = kStU + kScanCols * kLdUT * 4;
+constexpr int kStRows = kStU + kScanCols * kChunk * 4;
 constexpr int kRowsCopyBytes = (2 * kChunk + 4) * 4;
 constexpr int kStageBytes = (kStRows + kRowsCopyBytes + 1023) / 1024 * 1024;
 constexpr int kStageCopyBytes = kStRows + kRowsCopyBytes;  // every byte of a stage is copied
@@ -705,9 +704,9 @@ __global__ void __launch_bounds__(128, 1)
   const int first = s_first;
   const int num_chunks = (eos - bos + kChunk - 1) / kChunk;
 
-  // The chunk's copies into stage buffer `buf`: W, q, k (64 rows of 128) and A (64 rows of 64)
-  // in the 128-byte swizzle (16-byte chunk c of row r of a 64-column half at r * 128 +
-  // ((c ^ r % 8) * 16)), the block's 64 columns of U^T, and fq, fk, e^(c_L) (the first 132 of
+  // By one thread, the chunk's pieces as bulk copies into stage buffer `buf`, completing on its
+  // mbarrier: W, q, k (64 rows of 128) and A (64 rows of 64), each already in the 128-byte
+  // swizzle (swizzled()), the block's 64 columns of U^T, and fq, fk, e^(c_L) (the first 132 of
   // the 192 row factors).
   auto issue_chunk_copies = [&](int c, int buf) {
     const unsigned stage = smem_address + buf * kStageBytes;
@@ -748,7 +747,7 @@ __global__ void __launch_bounds__(128, 1)
     mbarrier_wait(static_cast<unsigned>(__cvta_generic_to_shared(&s_bars[c & 1])), (c >> 1) & 1);
     const unsigned char* stage = smem + (c & 1) * kStageBytes;
     const unsigned stage_address = smem_address + (c & 1) * kStageBytes;
-    const float* ut_s = reinterpret_cast<const float*>(stage + kStU) + (16 * warp + g) * kLdUT;
+    const float* ut_s = reinterpret_cast<const float*>(stage + kStU) + (16 * warp + g) * kChunk;
     const float* rows = reinterpret_cast<const float*>(stage + kStRows);
 
     // u^T = U^T - S^T W^T and P^T = S^T Q^T (64 x 64 each, 8 k steps over the keys): the state's
@@ -758,7 +757,7 @@ __global__ void __launch_bounds__(128, 1)
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float2 top = *reinterpret_cast<const float2*>(ut_s + 8 * j + 2 * t);
-      const float2 bottom = *reinterpret_cast<const float2*>(ut_s + 8 * kLdUT + 8 * j + 2 * t);
+      const float2 bottom = *reinterpret_cast<const float2*>(ut_s + 8 * kChunk + 8 * j + 2 * t);
       un[4 * j] = top.x;
       un[4 * j + 1] = top.y;
       un[4 * j + 2] = bottom.x;
