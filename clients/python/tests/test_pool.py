@@ -239,6 +239,26 @@ def test_a_closed_pool_refuses_requests_and_stops_its_thread(servers: Servers):
         Pool(endpoint)  # type: ignore[arg-type]
 
 
+def test_a_servers_load_leaves_out_this_pools_own_requests(fake_server):
+    options = dict(POOL_OPTIONS, health_interval=60.0)
+    with Pool([fake_server.endpoint], **options) as pool:
+        held = pool.submit("score", task="x", source=SOURCE)
+        peer, request = fake_server.recv()
+        assert request["op"] == "score"
+        checking = threading.Thread(target=pool.check_health)
+        checking.start()
+        stats_peer, stats = fake_server.recv()
+        assert stats["op"] == "stats"
+        # 3 in flight and 1 queued at the server, one of them this pool's own score.
+        fake_server.reply(stats_peer, stats["id"], inflight=3,
+                          pools={"compile": {"queue_depth": 1}})
+        checking.join(timeout=10)
+        report = pool.servers()[0]
+        assert report["inflight"] == 1 and report["server_load"] == 3
+        fake_server.reply(peer, request["id"], task="x", result={}, reward=0.0)
+        assert held.result(timeout=5)["ok"]
+
+
 def test_the_least_loaded_server_gets_the_work(servers: Servers, fake_server):
     # The fake server answers only by hand: what it holds stays in flight.
     real = servers.start()

@@ -58,7 +58,9 @@ class _Server:
         self.client = client  # a Client (Pool) or an AsyncClient (AsyncPool)
         self.up = True  # optimistic until a request or a health check fails
         self.inflight = 0  # requests this pool has sent there and not yet settled
-        self.server_load = 0  # `inflight` + pool queue depths from its last `stats`
+        # Load from its last `stats` (`inflight` + pool queue depths) less this pool's own
+        # requests in flight there then, which `inflight` above counts already.
+        self.server_load = 0
         self.last_error: Optional[str] = None
         self.last_check: Optional[float] = None  # time.time() of the last health answer
         # Bumped whenever the server is lost (failed request or check, or a dropped
@@ -211,7 +213,10 @@ class _Routes:
         self.check_epoch(server)
         with self.lock:
             server.up = True
-            server.server_load = _stats_load(stats)
+            # The server's figures include this pool's own requests, counted in `inflight`:
+            # counted twice, a snapshot taken while one was running kept steering work away
+            # from that server until the next check, though the request had long settled.
+            server.server_load = max(0, _stats_load(stats) - server.inflight)
             server.last_check = time.time()
 
     def report(self) -> List[Dict[str, Any]]:
@@ -433,7 +438,8 @@ class Pool:
     def servers(self) -> List[Dict[str, Any]]:
         """Per endpoint, in order: {index, endpoint, up, inflight, server_load, last_error,
         last_check}. `inflight` counts this pool's requests there; `server_load` the server's
-        own in-flight and queued work at its last `stats`; `last_check` the time.time() of its
+        in-flight and queued work at its last `stats`, less this pool's own requests there then;
+        `last_check` the time.time() of its
         last health answer."""
         return self._routes.report()
 
