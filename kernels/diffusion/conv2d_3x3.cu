@@ -19,28 +19,36 @@
 // the fly (never materialised). Pixel m + (r - 1) * width + (s - 1) is the neighbour at tap
 // (r, s) when it lies inside the image, so a row's gather is one offset per tap.
 //
-// Launch plan: one templated kernel, conv2d_3x3_kernel<BM, STAGES, VECTOR_LOADS>. A block of
-// two warpgroups (256 threads) computes a BM x 160 tile of out: warpgroup g the rows
-// [g BM / 2, (g + 1) BM / 2), as BM / 128 wgmma.m64n160k16 accumulators (80 fp32 registers
-// each per thread). K advances 64 at a time (one tap, 64 channels; the nine taps of a slice of
-// 64 channels one after another) through a STAGES-deep cp.async pipeline in shared memory;
-// the grid is one block per output tile, column tiles fastest (blocks resident together read
-// the same input rows).
+// Launch plan: two kernels over the same tiling. A block computes a BM x 160 tile of out with
+// two consumer warpgroups, warpgroup g the rows [g BM / 2, (g + 1) BM / 2), as BM / 128
+// wgmma.m64n160k16 accumulators (80 fp32 registers each per thread). K advances 64 at a time
+// (one tap, 64 channels; the nine taps of a slice of 64 channels one after another) through a
+// ring of shared-memory stages; the grid is one block per output tile, column tiles fastest
+// (blocks resident together read the same input rows).
+// - conv2d_3x3_specialized<256, 4> (512 threads) where 256-row tiles still fill the 132 SMs:
+//   two producer warpgroups gather the stages with cp.async and signal each on an mbarrier,
+//   the two consumers multiply and release them, and neither side waits for the other's
+//   whole block.
+// - conv2d_3x3_kernel<128, 5> (256 threads) where they do not: both warpgroups copy and
+//   multiply in step, one block barrier a K tile; and conv2d_3x3_kernel<128, 4, false> for
+//   channel counts that are not multiples of 8 (conv_in's 4), whose loads go element by
+//   element.
 //
-//   case                   M       BM x BN     blocks   waves on 132 SMs   stages   smem
-//   128 x 128 x 320 -> 320  32768  256 x 160   256      1.94               4        209 KiB
-//   64 x 64 x 640 -> 640     8192  256 x 160   128      0.97               4        209 KiB
-//   32 x 32 x 1280 -> 1280   2048  128 x 160   128      0.97               5        181 KiB
+//   case                   M       BM x BN     blocks   waves on 132 SMs   kernel        smem
+//   128 x 128 x 320 -> 320  32768  256 x 160   256      1.94               specialized   209 KiB
+//   64 x 64 x 640 -> 640     8192  256 x 160   128      0.97               specialized   209 KiB
+//   64 x 64 x 320 -> 640     8192  256 x 160   128      0.97               specialized   209 KiB
+//   32 x 32 x 1280 -> 1280   2048  128 x 160   128      0.97               in step       181 KiB
+//   32 x 32 x 640 -> 1280    2048  128 x 160   128      0.97               in step       181 KiB
 //
 // 160 columns divide every SDXL width (320, 640, 1280) and make each case's grid a whole
 // number of waves (97 % of the 132 SMs busy); 256 rows are used wherever they still give a
 // full wave. The 128-row tile takes 5 stages rather than 6 so that the carveout leaves 60 KiB
-// of L1 for the activation rows its nine taps share (below). Channel counts that are not
-// multiples of 8 (conv_in's 4) take the third launch, whose loads are element by element.
+// of L1 for the activation rows its nine taps share (below).
 //
 // clang-format off
 // @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 128)
-//     conv2d_3x3_kernel<256, 4, true><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 256, 214016>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+//     conv2d_3x3_specialized<256, 4><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 512, 214144>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
 // @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128)
 //     conv2d_3x3_kernel<128, 5, true><<<cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 256, 185344>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
 // @launch if (in_channels % 8 != 0)
@@ -48,7 +56,8 @@
 // clang-format on
 //
 // (Dynamic shared memory: STAGES * (BM + 160) * 128 bytes plus 1 KiB to align the stages to
-// 1024 bytes, which the 128-byte swizzle needs.)
+// 1024 bytes, which the 128-byte swizzle needs, and for the specialised kernel 128 bytes of
+// mbarriers.)
 //
 // Design notes (why, for whoever optimises this next):
 // - Every SDXL case is compute bound: 2 * M * C_out * 9 * C_in = 60 GFLOP per 320 -> 320 call
@@ -60,14 +69,27 @@
 //   8 rows make a 1024-byte atom, atoms are 1024 bytes apart (the descriptor's stride). The
 //   four k16 steps of a stage move the descriptor's start 32 bytes along the row. The copies
 //   write whole rows (8 consecutive threads, 8 chunks), so they have no bank conflicts either.
-// - The pipeline: at iteration t the block waits for stage t's copies, publishes them to the
-//   async proxy (fence.proxy.async: cp.async writes through the generic proxy, wgmma reads
-//   through the async one) and syncs; each warpgroup issues its wgmmas on stage t and commits
-//   them, then the block refills the stage of tile t - 2 with tile t + STAGES - 2, and each
-//   warpgroup waits until only its batch t is in flight. Tile t - 2's wgmmas are then complete
-//   in both warpgroups (each waited for them in iteration t - 1, before this iteration's
-//   barrier), so the refill never overwrites a stage that a wgmma still reads; one batch of
-//   wgmmas stays in flight across the barrier and the copies.
+// - The in-step pipeline (conv2d_3x3_kernel): at iteration t the block waits for stage t's
+//   copies, publishes them to the async proxy (fence.proxy.async: cp.async writes through the
+//   generic proxy, wgmma reads through the async one) and syncs; each warpgroup issues its
+//   wgmmas on stage t and commits them, then the block refills the stage of tile t - 2 with
+//   tile t + STAGES - 2, and each warpgroup waits until only its batch t is in flight. Tile
+//   t - 2's wgmmas are then complete in both warpgroups (each waited for them in iteration
+//   t - 1, before this iteration's barrier), so the refill never overwrites a stage that a
+//   wgmma still reads; one batch of wgmmas stays in flight across the barrier and the copies.
+// - The specialised pipeline (conv2d_3x3_specialized): the producers fill stage k % STAGES
+//   with K tile k as soon as both consumers released the tile before it, each thread's copies
+//   arriving on the stage's "full" mbarrier when they land (cp.async.mbarrier.arrive.noinc);
+//   a consumer waits on "full", fences the async proxy, issues its 8 wgmmas, waits for its
+//   previous batch and releases that batch's stage ("empty", one arrival a warp). The copies
+//   of the next STAGES - 1 tiles run behind the multiplies with no barrier across the block.
+//   A producer thread copies 8 A rows and 5 B rows a stage; which taps of its A rows are
+//   padding is worked out once, nine bits a row. setmaxnreg gives the producers 56 registers
+//   and the consumers 200 (two m64n160 accumulators are 160): 256 x 56 + 256 x 200 = 65536.
+// - Measured on the H200 (h200_reference_variants_conv2d.json, h200_parity.json): the
+//   specialised kernel is 1.13-1.16x the in-step one on the 256-row tiles, which puts the
+//   three 64- and 128-pixel layers at 0.94-1.04x the faster of cuDNN and torch.compile; on
+//   the 128-row tiles of the 32 x 32 layers it is no faster, and those stay at 1.18-1.28x.
 // - Arithmetic intensity from L2: a 256 x 160 tile moves 53 KiB per 5.2 MFLOP (98 FLOP/byte,
 //   about 5 TB/s of L2 traffic at the tensor cores' peak), 128 x 160 36 KiB per 2.6 MFLOP
 //   (71 FLOP/byte, 7 TB/s at peak) if every copy came from L2. The activations do not all:
@@ -85,29 +107,36 @@
 //   zero rows and columns add nothing to the sums. Rows past M and columns past C_out are not
 //   stored.
 // - The 32 x 32 layers (M = 2048) get 128 x 160 tiles, the only size that still fills the
-//   132 SMs (a 256-row tile leaves 64 blocks). If L2 bandwidth still caps them, the next step is a
-//   split of K in two over 256 x 160 tiles (128 blocks), with the halves added in fp32 (a 2-block
-//   cluster reducing through distributed shared memory, or a second pass over an fp32 workspace).
-// - Not done here, and where more speed would come from: a producer warp with TMA (the
-//   tensor-map im2col mode) and mbarriers instead of every thread issuing cp.async; 2-block
-//   clusters sharing the weight tile by multicast; a persistent grid whose epilogue (bias,
-//   rounding, 4-byte stores straight from the accumulators) overlaps the next tile's loads;
-//   gathering each channel slice's input rows once into shared memory and reading the nine
-//   taps' A operands from it (wgmma with A from registers, loaded by ldmatrix at shifted
-//   rows), instead of relying on L1.
+//   132 SMs (a 256-row tile leaves 64 blocks). cuDNN runs them on 128 x 128 tiles with the K
+//   loop split across blocks ("segment k"), 120 blocks for 160 tiles. The next step here is a
+//   split of K in two over 256 x 160 tiles (128 blocks), with the halves added in fp32 (a
+//   2-block cluster reducing through distributed shared memory).
+// - Where the rest of the time goes (a one-off probe, read by hand, not a committed
+//   benchmark): timed apart, the specialised kernel's copies alone and its multiplies alone
+//   each take well over half of the whole, and together they overlap poorly, on every layer.
+//   Gathering each channel slice's input rows once per tap column (a window of kBlockM + 2 width
+//   rows, the three tap rows read from it at offsets of one image row: a third to a half fewer
+//   activation copies) was no faster; neither were .cg activation copies, one producer warpgroup
+//   instead of two, or more, smaller stages. Nsight Compute shows cuDNN's kernels bypassing L1 (TMA
+//   loads, by all signs) with the tensor cores 69-79 % busy, where this kernel's are about 55 %
+//   busy. TMA needs a tensor map, which device code cannot make: tensormap.replace sets the
+//   documented fields, but a map built that way from zeros differs from cuTensorMapEncodeTiled's in
+//   bytes that no field covers. Host-built tensor maps passed by the launch plan would open that
+//   path (to agents too).
 
 #include <cuda_bf16.h>
 
 namespace {
 
-constexpr int kThreads = 256;      // two warpgroups
-constexpr int kBlockN = 160;       // output channels per block: the wgmma's N
-constexpr int kBlockK = 64;        // K per stage: one tap, 64 channels
-constexpr int kRowBytes = 128;     // a stage row: kBlockK bf16, one swizzle row
-constexpr int kChunksPerRow = 8;   // 16-byte chunks per row
-constexpr int kChunkElems = 8;     // bf16 per chunk
-constexpr int kAtomBytes = 1024;   // 8 rows: one 128-byte swizzle atom
-constexpr int kAccumulators = 80;  // fp32 registers of one m64n160 accumulator per thread
+constexpr int kThreads = 256;          // two warpgroups
+constexpr int kProducerThreads = 256;  // the specialised kernel's two producer warpgroups
+constexpr int kBlockN = 160;           // output channels per block: the wgmma's N
+constexpr int kBlockK = 64;            // K per stage: one tap, 64 channels
+constexpr int kRowBytes = 128;         // a stage row: kBlockK bf16, one swizzle row
+constexpr int kChunksPerRow = 8;       // 16-byte chunks per row
+constexpr int kChunkElems = 8;         // bf16 per chunk
+constexpr int kAtomBytes = 1024;       // 8 rows: one 128-byte swizzle atom
+constexpr int kAccumulators = 80;      // fp32 registers of one m64n160 accumulator per thread
 
 __device__ __forceinline__ unsigned shared_address(const void* pointer) {
   return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
@@ -160,6 +189,32 @@ __device__ __forceinline__ void store_shared_16(unsigned destination, uint4 valu
 // wgmma's reads (async proxy); a barrier after it publishes them to the other threads.
 __device__ __forceinline__ void fence_async_proxy() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void barrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(unsigned bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+
+// The barrier at `bar` gets one arrival once every copy this thread issued before has landed.
+__device__ __forceinline__ void arrive_when_copied(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
 }
 
 // wgmma shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle starting at
@@ -244,6 +299,45 @@ __device__ __forceinline__ uint4 load_chunk_elementwise(const __nv_bfloat16* __r
     words[p] = lo | (hi << 16);
   }
   return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// Epilogue of both kernels: bias in fp32, one rounding to bf16, rows past M and columns past
+// out_channels not stored. Thread l of warp w of a warpgroup holds rows 16 w + l / 4 (+ 8) and
+// columns 8 j + 2 (l % 4) (+ 1) of each of its m64 accumulators; accumulator t covers rows
+// row_base + 64 t onwards.
+template <int kTiles>
+__device__ __forceinline__ void store_tile(const float (&acc)[kTiles][kAccumulators],
+                                           __nv_bfloat16* __restrict__ out,
+                                           const __nv_bfloat16* __restrict__ bias, int row_base,
+                                           int n0, int pixels, int out_channels, int warp,
+                                           int lane) {
+  const bool even_channels = out_channels % 2 == 0;
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) {
+    const int row0 = row_base + t * 64 + warp * 16 + lane / 4;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      const int column = n0 + j * 8 + (lane % 4) * 2;
+      if (column >= out_channels) continue;
+      const bool second_in = column + 1 < out_channels;
+      const float bias0 = __bfloat162float(bias[column]);
+      const float bias1 = second_in ? __bfloat162float(bias[column + 1]) : 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + 8 * half;
+        if (row >= pixels) continue;
+        const float v0 = acc[t][4 * j + 2 * half] + bias0;
+        const float v1 = acc[t][4 * j + 2 * half + 1] + bias1;
+        __nv_bfloat16* destination = out + static_cast<long long>(row) * out_channels + column;
+        if (even_channels) {
+          *reinterpret_cast<__nv_bfloat162*>(destination) = __floats2bfloat162_rn(v0, v1);
+        } else {
+          destination[0] = __float2bfloat16_rn(v0);
+          if (second_in) destination[1] = __float2bfloat16_rn(v1);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -402,35 +496,171 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
   wait_copies<0>();  // drain the trailing (empty) groups before the block exits
 
-  // Epilogue: bias in fp32, one rounding to bf16. Thread l of warp w of the warpgroup holds
-  // rows 16 w + l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1) of each m64 accumulator.
   const int lane = thread % 32;
   const int warp_in_group = (thread % 128) / 32;
-  const bool even_channels = out_channels % 2 == 0;
+  store_tile<kTilesPerWarpgroup>(acc, out, bias, m0 + warpgroup * kWarpgroupRows, n0, pixels,
+                                 out_channels, warp_in_group, lane);
+}
+
+// The warp-specialised form of conv2d_3x3_kernel for in_channels % 8 == 0 (same arguments, same
+// sums): 512 threads, two producer warpgroups that gather every K tile into a kStages-deep ring
+// of shared-memory stages and two consumer warpgroups that multiply them, meeting at mbarriers
+// instead of a block barrier a tile. One block per kBlockM x 160 tile of out (gridDim.x =
+// cdiv(M, kBlockM) * cdiv(out_channels, 160)), dynamic shared memory
+// kStages * (kBlockM + 160) * 128 + 1152.
+template <int kBlockM, int kStages>
+__global__ void __launch_bounds__(kProducerThreads + 256, 1)
+    conv2d_3x3_specialized(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ input,
+                           const __nv_bfloat16* __restrict__ weight,
+                           const __nv_bfloat16* __restrict__ bias, int batch, int height, int width,
+                           int in_channels, int out_channels) {
+  constexpr int kTilesPerConsumer = kBlockM / 128;  // m64 accumulators per consumer warpgroup
+  constexpr int kConsumerRows = kBlockM / 2;
+  constexpr int kStageBytes = (kBlockM + kBlockN) * kRowBytes;
+  constexpr int kRowsPerPass = kProducerThreads / kChunksPerRow;  // 32 rows a pass
+  constexpr int kASlots = kBlockM / kRowsPerPass;  // A chunks per producer thread per stage
+  constexpr int kBSlots = kBlockN / kRowsPerPass;  // B chunks per producer thread per stage
+  constexpr int kMaskWords = (kASlots + 2) / 3;    // three A rows' nine tap bits a word
+  static_assert(kBlockM == 128 || kBlockM == 256, "one or two m64 tiles per consumer");
+  static_assert(kBlockN % kRowsPerPass == 0, "B rows split evenly over the producers");
+  static_assert(kStageBytes % kAtomBytes == 0, "every stage starts on a swizzle atom");
+
+  // Stages, 1024-byte aligned: kBlockM rows of A, then 160 rows of B; after them per stage a
+  // "full" barrier (every producer thread's copies landed) and an "empty" one (both
+  // consumers' wgmmas have read the stage).
+  extern __shared__ __align__(16) unsigned char shared_storage[];
+  const unsigned smem_base =
+      (shared_address(shared_storage) + (kAtomBytes - 1)) & ~static_cast<unsigned>(kAtomBytes - 1);
+  const unsigned barriers = smem_base + kStages * kStageBytes;
+  auto full = [&](int s) { return barriers + 8 * s; };
+  auto empty = [&](int s) { return barriers + 8 * (kStages + s); };
+  auto stage_at = [&](int s) { return smem_base + static_cast<unsigned>(s) * kStageBytes; };
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(full(s), kProducerThreads);
+      barrier_init(empty(s), 8);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int pixels = batch * height * width;
+  const int tiles_n = (out_channels + kBlockN - 1) / kBlockN;
+  const int m0 = static_cast<int>(blockIdx.x) / tiles_n * kBlockM;
+  const int n0 = static_cast<int>(blockIdx.x) % tiles_n * kBlockN;
+  const int k_tiles = 9 * ((in_channels + kBlockK - 1) / kBlockK);
+  const int thread = static_cast<int>(threadIdx.x);
+
+  if (thread < kProducerThreads) {
+    // Producers: K tile k (channels [64 (k / 9), + 64) at tap k % 9) into stage k % kStages,
+    // once both consumers have released what that stage held before. Thread t copies chunk
+    // t % 8 of rows t / 8 + 32 i of A and of B.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+    const int chunk = thread % kChunksPerRow;
+    const int first_row = thread / kChunksPerRow;
+    const unsigned row_offset =
+        first_row * kRowBytes + static_cast<unsigned>((chunk ^ (first_row & 7)) << 4);
+
+    // Bit 9 (i % 3) + tap of taps[i / 3]: the neighbour at `tap` (3 r + s) of the output pixel
+    // of this thread's A row i lies inside the image (none for pixels past M).
+    unsigned taps[kMaskWords];
 #pragma unroll
-  for (int t = 0; t < kTilesPerWarpgroup; ++t) {
-    const int row0 = m0 + warpgroup * kWarpgroupRows + t * 64 + warp_in_group * 16 + lane / 4;
+    for (int word = 0; word < kMaskWords; ++word) taps[word] = 0;
 #pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-      const int column = n0 + j * 8 + (lane % 4) * 2;
-      if (column >= out_channels) continue;
-      const bool second_in = column + 1 < out_channels;
-      const float bias0 = __bfloat162float(bias[column]);
-      const float bias1 = second_in ? __bfloat162float(bias[column + 1]) : 0.0f;
+    for (int i = 0; i < kASlots; ++i) {
+      const int pixel = m0 + first_row + i * kRowsPerPass;
+      const int w = pixel % width;
+      const int h = pixel / width % height;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = row0 + 8 * half;
-        if (row >= pixels) continue;
-        const float v0 = acc[t][4 * j + 2 * half] + bias0;
-        const float v1 = acc[t][4 * j + 2 * half + 1] + bias1;
-        __nv_bfloat16* destination = out + static_cast<long long>(row) * out_channels + column;
-        if (even_channels) {
-          *reinterpret_cast<__nv_bfloat162*>(destination) = __floats2bfloat162_rn(v0, v1);
-        } else {
-          destination[0] = __float2bfloat16_rn(v0);
-          if (second_in) destination[1] = __float2bfloat16_rn(v1);
-        }
+      for (int tap = 0; tap < 9; ++tap) {
+        const int ih = h + tap / 3 - 1;
+        const int iw = w + tap % 3 - 1;
+        const bool inside = pixel < pixels &&
+                            static_cast<unsigned>(ih) < static_cast<unsigned>(height) &&
+                            static_cast<unsigned>(iw) < static_cast<unsigned>(width);
+        taps[i / 3] |= (inside ? 1u : 0u) << (9 * (i % 3) + tap);
       }
     }
+    const long long a_step = static_cast<long long>(kRowsPerPass) * in_channels;
+    const long long b_step = static_cast<long long>(kRowsPerPass) * 9 * in_channels;
+    const __nv_bfloat16* a_first = input + static_cast<long long>(m0 + first_row) * in_channels;
+    const __nv_bfloat16* b_first =
+        weight + static_cast<long long>(n0 + first_row) * 9 * in_channels;
+
+    for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+      const int s = k_tile % kStages;
+      if (k_tile >= kStages) barrier_wait(empty(s), ((k_tile / kStages) + 1) & 1);
+      const int slice = k_tile / 9;
+      const int tap = k_tile - slice * 9;
+      const int channel = slice * kBlockK + chunk * kChunkElems;
+      const bool channel_in = channel < in_channels;
+      const long long neighbour = static_cast<long long>(tap / 3 - 1) * width + (tap % 3 - 1);
+      const __nv_bfloat16* a_source = a_first + neighbour * in_channels + channel;
+      const __nv_bfloat16* b_source = b_first + tap * in_channels + channel;
+      const unsigned stage = stage_at(s) + row_offset;
+#pragma unroll
+      for (int i = 0; i < kASlots; ++i) {
+        const bool valid = channel_in && ((taps[i / 3] >> (9 * (i % 3) + tap)) & 1u) != 0;
+        copy_async_16_l1(stage + i * kRowsPerPass * kRowBytes,
+                         valid ? a_source + i * a_step : input, valid);
+      }
+#pragma unroll
+      for (int j = 0; j < kBSlots; ++j) {
+        const bool valid = channel_in && n0 + first_row + j * kRowsPerPass < out_channels;
+        copy_async_16_l2(stage + (kBlockM + j * kRowsPerPass) * kRowBytes,
+                         valid ? b_source + j * b_step : weight, valid);
+      }
+      arrive_when_copied(full(s));
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
   }
+
+  // Consumers: warpgroup c multiplies rows [c kBlockM / 2, (c + 1) kBlockM / 2) of each stage
+  // by its B, keeping one batch of wgmmas in flight while it waits for the next stage.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n");
+  const int consumer = (thread - kProducerThreads) / 128;
+  const int lane = thread % 32;
+  const int warp_in_group = (thread % 128) / 32;
+  float acc[kTilesPerConsumer][kAccumulators];
+#pragma unroll
+  for (int t = 0; t < kTilesPerConsumer; ++t) {
+#pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) acc[t][i] = 0.0f;
+  }
+
+  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+    const int s = k_tile % kStages;
+    barrier_wait(full(s), (k_tile / kStages) & 1);
+    fence_async_proxy();  // the copies wrote the stage through the generic proxy
+
+    const unsigned a_tile = stage_at(s) + consumer * kConsumerRows * kRowBytes;
+    const unsigned b_tile = stage_at(s) + kBlockM * kRowBytes;
+#pragma unroll
+    for (int t = 0; t < kTilesPerConsumer; ++t) fence_accumulators(acc[t]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / 16; ++kk) {
+      const unsigned long long b_descriptor = matrix_descriptor(b_tile + kk * 32);
+#pragma unroll
+      for (int t = 0; t < kTilesPerConsumer; ++t) {
+        wgmma_m64n160k16(acc[t], matrix_descriptor(a_tile + t * 64 * kRowBytes + kk * 32),
+                         b_descriptor);
+      }
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int t = 0; t < kTilesPerConsumer; ++t) fence_accumulators(acc[t]);
+    wgmma_wait<1>();  // batch k_tile - 1 is done: its stage can be refilled
+#pragma unroll
+    for (int t = 0; t < kTilesPerConsumer; ++t) fence_accumulators(acc[t]);
+    if (k_tile > 0 && lane == 0) barrier_arrive(empty((k_tile - 1) % kStages));
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int t = 0; t < kTilesPerConsumer; ++t) fence_accumulators(acc[t]);
+
+  store_tile<kTilesPerConsumer>(acc, out, bias, m0 + consumer * kConsumerRows, n0, pixels,
+                                out_channels, warp_in_group, lane);
 }
