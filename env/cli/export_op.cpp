@@ -73,9 +73,6 @@ core::Result<std::string> export_op_module(const tasks::Task& task, const std::s
   const auto context = action::make_plan_context(task);
   auto plan = action::parse_launch_plan(source, context);
   if (!plan) return refuse("the launch plan: " + plan.error().message);
-  if (!plan->clusters.empty()) {
-    return refuse("the plan launches thread-block clusters, which export-op does not export yet");
-  }
   Value tensors = Value::array();
   std::set<std::string> in_shapes;
   std::vector<std::string> mutated;
@@ -112,6 +109,12 @@ core::Result<std::string> export_op_module(const tasks::Task& task, const std::s
     }
     use(launch.smem_bytes);
     if (launch.condition) use(*launch.condition);
+    if (launch.cluster) {
+      const auto& shape = plan->clusters[*launch.cluster].dims;
+      use(shape.x);
+      use(shape.y);
+      use(shape.z);
+    }
     for (const auto& arg : launch.args) {
       if (arg.kind == action::ArgKind::kSymbol) used.insert(arg.name);
     }
@@ -141,13 +144,14 @@ core::Result<std::string> export_op_module(const tasks::Task& task, const std::s
     Value args = Value::array();
     for (const auto& arg : launch.args)
       args.push_back(Value::array({kind_name(arg.kind), arg.name}));
-    launches.push_back(
-        Value{{"name_expression", launch.name_expression},
-              {"grid", dims(launch.grid)},
-              {"block", dims(launch.block)},
-              {"smem", launch.smem_bytes.text()},
-              {"condition", launch.condition ? Value(launch.condition->text()) : Value(nullptr)},
-              {"args", args}});
+    launches.push_back(Value{
+        {"name_expression", launch.name_expression},
+        {"grid", dims(launch.grid)},
+        {"block", dims(launch.block)},
+        {"smem", launch.smem_bytes.text()},
+        {"condition", launch.condition ? Value(launch.condition->text()) : Value(nullptr)},
+        {"cluster", launch.cluster ? dims(plan->clusters[*launch.cluster].dims) : Value(nullptr)},
+        {"args", args}});
   }
   Value workspaces = Value::array();
   for (const auto& workspace : plan->workspaces) {

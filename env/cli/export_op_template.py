@@ -113,7 +113,8 @@ def evaluate(text: str, env: Mapping[str, int]) -> int:
 
 def plan(symbols: Mapping[str, int]) -> List[Dict[str, Any]]:
     """The launches that run for these symbol values, in order: kernel (its name expression),
-    grid, block, smem (dynamic shared memory bytes) and args (as the plan lists them)."""
+    grid, block, smem (dynamic shared memory bytes), cluster (blocks per thread-block cluster,
+    or None) and args (as the plan lists them)."""
     launches = []
     for launch in PLAN["launches"]:
         if launch["condition"] is not None and not evaluate(launch["condition"], symbols):
@@ -123,6 +124,8 @@ def plan(symbols: Mapping[str, int]) -> List[Dict[str, Any]]:
             "grid": [evaluate(e, symbols) for e in launch["grid"]],
             "block": [evaluate(e, symbols) for e in launch["block"]],
             "smem": evaluate(launch["smem"], symbols),
+            "cluster": (None if launch["cluster"] is None
+                        else [evaluate(e, symbols) for e in launch["cluster"]]),
             "args": launch["args"],
         })
     return launches
@@ -163,6 +166,22 @@ def _library(names: Sequence[str]) -> ctypes.CDLL:
         except OSError as exc:
             errors.append(str(exc))
     raise OSError("cannot load any of " + ", ".join(names) + ": " + "; ".join(errors))
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig, for cuLaunchKernelEx."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("smem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)),
+                ("num_attrs", ctypes.c_uint)]
+
+
+_CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 
 
 class _Kernels:
@@ -229,15 +248,30 @@ class _Kernels:
                                f"{(message.value or b'error %d' % result).decode()}")
 
     def launch(self, expression: str, grid: Sequence[int], block: Sequence[int], smem: int,
-               args: Sequence[Any], stream: int) -> None:
+               cluster: Optional[Sequence[int]], args: Sequence[Any], stream: int) -> None:
         function = self.functions[expression]
         if smem > 48 * 1024:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             self._check(self.cuda.cuFuncSetAttribute(function, 8, smem), "allow shared memory")
         pointers = (ctypes.c_void_p * len(args))(
             *(ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args))
-        self._check(self.cuda.cuLaunchKernel(
-            function, *grid, *block, smem, ctypes.c_void_p(stream), pointers, None),
-            "launch " + expression)
+        if cluster is None:
+            self._check(self.cuda.cuLaunchKernel(
+                function, *grid, *block, smem, ctypes.c_void_p(stream), pointers, None),
+                "launch " + expression)
+            return
+        # A thread-block cluster: cuLaunchKernelEx with the cluster dimension attribute (as
+        # crucible's runner launches it; more than 8 blocks a cluster needs the opt-in).
+        if cluster[0] * cluster[1] * cluster[2] > 8:
+            self._check(self.cuda.cuFuncSetAttribute(
+                function, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1), "allow a large cluster")
+        attribute = _LaunchAttribute(id=_CLUSTER_DIMENSION)
+        attribute.value[0], attribute.value[1], attribute.value[2] = cluster
+        config = _LaunchConfig(grid=(ctypes.c_uint * 3)(*grid),
+                               block=(ctypes.c_uint * 3)(*block), smem=smem,
+                               stream=ctypes.c_void_p(stream), attrs=ctypes.pointer(attribute),
+                               num_attrs=1)
+        self._check(self.cuda.cuLaunchKernelEx(ctypes.byref(config), function, pointers, None),
+                    "launch " + expression)
 
 
 _compiled: Dict[int, _Kernels] = {}
@@ -282,8 +316,8 @@ def run(tensors: Mapping[str, Any], scalars: Mapping[str, float],
             else:
                 dtype = next(s["dtype"] for s in TASK["symbols"] if s["name"] == name)
                 args.append(_SCALAR_TYPES[dtype](symbols[name]))
-        kernels.launch(launch["kernel"], launch["grid"], launch["block"], launch["smem"], args,
-                       stream)
+        kernels.launch(launch["kernel"], launch["grid"], launch["block"], launch["smem"],
+                       launch["cluster"], args, stream)
 
 
 # --- the PyTorch custom op ---

@@ -483,11 +483,13 @@ TEST_CASE(
 
 TEST_CASE("export-op CLI: the exported op's launch plan is the server's on every case") {
   // The module evaluates the plan's expressions itself (Python, at every call); on every case of
-  // these tasks (conditions, templates, cdiv and min, workspaces) it must launch exactly what the
-  // server's evaluation launches. PyTorch, when installed, also registers the op at import.
+  // these tasks (conditions, templates, cdiv and min, workspaces, thread-block clusters) it must
+  // launch exactly what the server's evaluation launches. PyTorch, when installed, also
+  // registers the op at import.
   const auto dir = testing::fresh_dir("cli-export-op");
-  for (const char* id : {"llm/rms_norm", "llm/linear", "llm/paged_decode_attention",
-                         "llm/moe_align_block_size", "ssm/chunk_gated_delta_rule"}) {
+  for (const char* id :
+       {"llm/rms_norm", "llm/linear", "llm/paged_decode_attention", "llm/moe_align_block_size",
+        "ssm/chunk_gated_delta_rule", "diffusion/conv2d_3x3"}) {
     CAPTURE(id);
     const tasks::Task* task = testing::shared_registry().find(id);
     REQUIRE(task != nullptr);
@@ -509,8 +511,8 @@ TEST_CASE("export-op CLI: the exported op's launch plan is the server's on every
                         "spec.loader.exec_module(op)\n"
                         "out = []\n"
                         "for symbols in json.load(open(sys.argv[2])):\n"
-                        "    launches = [[l['kernel'], l['grid'], l['block'], l['smem']]\n"
-                        "                for l in op.plan(symbols)]\n"
+                        "    launches = [[l['kernel'], l['grid'], l['block'], l['smem'],\n"
+                        "                 l['cluster']] for l in op.plan(symbols)]\n"
                         "    spaces = [op.evaluate(w['count'], symbols) * w['element_bytes']\n"
                         "              for w in op.PLAN['workspaces']]\n"
                         "    out.append([launches, spaces])\n"
@@ -529,9 +531,9 @@ TEST_CASE("export-op CLI: the exported op's launch plan is the server's on every
       REQUIRE(concrete.ok());
       Value launches = Value::array();
       for (const auto& launch : concrete->launches) {
-        launches.push_back(
-            Value::array({plan->launches[launch.launch].name_expression, Value(launch.grid),
-                          Value(launch.block), launch.smem_bytes}));
+        launches.push_back(Value::array(
+            {plan->launches[launch.launch].name_expression, Value(launch.grid), Value(launch.block),
+             launch.smem_bytes, launch.has_cluster ? Value(launch.cluster) : Value(nullptr)}));
       }
       CHECK(python[i][0] == launches);
       CHECK(python[i][1] == Value(concrete->workspace_bytes));
