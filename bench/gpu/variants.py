@@ -9,8 +9,8 @@ the task's reference, so its per-case time sits next to the reference's in one r
 The variants are the ones whose figures the reference sources quote (bench/results/
 h200_reference_variants.json): the partition size of paged_decode_attention, the quotient of
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, and the
-block sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, and the two
-kernels of conv2d_3x3. Each is
+block sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, and the kernels
+of conv2d_3x3. Each is
 a textual substitution in today's source; a substitution that no longer applies is an error, not
 a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
 """
@@ -61,15 +61,15 @@ HASH_FOUR = ("hash_grid_encode_kernel<4><<<dim3(cdiv(num_points, 128), num_level
              "128>>>")
 
 
-# diffusion/conv2d_3x3's two kernels: the 256-row tiles on the in-step kernel (every thread
-# copies and multiplies, one block barrier a K tile) instead of the warp-specialised one, and
-# the 128-row tiles of the 32 x 32 layers on the warp-specialised kernel instead of the in-step
-# one.
+# diffusion/conv2d_3x3's kernels: the 256-row tiles on the in-step kernel (every thread copies
+# and multiplies, one block barrier a K tile) instead of the warp-specialised one, and the 32 x 32
+# layers on the in-step kernel's 128-row tiles instead of 256-row tiles with K split over a
+# 2-block cluster.
 CONV = "kernels/diffusion/conv2d_3x3.cu"
-CONV_SPECIALIZED = ("conv2d_3x3_specialized<256, 4><<<cdiv(batch * height * width, 256) * "
+CONV_SPECIALIZED = ("conv2d_3x3_specialized<256, 4, 1><<<cdiv(batch * height * width, 256) * "
                     "cdiv(out_channels, 160), 512, 214144>>>")
-CONV_IN_STEP = ("conv2d_3x3_kernel<128, 5, true><<<cdiv(batch * height * width, 128) * "
-                "cdiv(out_channels, 160), 256, 185344>>>")
+CONV_SPLIT = ("conv2d_3x3_specialized<256, 4, 2><<<cdiv(batch * height * width, 256) * "
+              "cdiv(out_channels, 160) * 2, 512, 214144>>>")
 
 
 def block_size(threads, *tiles):
@@ -153,9 +153,10 @@ VARIANTS = [
     ("diffusion/conv2d_3x3", CONV, "256_row_tiles_in_step",
      [(CONV_SPECIALIZED, "conv2d_3x3_kernel<256, 4, true><<<cdiv(batch * height * width, 256) * "
                          "cdiv(out_channels, 160), 256, 214016>>>")]),
-    ("diffusion/conv2d_3x3", CONV, "128_row_tiles_specialized",
-     [(CONV_IN_STEP, "conv2d_3x3_specialized<128, 5><<<cdiv(batch * height * width, 128) * "
-                     "cdiv(out_channels, 160), 512, 185472>>>")]),
+    ("diffusion/conv2d_3x3", CONV, "small_images_on_128_row_tiles_in_step",
+     [(CONV_SPLIT, "conv2d_3x3_kernel<128, 5, true><<<cdiv(batch * height * width, 128) * "
+                   "cdiv(out_channels, 160), 256, 185344>>>"),
+      ("// @cluster conv2d_3x3_specialized<256, 4, 2> (2, 1, 1)\n", "")]),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),

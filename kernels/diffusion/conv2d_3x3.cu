@@ -25,31 +25,38 @@
 // (one tap, 64 channels; the nine taps of a slice of 64 channels one after another) through a
 // ring of shared-memory stages; the grid is one block per output tile, column tiles fastest
 // (blocks resident together read the same input rows).
-// - conv2d_3x3_specialized<256, 4> (512 threads) where 256-row tiles still fill the 132 SMs:
-//   two producer warpgroups gather the stages with cp.async and signal each on an mbarrier,
-//   the two consumers multiply and release them, and neither side waits for the other's
-//   whole block.
-// - conv2d_3x3_kernel<128, 5> (256 threads) where they do not: both warpgroups copy and
+// - conv2d_3x3_specialized<256, 4, 1> (512 threads) where 256-row tiles still fill the 132
+//   SMs: two producer warpgroups gather the stages with cp.async and signal each on an
+//   mbarrier, the two consumers multiply and release them, and neither side waits for the
+//   other's whole block.
+// - conv2d_3x3_specialized<256, 4, 2> where 256-row tiles fill only half of them (the 32 x 32
+//   layers: 64 tiles): two blocks a tile, a 2-block cluster, each summing half of K; rank 1
+//   leaves its fp32 partial sums in its shared memory and rank 0 adds them through
+//   distributed shared memory before the one rounding.
+// - conv2d_3x3_kernel<128, 5> (256 threads) for smaller problems: both warpgroups copy and
 //   multiply in step, one block barrier a K tile; and conv2d_3x3_kernel<128, 4, false> for
 //   channel counts that are not multiples of 8 (conv_in's 4), whose loads go element by
 //   element.
 //
-//   case                   M       BM x BN     blocks   waves on 132 SMs   kernel        smem
-//   128 x 128 x 320 -> 320  32768  256 x 160   256      1.94               specialized   209 KiB
-//   64 x 64 x 640 -> 640     8192  256 x 160   128      0.97               specialized   209 KiB
-//   64 x 64 x 320 -> 640     8192  256 x 160   128      0.97               specialized   209 KiB
-//   32 x 32 x 1280 -> 1280   2048  128 x 160   128      0.97               in step       181 KiB
-//   32 x 32 x 640 -> 1280    2048  128 x 160   128      0.97               in step       181 KiB
+//   case                   M       BM x BN     blocks   waves on 132 SMs   kernel
+//   128 x 128 x 320 -> 320  32768  256 x 160   256      1.94               specialized
+//   64 x 64 x 640 -> 640     8192  256 x 160   128      0.97               specialized
+//   64 x 64 x 320 -> 640     8192  256 x 160   128      0.97               specialized
+//   32 x 32 x 1280 -> 1280   2048  256 x 160   2 x 64   0.97               K split in two
+//   32 x 32 x 640 -> 1280    2048  256 x 160   2 x 64   0.97               K split in two
 //
 // 160 columns divide every SDXL width (320, 640, 1280) and make each case's grid a whole
-// number of waves (97 % of the 132 SMs busy); 256 rows are used wherever they still give a
-// full wave. The 128-row tile takes 5 stages rather than 6 so that the carveout leaves 60 KiB
-// of L1 for the activation rows its nine taps share (below).
+// number of waves (97 % of the 132 SMs busy). Both specialised launches take 209 KiB of
+// shared memory. The in-step 128-row tile takes 5 stages rather than 6 so that the carveout
+// leaves 60 KiB of L1 for the activation rows its nine taps share (below).
 //
 // clang-format off
 // @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 128)
-//     conv2d_3x3_specialized<256, 4><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 512, 214144>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
-// @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128)
+//     conv2d_3x3_specialized<256, 4, 1><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 512, 214144>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+// @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 64)
+//     conv2d_3x3_specialized<256, 4, 2><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160) * 2, 512, 214144>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
+// @cluster conv2d_3x3_specialized<256, 4, 2> (2, 1, 1)
+// @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 64)
 //     conv2d_3x3_kernel<128, 5, true><<<cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 256, 185344>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
 // @launch if (in_channels % 8 != 0)
 //     conv2d_3x3_kernel<128, 4, false><<<cdiv(batch * height * width, 128) * cdiv(out_channels, 160), 256, 148480>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
@@ -87,9 +94,10 @@
 //   padding is worked out once, nine bits a row. setmaxnreg gives the producers 56 registers
 //   and the consumers 200 (two m64n160 accumulators are 160): 256 x 56 + 256 x 200 = 65536.
 // - Measured on the H200 (h200_reference_variants_conv2d.json, h200_parity.json): the
-//   specialised kernel is 1.13-1.16x the in-step one on the 256-row tiles, which puts the
-//   three 64- and 128-pixel layers at 0.94-1.04x the faster of cuDNN and torch.compile; on
-//   the 128-row tiles of the 32 x 32 layers it is no faster, and those stay at 1.18-1.28x.
+//   specialised kernel is 1.15-1.17x the in-step one on the 256-row tiles; on the 32 x 32
+//   layers the K split is 1.07x the in-step 128-row tiles at 1280 input channels and even
+//   (0.99) at 640. Against the faster of cuDNN and torch.compile that is 0.94-1.09x on the
+//   64- and 128-pixel layers and 1.17-1.20x on the 32 x 32 ones.
 // - Arithmetic intensity from L2: a 256 x 160 tile moves 53 KiB per 5.2 MFLOP (98 FLOP/byte,
 //   about 5 TB/s of L2 traffic at the tensor cores' peak), 128 x 160 36 KiB per 2.6 MFLOP
 //   (71 FLOP/byte, 7 TB/s at peak) if every copy came from L2. The activations do not all:
@@ -106,11 +114,14 @@
 //   channel past C_in is a cp.async with source size 0, which reads nothing and writes zeros;
 //   zero rows and columns add nothing to the sums. Rows past M and columns past C_out are not
 //   stored.
-// - The 32 x 32 layers (M = 2048) get 128 x 160 tiles, the only size that still fills the
-//   132 SMs (a 256-row tile leaves 64 blocks). cuDNN runs them on 128 x 128 tiles with the K
-//   loop split across blocks ("segment k"), 120 blocks for 160 tiles. The next step here is a
-//   split of K in two over 256 x 160 tiles (128 blocks), with the halves added in fp32 (a
-//   2-block cluster reducing through distributed shared memory).
+// - The 32 x 32 layers (M = 2048) have 64 tiles of 256 x 160: a wave of 128 blocks needs K
+//   split in two. The partial sums (160 KiB a block) go through the stages, which are free
+//   by then: rank 1's consumers first wait for each other (named barrier 1, so that neither
+//   overwrites a stage the other's last wgmmas read), store, and meet rank 0 at a cluster
+//   barrier; a second one keeps rank 1's shared memory alive until rank 0 has read it. Its
+//   producers stay for both barriers (barrier.cluster counts every thread of the cluster).
+//   cuDNN runs these layers on 128 x 128 tiles with the K loop split across blocks ("segment
+//   k"), 120 blocks for 160 tiles.
 // - Where the rest of the time goes (a one-off probe, read by hand, not a committed
 //   benchmark): timed apart, the specialised kernel's copies alone and its multiplies alone
 //   each take well over half of the whole, and together they overlap poorly, on every layer.
@@ -203,6 +214,41 @@ __device__ __forceinline__ void barrier_arrive(unsigned bar) {
 // The barrier at `bar` gets one arrival once every copy this thread issued before has landed.
 __device__ __forceinline__ void arrive_when_copied(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Every thread of both blocks of the cluster: shared-memory writes before it are visible to
+// reads after it, in either block.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+
+// The specialised kernel's 256 consumer threads (named barrier 1).
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+// The address of `address` (this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ unsigned peer_shared_address(unsigned address, unsigned rank) {
+  unsigned peer;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(peer) : "r"(address), "r"(rank));
+  return peer;
+}
+
+__device__ __forceinline__ void store_shared_f32x4(unsigned address, float x, float y, float z,
+                                                   float w) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(x), "f"(y), "f"(z),
+               "f"(w)
+               : "memory");
+}
+
+__device__ __forceinline__ float4 load_cluster_f32x4(unsigned address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
 }
 
 __device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity) {
@@ -508,7 +554,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // instead of a block barrier a tile. One block per kBlockM x 160 tile of out (gridDim.x =
 // cdiv(M, kBlockM) * cdiv(out_channels, 160)), dynamic shared memory
 // kStages * (kBlockM + 160) * 128 + 1152.
-template <int kBlockM, int kStages>
+template <int kBlockM, int kStages, int kSplit>
 __global__ void __launch_bounds__(kProducerThreads + 256, 1)
     conv2d_3x3_specialized(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ input,
                            const __nv_bfloat16* __restrict__ weight,
@@ -523,6 +569,10 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
   constexpr int kMaskWords = (kASlots + 2) / 3;    // three A rows' nine tap bits a word
   static_assert(kBlockM == 128 || kBlockM == 256, "one or two m64 tiles per consumer");
   static_assert(kBlockN % kRowsPerPass == 0, "B rows split evenly over the producers");
+  static_assert(kSplit == 1 || kSplit == 2, "K whole, or halved over a 2-block cluster");
+  static_assert(
+      kSplit == 1 || 2 * kTilesPerConsumer * kAccumulators * 128 * 4 <= kStages * kStageBytes,
+      "the partial sums fit in the stages");
   static_assert(kStageBytes % kAtomBytes == 0, "every stage starts on a swizzle atom");
 
   // Stages, 1024-byte aligned: kBlockM rows of A, then 160 rows of B; after them per stage a
@@ -547,10 +597,17 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
 
   const int pixels = batch * height * width;
   const int tiles_n = (out_channels + kBlockN - 1) / kBlockN;
-  const int m0 = static_cast<int>(blockIdx.x) / tiles_n * kBlockM;
-  const int n0 = static_cast<int>(blockIdx.x) % tiles_n * kBlockN;
+  const int tile = static_cast<int>(blockIdx.x) / kSplit;
+  const int m0 = tile / tiles_n * kBlockM;
+  const int n0 = tile % tiles_n * kBlockN;
+  // The K tiles [k_begin, k_end) this block sums: all of them, or one half of them per block
+  // of the cluster (blocks 2 j and 2 j + 1, ranks 0 and 1, share a tile).
   const int k_tiles = 9 * ((in_channels + kBlockK - 1) / kBlockK);
+  const int rank = static_cast<int>(blockIdx.x) % kSplit;
+  const int k_begin = rank * (k_tiles / 2);
+  const int k_end = kSplit == 1 || rank == 1 ? k_tiles : k_tiles / 2;
   const int thread = static_cast<int>(threadIdx.x);
+  float acc[kTilesPerConsumer][kAccumulators];
 
   if (thread < kProducerThreads) {
     // Producers: K tile k (channels [64 (k / 9), + 64) at tap k % 9) into stage k % kStages,
@@ -588,9 +645,10 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
     const __nv_bfloat16* b_first =
         weight + static_cast<long long>(n0 + first_row) * 9 * in_channels;
 
-    for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-      const int s = k_tile % kStages;
-      if (k_tile >= kStages) barrier_wait(empty(s), ((k_tile / kStages) + 1) & 1);
+    for (int k_tile = k_begin; k_tile < k_end; ++k_tile) {
+      const int step = k_tile - k_begin;
+      const int s = step % kStages;
+      if (step >= kStages) barrier_wait(empty(s), ((step / kStages) + 1) & 1);
       const int slice = k_tile / 9;
       const int tap = k_tile - slice * 9;
       const int channel = slice * kBlockK + chunk * kChunkElems;
@@ -614,6 +672,9 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
       arrive_when_copied(full(s));
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
+    if constexpr (kSplit == 1) return;
+    cluster_sync();  // the consumers' partial sums are in shared memory
+    cluster_sync();  // rank 0 has read them
     return;
   }
 
@@ -623,16 +684,15 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
   const int consumer = (thread - kProducerThreads) / 128;
   const int lane = thread % 32;
   const int warp_in_group = (thread % 128) / 32;
-  float acc[kTilesPerConsumer][kAccumulators];
 #pragma unroll
   for (int t = 0; t < kTilesPerConsumer; ++t) {
 #pragma unroll
     for (int i = 0; i < kAccumulators; ++i) acc[t][i] = 0.0f;
   }
 
-  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-    const int s = k_tile % kStages;
-    barrier_wait(full(s), (k_tile / kStages) & 1);
+  for (int step = 0; step < k_end - k_begin; ++step) {
+    const int s = step % kStages;
+    barrier_wait(full(s), (step / kStages) & 1);
     fence_async_proxy();  // the copies wrote the stage through the generic proxy
 
     const unsigned a_tile = stage_at(s) + consumer * kConsumerRows * kRowBytes;
@@ -655,12 +715,51 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
     wgmma_wait<1>();  // batch k_tile - 1 is done: its stage can be refilled
 #pragma unroll
     for (int t = 0; t < kTilesPerConsumer; ++t) fence_accumulators(acc[t]);
-    if (k_tile > 0 && lane == 0) barrier_arrive(empty((k_tile - 1) % kStages));
+    if (step > 0 && lane == 0) barrier_arrive(empty((step - 1) % kStages));
   }
   wgmma_wait<0>();
 #pragma unroll
   for (int t = 0; t < kTilesPerConsumer; ++t) fence_accumulators(acc[t]);
 
+  if constexpr (kSplit == 2) {
+    // Rank 1 leaves its partial sums in its own stages (both consumers are past their last
+    // wgmma first: named barrier 1), rank 0 adds them to its own through distributed shared
+    // memory. Thread l of consumer c puts accumulator t's registers 4 q .. 4 q + 3 at 16-byte
+    // slot ((c T + t) 20 + q) 128 + l % 128: each warp's 32 slots are 512 contiguous bytes.
+    const unsigned slot =
+        smem_base + static_cast<unsigned>(consumer * kTilesPerConsumer * (kAccumulators / 4) * 128 +
+                                          thread % 128) *
+                        16;
+    if (rank == 1) {
+      consumers_sync();
+#pragma unroll
+      for (int t = 0; t < kTilesPerConsumer; ++t) {
+#pragma unroll
+        for (int q = 0; q < kAccumulators / 4; ++q) {
+          store_shared_f32x4(slot + (t * (kAccumulators / 4) + q) * 128 * 16, acc[t][4 * q],
+                             acc[t][4 * q + 1], acc[t][4 * q + 2], acc[t][4 * q + 3]);
+        }
+      }
+    }
+    cluster_sync();
+    if (rank == 0) {
+      const unsigned remote = peer_shared_address(slot, 1);
+#pragma unroll
+      for (int t = 0; t < kTilesPerConsumer; ++t) {
+#pragma unroll
+        for (int q = 0; q < kAccumulators / 4; ++q) {
+          const float4 partial =
+              load_cluster_f32x4(remote + (t * (kAccumulators / 4) + q) * 128 * 16);
+          acc[t][4 * q] += partial.x;
+          acc[t][4 * q + 1] += partial.y;
+          acc[t][4 * q + 2] += partial.z;
+          acc[t][4 * q + 3] += partial.w;
+        }
+      }
+    }
+    cluster_sync();
+    if (rank == 1) return;
+  }
   store_tile<kTilesPerConsumer>(acc, out, bias, m0 + consumer * kConsumerRows, n0, pixels,
                                 out_channels, warp_in_group, lane);
 }
