@@ -320,19 +320,30 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   const int seg_begin = min(vocab_size, warp * segment);
   const int seg_end = min(vocab_size, seg_begin + segment);
   const bool vectors = vocab_size % 4 == 0;
-  // Lane `lane` of chunk c holds the logits c * 128 + lane * 4 + j (j < 4) of the segment.
+  // Lane `lane` of chunk c holds the logits c * 128 + lane * 4 + j (j < 4) of the segment;
+  // positions at or past the segment's end hold -inf. Every load's address is inside the
+  // segment (a past-the-end position reads the segment's first logits, then drops them): the
+  // guarded form `j < valid ? row[first + j] : -inf` ran on the H200 as a read of the 16 bytes
+  // past the row's end whose values were kept, in the one lane whose chunk starts exactly at
+  // the end of a vectorised row (h_uniform_logits, vocab 5000: lane 2 of warp 13), so the token
+  // depended on whatever followed the row (the runner's random canaries; parked/README.md).
   auto load_chunk = [&](int base, float(&v)[4], int& valid) {
     const int first = base + lane * 4;
     valid = max(0, min(4, seg_end - first));
-    if (vectors && valid == 4) {
-      const float4 x = *reinterpret_cast<const float4*>(row + first);
-      v[0] = x.x;
-      v[1] = x.y;
-      v[2] = x.z;
-      v[3] = x.w;
+    if (vectors) {
+      // seg_end and first are multiples of 4 here: valid is 4 or 0.
+      const float4 x = *reinterpret_cast<const float4*>(row + (valid == 4 ? first : seg_begin));
+      const float none = -positive_infinity();
+      v[0] = valid == 4 ? x.x : none;
+      v[1] = valid == 4 ? x.y : none;
+      v[2] = valid == 4 ? x.z : none;
+      v[3] = valid == 4 ? x.w : none;
     } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = j < valid ? row[first + j] : -positive_infinity();
+      for (int j = 0; j < 4; ++j) {
+        const float x = row[j < valid ? first + j : seg_begin];
+        v[j] = j < valid ? x : -positive_infinity();
+      }
     }
   };
 
