@@ -347,6 +347,28 @@ __device__ __forceinline__ uint4 load_chunk_elementwise(const __nv_bfloat16* __r
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
+// One stage's products for a warpgroup, issued and committed as one wgmma batch: acc[t] (rows
+// 64 t .. of the warpgroup's A rows at a_tile) += A * B^T over the stage's 64 K, 4 k16 steps.
+template <int kTiles>
+__device__ __forceinline__ void multiply_stage(float (&acc)[kTiles][kAccumulators], unsigned a_tile,
+                                               unsigned b_tile) {
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) fence_accumulators(acc[t]);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBlockK / 16; ++kk) {
+    const unsigned long long b_descriptor = matrix_descriptor(b_tile + kk * 32);
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      wgmma_m64n160k16(acc[t], matrix_descriptor(a_tile + t * 64 * kRowBytes + kk * 32),
+                       b_descriptor);
+    }
+  }
+  wgmma_commit();
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) fence_accumulators(acc[t]);
+}
+
 // Epilogue of both kernels: bias in fp32, one rounding to bf16, rows past M and columns past
 // out_channels not stored. Thread l of warp w of a warpgroup holds rows 16 w + l / 4 (+ 8) and
 // columns 8 j + 2 (l % 4) (+ 1) of each of its m64 accumulators; accumulator t covers rows
@@ -513,21 +535,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const unsigned stage = smem_base + static_cast<unsigned>(k_tile % kStages) * kStageBytes;
     const unsigned a_tile = stage + warpgroup * kWarpgroupRows * kRowBytes;
     const unsigned b_tile = stage + kBlockM * kRowBytes;
-#pragma unroll
-    for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockK / 16; ++kk) {
-      const unsigned long long b_descriptor = matrix_descriptor(b_tile + kk * 32);
-#pragma unroll
-      for (int t = 0; t < kTilesPerWarpgroup; ++t) {
-        wgmma_m64n160k16(acc[t], matrix_descriptor(a_tile + t * 64 * kRowBytes + kk * 32),
-                         b_descriptor);
-      }
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int t = 0; t < kTilesPerWarpgroup; ++t) fence_accumulators(acc[t]);
+    multiply_stage(acc, a_tile, b_tile);
 
     // Refill the stage of tile k_tile - 2 while this batch runs.
     if (k_tile + kStages - 2 < k_tiles) load_tile(k_tile + kStages - 2);
@@ -697,21 +705,7 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
 
     const unsigned a_tile = stage_at(s) + consumer * kConsumerRows * kRowBytes;
     const unsigned b_tile = stage_at(s) + kBlockM * kRowBytes;
-#pragma unroll
-    for (int t = 0; t < kTilesPerConsumer; ++t) fence_accumulators(acc[t]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockK / 16; ++kk) {
-      const unsigned long long b_descriptor = matrix_descriptor(b_tile + kk * 32);
-#pragma unroll
-      for (int t = 0; t < kTilesPerConsumer; ++t) {
-        wgmma_m64n160k16(acc[t], matrix_descriptor(a_tile + t * 64 * kRowBytes + kk * 32),
-                         b_descriptor);
-      }
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int t = 0; t < kTilesPerConsumer; ++t) fence_accumulators(acc[t]);
+    multiply_stage(acc, a_tile, b_tile);
     wgmma_wait<1>();  // batch k_tile - 1 is done: its stage can be refilled
 #pragma unroll
     for (int t = 0; t < kTilesPerConsumer; ++t) fence_accumulators(acc[t]);
