@@ -98,18 +98,19 @@
 //   layers the K split is 1.07x the in-step 128-row tiles at 1280 input channels and even
 //   (0.99) at 640. Against the faster of cuDNN and torch.compile that is 0.94-1.09x on the
 //   64- and 128-pixel layers and 1.17-1.20x on the 32 x 32 ones.
-// - Arithmetic intensity from L2: a 256 x 160 tile moves 53 KiB per 5.2 MFLOP (98 FLOP/byte,
-//   about 5 TB/s of L2 traffic at the tensor cores' peak), 128 x 160 36 KiB per 2.6 MFLOP
-//   (71 FLOP/byte, 7 TB/s at peak) if every copy came from L2. The activations do not all:
+// - Arithmetic intensity from L2: a 256 x 160 tile moves 53 KiB per 5.2 MFLOP (97 FLOP/byte,
+//   about 10 TB/s of L2 traffic at the tensor cores' peak), 128 x 160 36 KiB per 2.6 MFLOP
+//   (71 FLOP/byte, 14 TB/s at peak) if every copy came from L2. The activations do not all:
 //   the nine taps of a channel slice are consecutive K tiles and gather overlapping rows
-//   (shifted by one pixel or one image row), and their copies allocate in L1. For a 128-row
-//   tile of a 32-wide image the slice's distinct rows are 6 image rows (24 KiB, within the
-//   L1 left beside 181 KiB of shared memory) against 9 x 16 KiB gathered, so L2 sees about
-//   23 KiB per K tile instead of 36 (112 FLOP/byte). The 256-row tiles' windows (48 to 64
-//   KiB) do not fit beside 209 KiB, so they get little of this; their intensity is higher to
-//   begin with. Shared memory: per k16 step each warpgroup reads its A
-//   rows (2 KiB per m64) and all of B (5 KiB), under 90 bytes per clock at peak, within the
-//   SM's 128.
+//   (shifted by one pixel or one image row), and their copies allocate in L1. For the in-step
+//   kernel's 128-row tile of a 32-wide image the slice's distinct rows are 6 image rows (24
+//   KiB, within the L1 left beside 181 KiB of shared memory) against 9 x 16 KiB gathered, so
+//   L2 sees about 23 KiB per K tile instead of 36 (112 FLOP/byte). The 256-row tiles' windows
+//   (48 to 64 KiB) do not fit beside 209 KiB, so they get little of this; their intensity is
+//   higher to begin with. Nsight Compute put the specialised kernel's L2 throughput at about a
+//   third of its peak, so L2 is not what holds it back. Shared memory: per k16 step each
+//   consumer reads its A rows (2 KiB per m64) and all of B (5 KiB) per m64, under 90 bytes per
+//   clock at peak, within the SM's 128.
 // - Padding costs nothing: a neighbour outside the image (the halo), a pixel past M or a
 //   channel past C_in is a cp.async with source size 0, which reads nothing and writes zeros;
 //   zero rows and columns add nothing to the sums. Rows past M and columns past C_out are not
@@ -127,8 +128,8 @@
 //   each take well over half of the whole, and together they overlap poorly, on every layer.
 //   Gathering each channel slice's input rows once per tap column (a window of kBlockM + 2 width
 //   rows, the three tap rows read from it at offsets of one image row: a third to a half fewer
-//   activation copies) was no faster; neither were .cg activation copies, one producer warpgroup
-//   instead of two, or more, smaller stages. Nsight Compute shows cuDNN's kernels bypassing L1 (TMA
+//   activation copies) was no faster; neither were .cg activation copies or one producer
+//   warpgroup instead of two. Nsight Compute shows cuDNN's kernels bypassing L1 (TMA
 //   loads, by all signs) with the tensor cores 69-79 % busy, where this kernel's are about 55 %
 //   busy. TMA needs a tensor map, which device code cannot make: tensormap.replace sets the
 //   documented fields, but a map built that way from zeros differs from cuTensorMapEncodeTiled's in
