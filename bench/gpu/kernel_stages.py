@@ -7,13 +7,13 @@ call does not say.
         [--anchors NAME ...] [--reps N] [--json OUT]
 
 Each source (default: the task's reference) is exported as a PyTorch op (`crucible export-op`,
-through parity.py's export_reference: crucible's own launch-plan reader, NVRTC and the driver),
-and every launch of its plan is timed with CUDA events around it, median over --reps calls, the
-whole call the same way (the GPU kept busy while the host enqueues a call, so the events time
-the kernels, not the launch latency between them). A kernel launched more than once in a call is reported per launch
-(`name`, `name#2`, ...). Inputs are parity.py's for the case. The task's kernel anchors (those
---anchors names, as parity.py matches them; all by default) each run once per call under
-torch.profiler, their kernels' times summed per kernel name, per call. Each source's outputs
+through parity.py's export_reference: crucible's own launch-plan reader, NVRTC and the driver), and
+every launch of its plan is timed with CUDA events around it, median over --reps calls, the whole
+call the same way (the GPU kept busy while the host enqueues a call, so the events time the
+kernels, not the launch latency between them). A kernel launched more than once in a call is
+reported per launch (`name`, `name#2`, ...). Inputs are parity.py's for the case. The task's kernel
+anchors (those --anchors names, as parity.py matches them; all by default) each run once per call
+under torch.profiler, their kernels' times summed per kernel name, per call. Each source's outputs
 are compared with the first source's, so a variant that computes something else shows.
 """
 import argparse
@@ -44,13 +44,10 @@ def stage_labels(kernels):
     return labels
 
 
-def time_source(torch, task, source, folder, view, case, reps):
-    """Per-launch and whole-call medians (ns) of one source on one case, and its outputs."""
+def instrumented_export(torch, task, source, folder):
+    """`source` exported and imported once, its launches wrapped in CUDA events: returns the
+    module and the list each launch appends (kernel expression, start, end) to."""
     module, _ = parity.export_reference(task, folder, source)
-    torch.manual_seed(INPUT_SEED)  # every source of a case gets the same inputs
-    tensors = parity.make_inputs(torch, view, case, "cuda")
-    scalars = {s["name"]: case.get("scalars", {}).get(s["name"], s["default"])
-               for s in module.TASK["scalars"]}
     events = []
     launch = module._Kernels.launch
 
@@ -62,7 +59,18 @@ def time_source(torch, task, source, folder, view, case, reps):
         events.append((expression, start, end))
 
     module._Kernels.launch = timed_launch
-    module.run(tensors, scalars, case["symbols"])  # compiles; the outputs compared below
+    return module, events
+
+
+def time_source(torch, module, events, view, case, reps):
+    """Per-launch and whole-call medians (ns) of one exported source on one case, and its
+    outputs."""
+    torch.manual_seed(INPUT_SEED)  # every source of a case gets the same inputs
+    tensors = parity.make_inputs(torch, view, case, "cuda")
+    scalars = {s["name"]: case.get("scalars", {}).get(s["name"], s["default"])
+               for s in module.TASK["scalars"]}
+    events.clear()
+    module.run(tensors, scalars, case["symbols"])  # compiles once; the outputs compared below
     torch.cuda.synchronize()
     outputs = {t["name"]: tensors[t["name"]].clone() for t in module.TASK["tensors"]
                if t["role"] in ("out", "inout")}
@@ -111,6 +119,7 @@ def main():
     sources = a.source or [f"kernels/{a.task}.cu"]
     entry = parity.load_anchors(only=[a.task], names=a.anchors).get(a.task, {})
     folder = tempfile.TemporaryDirectory(prefix="kernel-stages-")
+    exported = {}  # source -> (module, events): each source exported and compiled once
     report = []
     for case in view["cases"]:
         if a.cases and case["name"] not in a.cases:
@@ -119,8 +128,9 @@ def main():
         first = None
         for src in sources:
             try:
-                stages, total, outputs = time_source(torch, a.task, src, folder.name, view, case,
-                                                     a.reps)
+                if src not in exported:
+                    exported[src] = instrumented_export(torch, a.task, src, folder.name)
+                stages, total, outputs = time_source(torch, *exported[src], view, case, a.reps)
             except Exception as e:  # a variant that fails to build or run is reported
                 row["sources"][src] = {"error": repr(e)[:400]}
                 print(case["name"], src, "ERROR", repr(e)[:400], flush=True)
