@@ -439,8 +439,7 @@ class Pool:
         """Per endpoint, in order: {index, endpoint, up, inflight, server_load, last_error,
         last_check}. `inflight` counts this pool's requests there; `server_load` the server's
         in-flight and queued work at its last `stats`, less this pool's own requests there then;
-        `last_check` the time.time() of its
-        last health answer."""
+        `last_check` the time.time() of its last health answer."""
         return self._routes.report()
 
     # -- bookkeeping ----------------------------------------------------------------------
