@@ -37,6 +37,46 @@ std::uint64_t timed_call_seed(std::uint64_t secret, std::uint64_t case_seed, std
   return mix_words(mix_words(secret, case_seed), 0x74696D6564ull + call);
 }
 
+std::size_t first_batch_end(const BatchPlan& plan) {
+  const std::size_t remainder = plan.first_stop % plan.max_batch;
+  return std::min(plan.total_calls, remainder == 0 ? plan.max_batch : remainder);
+}
+
+BatchDecision after_batch(const BatchPlan& plan, const BatchEnd& end) {
+  BatchDecision decision;
+  decision.extended_past_cap = end.extended_past_cap;
+  if (end.reference_wanted <= end.reference_samples &&
+      end.candidate_wanted <= end.candidate_samples) {
+    decision.stop =
+        end.reference_samples >= end.max_samples || end.candidate_samples >= end.max_samples
+            ? "max_samples"
+            : "interval";
+    return decision;
+  }
+  if (end.spent_ms > end.cap_ms) {
+    if ((end.reference_samples > 0 && end.candidate_samples > 0) || end.extended_past_cap) {
+      decision.stop = "time_cap";
+      return decision;
+    }
+    decision.extended_past_cap = true;
+    decision.next_end = std::min(plan.total_calls, std::max(end.calls, plan.warmup_calls) + 2);
+    return decision;
+  }
+  if (end.spent_ms > end.budget_ms && end.reference_samples >= end.min_samples &&
+      end.candidate_samples >= end.min_samples) {
+    decision.stop = "step_budget";
+    return decision;
+  }
+  std::size_t batch = plan.max_batch;
+  if (end.calls >= plan.first_stop) {
+    const std::size_t wanted = std::max(end.reference_wanted, end.candidate_wanted);
+    const std::size_t have = std::min(end.reference_samples, end.candidate_samples);
+    batch = std::clamp<std::size_t>(2 * (wanted > have ? wanted - have : 0), 8, plan.max_batch);
+  }
+  decision.next_end = std::min(plan.total_calls, end.calls + batch);
+  return decision;
+}
+
 double escape_probability(double f, std::size_t checks) {
   return std::pow(1.0 - std::clamp(f, 0.0, 1.0), static_cast<double>(checks));
 }

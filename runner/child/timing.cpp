@@ -456,11 +456,15 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
   // side: batches before it end kMaxBatch calls apart, counting back from it), then where the
   // samples so far say it will (judge::samples_to_stop of the side that needs more), 8 to
   // kMaxBatch calls on: with fixed 32-call batches a case that stops at its minimum ran 97
-  // calls instead of 71.
-  const std::size_t first_stop =
+  // calls instead of 71. judge::after_batch decides at each batch's end (stopping included).
+  judge::BatchPlan batches;
+  batches.total_calls = order.size();
+  batches.warmup_calls = 2 * schedule.warmup_pairs;
+  batches.first_stop =
       std::min(order.size(), 2 * (schedule.warmup_pairs + job_.timing.min_samples));
-  std::size_t next_collect =
-      std::min(order.size(), first_stop % kMaxBatch == 0 ? kMaxBatch : first_stop % kMaxBatch);
+  batches.max_batch = kMaxBatch;
+  std::size_t next_collect = judge::first_batch_end(batches);
+  bool extended_past_cap = false;
   for (std::size_t i = 0; i < order.size(); ++i) {
     const bool is_candidate = order[i] == 1;
     const bool is_warmup = i < 2 * schedule.warmup_pairs;
@@ -478,32 +482,26 @@ Value JobRunner::time_case(const CaseSetup& setup, double budget_ms) {
     }
     if (i + 1 == next_collect) {
       collect();
-      const double spent_ms = milliseconds_since(started);
+      judge::BatchEnd end;
+      end.calls = i + 1;
+      end.reference_samples = reference_ns.size();
+      end.candidate_samples = candidate_ns.size();
       // Where each side's rule will stop (at or below its count: it stops now).
-      const std::size_t reference_wanted = judge::samples_to_stop(reference_ns, rule);
-      const std::size_t candidate_wanted = judge::samples_to_stop(candidate_ns, rule);
-      if (reference_wanted <= reference_ns.size() && candidate_wanted <= candidate_ns.size()) {
-        stopped = reference_ns.size() >= rule.max_samples || candidate_ns.size() >= rule.max_samples
-                      ? "max_samples"
-                      : "interval";
+      end.reference_wanted = judge::samples_to_stop(reference_ns, rule);
+      end.candidate_wanted = judge::samples_to_stop(candidate_ns, rule);
+      end.min_samples = rule.min_samples;
+      end.max_samples = rule.max_samples;
+      end.spent_ms = milliseconds_since(started);
+      end.cap_ms = cap.count();
+      end.budget_ms = budget_ms;
+      end.extended_past_cap = extended_past_cap;
+      const judge::BatchDecision decision = judge::after_batch(batches, end);
+      if (!decision.stop.empty()) {
+        stopped = decision.stop;
         break;
       }
-      if (spent_ms > cap.count()) {
-        stopped = "time_cap";
-        break;
-      }
-      if (spent_ms > budget_ms && reference_ns.size() >= rule.min_samples &&
-          candidate_ns.size() >= rule.min_samples) {
-        stopped = "step_budget";
-        break;
-      }
-      std::size_t batch = kMaxBatch;
-      if (i + 1 >= first_stop) {
-        const std::size_t wanted = std::max(reference_wanted, candidate_wanted);
-        const std::size_t have = std::min(reference_ns.size(), candidate_ns.size());
-        batch = std::clamp<std::size_t>(2 * (wanted > have ? wanted - have : 0), 8, kMaxBatch);
-      }
-      next_collect = std::min(order.size(), i + 1 + batch);
+      extended_past_cap = decision.extended_past_cap;
+      next_collect = decision.next_end;
     }
   }
   // The last call is always checked: one more candidate call, prepared like every other, so a

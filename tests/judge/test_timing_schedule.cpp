@@ -72,6 +72,100 @@ TEST_CASE("schedule: escape probability is (1 - f)^checks") {
   CHECK(escape_probability(1.0, 1) == doctest::Approx(0.0));
 }
 
+namespace {
+
+// A case of 7 warm-up pairs and 30 samples a side: the rule can first stop at call 74.
+BatchPlan plan_of_74() {
+  BatchPlan plan;
+  plan.total_calls = 2 * (2000 + 7);
+  plan.warmup_calls = 14;
+  plan.first_stop = 74;
+  plan.max_batch = 32;
+  return plan;
+}
+
+// A batch end where neither side's rule is satisfied and neither cap nor budget is reached.
+BatchEnd ongoing(std::size_t calls, std::size_t samples) {
+  BatchEnd end;
+  end.calls = calls;
+  end.reference_samples = end.candidate_samples = samples;
+  end.reference_wanted = end.candidate_wanted = 400;
+  end.min_samples = 30;
+  end.max_samples = 2000;
+  end.spent_ms = 1.0;
+  end.cap_ms = 1000.0;
+  end.budget_ms = 500.0;
+  return end;
+}
+
+}  // namespace
+
+TEST_CASE("batches: the first ends so that one ends exactly where the rule can first stop") {
+  const BatchPlan plan = plan_of_74();
+  CHECK(first_batch_end(plan) == 10);  // 10, 42, 74
+  const BatchDecision second = after_batch(plan, ongoing(10, 0));
+  CHECK(second.stop.empty());
+  CHECK(second.next_end == 42);
+  CHECK(after_batch(plan, ongoing(42, 14)).next_end == 74);
+  // Past first_stop the next batch covers twice the missing samples, 8 to 32 calls.
+  BatchEnd near = ongoing(74, 30);
+  near.reference_wanted = 33;
+  near.candidate_wanted = 31;
+  CHECK(after_batch(plan, near).next_end == 74 + 8);
+  near.reference_wanted = 40;
+  CHECK(after_batch(plan, near).next_end == 74 + 20);
+  CHECK(after_batch(plan, ongoing(74, 30)).next_end == 74 + 32);
+  BatchPlan short_order = plan;
+  short_order.total_calls = 80;
+  CHECK(after_batch(short_order, ongoing(74, 30)).next_end == 80);
+}
+
+TEST_CASE("batches: the rule's stops, in order of precedence") {
+  const BatchPlan plan = plan_of_74();
+  BatchEnd end = ongoing(106, 46);
+  end.reference_wanted = 46;
+  end.candidate_wanted = 40;
+  CHECK(after_batch(plan, end).stop == "interval");
+  end.reference_samples = end.candidate_samples = end.max_samples = 46;
+  CHECK(after_batch(plan, end).stop == "max_samples");
+
+  end = ongoing(106, 46);
+  end.spent_ms = 1001.0;
+  CHECK(after_batch(plan, end).stop == "time_cap");
+  end.spent_ms = 501.0;  // past the budget with min_samples a side
+  CHECK(after_batch(plan, end).stop == "step_budget");
+  end.reference_samples = 29;  // the budget waits for min_samples
+  CHECK(after_batch(plan, end).stop.empty());
+}
+
+TEST_CASE("batches: a cap reached before a measured call ends the warm-up and times one pair") {
+  // A slow kernel under a 20 ms cap: the first batch (10 calls, all warm-up) takes 60 ms. The
+  // measurement must not stop with no sample (it used to: the case then had no time at all).
+  const BatchPlan plan = plan_of_74();
+  BatchEnd end = ongoing(10, 0);
+  end.cap_ms = 20.0;
+  end.spent_ms = 60.0;
+  const BatchDecision extend = after_batch(plan, end);
+  CHECK(extend.stop.empty());
+  CHECK(extend.extended_past_cap);
+  CHECK(extend.next_end == 16);  // the 4 warm-up calls left and one measured pair
+  // That pair measured: stop at the cap.
+  end.calls = 16;
+  end.reference_samples = end.candidate_samples = 1;
+  end.spent_ms = 90.0;
+  end.extended_past_cap = true;
+  CHECK(after_batch(plan, end).stop == "time_cap");
+  // Still no sample on a side (records missing): stop anyway, once extended.
+  end.candidate_samples = 0;
+  CHECK(after_batch(plan, end).stop == "time_cap");
+  // Past the warm-up already with no sample on a side: one more pair from here.
+  BatchEnd late = ongoing(42, 0);
+  late.candidate_samples = 14;
+  late.cap_ms = 20.0;
+  late.spent_ms = 25.0;
+  CHECK(after_batch(plan, late).next_end == 44);
+}
+
 TEST_CASE("speedup interval: a tight pair gives a tight interval around the ratio") {
   TimingSummary reference, candidate;
   reference.median_ns = 2000, reference.ci95_low_ns = 1990, reference.ci95_high_ns = 2010;
