@@ -10,9 +10,25 @@
 // @launch gdr_chunk_prepare<<<dim3(cdiv(num_tokens, 64) + num_seqs, num_v_heads), 256, 72960>>>(
 //     q, k, v, g, beta, cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, scale, num_seqs,
 //     num_k_heads, num_v_heads)
-// @launch gdr_chunk_scan<<<dim3(2, num_v_heads, num_seqs), 128, 162816>>>(initial_state,
-//     cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, o, final_state, num_seqs, num_k_heads,
-//     num_v_heads)
+// @launch if (num_seqs * num_v_heads > 16 || num_tokens <= 2048)
+//     gdr_chunk_scan<0, false><<<dim3(2, num_v_heads, num_seqs), 128, 162816>>>(initial_state,
+//     cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, ws_seg, ws_trans, o, final_state, num_seqs,
+//     num_k_heads, num_v_heads)
+// @workspace ws_seg float[(num_seqs * num_v_heads <= 16 && num_tokens > 2048) *
+//     (cdiv(num_tokens, 1024) + num_seqs) * num_v_heads * 16384]
+// @workspace ws_trans float[(num_seqs * num_v_heads <= 16 && num_tokens > 2048) *
+//     (cdiv(num_tokens, 1024) + num_seqs) * num_v_heads * 16384]
+// @launch if (num_seqs * num_v_heads <= 16 && num_tokens > 2048)
+//     gdr_chunk_scan<16, true><<<dim3(4, num_v_heads, cdiv(num_tokens, 1024) + num_seqs), 128,
+//     101376>>>(initial_state, cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, ws_seg, ws_trans,
+//     o, final_state, num_seqs, num_k_heads, num_v_heads)
+// @launch if (num_seqs * num_v_heads <= 16 && num_tokens > 2048)
+//     gdr_segment_combine<16><<<dim3(16, num_v_heads, num_seqs), 256, 135168>>>(cu_seqlens,
+//     ws_seg, ws_trans, num_seqs, num_v_heads)
+// @launch if (num_seqs * num_v_heads <= 16 && num_tokens > 2048)
+//     gdr_chunk_scan<16, false><<<dim3(2, num_v_heads, cdiv(num_tokens, 1024) + num_seqs), 128,
+//     162816>>>(initial_state, cu_seqlens, ws_w, ws_u, ws_a, ws_qk, ws_rows, ws_seg, ws_trans,
+//     o, final_state, num_seqs, num_k_heads, num_v_heads)
 //
 // The chunked form (Yang, Kautz and Hatamizadeh, "Gated Delta Networks", 2024; FLA). In a chunk
 // of L <= 64 tokens with normalised keys k_i, normalised queries q_i, betas b_i and cumulative
@@ -61,6 +77,23 @@
 //   sat on the warpgroup's own path and made the scan 1.2-1.35x slower (kernel_stages.py).
 //   One block barrier a chunk. Each warp writes its outputs through a small shared tile as
 //   16-byte rows.
+// - Few long sequences (at most 16 sequence-heads, as one prompt under tensor parallelism 4):
+//   walking whole sequences would keep 32 blocks busy on 132 multiprocessors, each chunk's latency
+//   in a row. The sequences are cut into segments of 16 chunks (1024 tokens) and the scan runs in
+//   three launches. The state leaving a segment is affine in the state entering it,
+//   S_out = X S_in + Y (the recurrence is linear in S). (1) gdr_chunk_scan<16, true> runs every
+//   segment but the last at once: its value columns from zero, giving Y (the first from the initial
+//   state, giving the second's entering state outright), and, in two more blocks of 64 columns, the
+//   same recurrence without U on the identity's 128 columns, giving X. Only W, k, U^T and the row
+//   factors are read (100 KB of shared memory, two blocks a multiprocessor).
+//   (2) gdr_segment_combine chains the maps in fp32, one 128 x 128 x 8 product per segment.
+//   (3) gdr_chunk_scan<16, false> runs every segment from its entering state, writing o. For one
+//   8192-token prompt and 8 value heads that is 208 + 128 blocks of at most 16 chunks instead of 16
+//   blocks of 128: 32 + 23 + 33 us on the H200 where the single scan took 217 us
+//   (bench/results/h200_chunk_gdr_stages.json; the combine's chain of 7 products is the slowest
+//   part per unit of work). X is carried through the same fp16 products as the state (|X| <= 1: the
+//   decays and the delta rule's I - b k k^T are contractions), and the 16411-token hidden case
+//   holds the result to the oracle.
 // Chunks are numbered across the batch, sequence after sequence (cdiv(length, 64) each); the
 // grid of the first kernel covers the bound cdiv(num_tokens, 64) + num_seqs and its extra
 // blocks exit.
@@ -80,23 +113,29 @@ constexpr int kRowsStride = 192;  // row factors a (chunk, head): fq[64], fk[64]
 // (fp16, 64 rows of 128 as two 64-column halves of 64 rows of 128 bytes, in the 128-byte
 // swizzle wgmma reads), A (fp16, one such half), the block's U^T columns (fp32 [64][64]) and the
 // row factors (132 floats), each buffer padded to 1024 bytes and filled by one bulk copy per
-// piece; then each warp's output tile (bf16 [64][kLdO]).
+// piece; then each warp's output tile (bf16 [64][kLdO]). The segment transfer (Transfer) needs
+// only W, k, U^T and the row factors, and no output tiles.
 constexpr int kScanCols = 64;  // value columns of a scan block: one warpgroup's m64
 constexpr int kHalfTile = kChunk * 128;
 constexpr int kLdO = 24;
-constexpr int kStW = 0;
-constexpr int kStQ = kStW + 2 * kHalfTile;
-constexpr int kStK = kStQ + 2 * kHalfTile;
-constexpr int kStA = kStK + 2 * kHalfTile;
-constexpr int kStU = kStA + kHalfTile;
-constexpr int kStRows = kStU + kScanCols * kChunk * 4;
 constexpr int kRowsCopyBytes = (2 * kChunk + 4) * 4;
-constexpr int kStageBytes = (kStRows + kRowsCopyBytes + 1023) / 1024 * 1024;
-constexpr int kStageCopyBytes = kStRows + kRowsCopyBytes;  // every byte of a stage is copied
-constexpr int kScanOut = 2 * kStageBytes;
-constexpr int kScanSmemBytes = kScanOut + 4 * kChunk * kLdO * 2 + 1024;
-static_assert(kScanSmemBytes == 162816, "the scan's @launch passes 162816 bytes");
-static_assert(kStRows % 16 == 0 && kStU % 16 == 0, "16-byte copies");
+constexpr int kUCopyBytes = kScanCols * kChunk * 4;
+template <bool Transfer>
+struct ScanLayout {
+  static constexpr int kW = 0;
+  static constexpr int kQ = 2 * kHalfTile;  // not held by the transfer
+  static constexpr int kK = Transfer ? 2 * kHalfTile : 4 * kHalfTile;
+  static constexpr int kA = 6 * kHalfTile;  // not held by the transfer
+  static constexpr int kU = Transfer ? 4 * kHalfTile : 7 * kHalfTile;
+  static constexpr int kRows = kU + kUCopyBytes;
+  static constexpr int kCopyBytes = kRows + kRowsCopyBytes;  // every byte of a stage is copied
+  static constexpr int kStageBytes = (kCopyBytes + 1023) / 1024 * 1024;
+  static constexpr int kOut = 2 * kStageBytes;
+  static constexpr int kSmemBytes = kOut + (Transfer ? 0 : 4 * kChunk * kLdO * 2) + 1024;
+  static_assert(kRows % 16 == 0 && kU % 16 == 0, "16-byte copies");
+};
+static_assert(ScanLayout<false>::kSmemBytes == 162816, "the scan's @launch passes 162816 bytes");
+static_assert(ScanLayout<true>::kSmemBytes == 101376, "the transfer's @launch passes 101376 bytes");
 static_assert(kDim % kScanCols == 0, "the scan grid's x is kDim / kScanCols = 2");
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -144,18 +183,22 @@ __device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], const void* row)
                : "memory");
 }
 
-// By one warp (every lane gets the answer): the sequence holding global chunk `target` (target
-// >= 0) or sequence `want_seq` (target < 0), in *seq (-1 if none), and the chunks of the
-// sequences before it, in *first.
-__device__ void locate_chunks(const int* cu_seqlens, int num_seqs, int target, int want_seq,
-                              int* seq, int* first) {
+// By one warp (every lane gets the answer), counting each sequence's chunks in units of `per`
+// (cdiv(chunks, per) units a sequence, sequence after sequence): the sequence holding global unit
+// `target` (target >= 0) or sequence `want_seq` (target < 0), in *seq (-1 if none), and the units
+// of the sequences before it, in *first.
+__device__ void locate_units(const int* cu_seqlens, int num_seqs, int per, int target, int want_seq,
+                             int* seq, int* first) {
   const int lane = threadIdx.x & 31;
   int base = 0;
   int found_seq = -1, found_first = 0;
   for (int n0 = 0; n0 < num_seqs; n0 += 32) {
     const int n = n0 + lane;
     int count = 0;
-    if (n < num_seqs) count = (cu_seqlens[n + 1] - cu_seqlens[n] + kChunk - 1) / kChunk;
+    if (n < num_seqs) {
+      const int chunks = (cu_seqlens[n + 1] - cu_seqlens[n] + kChunk - 1) / kChunk;
+      count = (chunks + per - 1) / per;
+    }
     int inclusive = count;
 #pragma unroll
     for (int offset = 1; offset < 32; offset <<= 1) {
@@ -275,7 +318,7 @@ __global__ void __launch_bounds__(256, 3)
 
   if (warp == 0) {
     int seq, first;
-    locate_chunks(cu_seqlens, num_seqs, chunk, -1, &seq, &first);
+    locate_units(cu_seqlens, num_seqs, 1, chunk, -1, &seq, &first);
     if (lane == 0) {
       if (seq < 0) {
         s_chunk[0] = -1;
@@ -653,16 +696,32 @@ __device__ __forceinline__ void a_fragment(unsigned (&a)[4], const float* x) {
   a[3] = f16_pack(x[6], x[7]);
 }
 
-// Shared memory: see kScanSmemBytes.
-__global__ void __launch_bounds__(128, 1)
+// The scan, in three forms (the @launch lines pick them):
+// - SegChunks 0: one block per (64 value columns, value head, sequence), walking the sequence
+//   from its initial state, writing o and the final state.
+// - SegChunks > 0, !Transfer: the same over segments of SegChunks chunks (grid z counts segments
+//   over the batch, sequence after sequence): a segment after a sequence's first starts from the
+//   state gdr_segment_combine left in its slot of ws_seg; the last writes the final state.
+// - Transfer: each segment but a sequence's last, as the affine map it applies to the state
+//   entering it, S_out = X S_in + Y. Blocks x = 0, 1 run its value columns from the initial
+//   state (the first segment: its Y is then the second segment's entering state) or from zero,
+//   giving Y (into ws_seg); blocks x = 2, 3 run the recurrence without U (u = -W S) on the
+//   columns of the identity, giving X (into ws_trans; not needed for a first segment). No
+//   outputs.
+// Shared memory: ScanLayout<Transfer>.
+template <int SegChunks, bool Transfer>
+__global__ void __launch_bounds__(128, Transfer ? 2 : 1)
     gdr_chunk_scan(const float* __restrict__ initial_state, const int* __restrict__ cu_seqlens,
                    const __half* __restrict__ ws_w, const float* __restrict__ ws_u,
                    const __half* __restrict__ ws_a, const __half* __restrict__ ws_qk,
-                   const float* __restrict__ ws_rows, __nv_bfloat16* __restrict__ o,
+                   const float* __restrict__ ws_rows, float* __restrict__ ws_seg,
+                   float* __restrict__ ws_trans, __nv_bfloat16* __restrict__ o,
                    float* __restrict__ final_state, int num_seqs, int num_k_heads,
                    int num_v_heads) {
+  using L = ScanLayout<Transfer>;
+  static_assert(!Transfer || SegChunks > 0, "the transfer runs over segments");
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  __shared__ int s_first;
+  __shared__ int s_where[3];                             // sequence, its first chunk, segment
   __shared__ __align__(8) unsigned long long s_bars[2];  // chunk copies landed, per buffer
   // Swizzle patterns repeat every 1024 bytes: the tiles start on such a boundary.
   const unsigned raw_address = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
@@ -674,57 +733,90 @@ __global__ void __launch_bounds__(128, 1)
   const int warp = tid >> 5;
   const int g = lane >> 2;
   const int t = lane & 3;
-  const int v0 = blockIdx.x * kScanCols;
+  const bool identity = Transfer && blockIdx.x >= 2;  // the columns of X
+  const int v0 = (blockIdx.x & 1) * kScanCols;
   const int hv = blockIdx.y;
-  const int n = blockIdx.z;
   const int h = hv / (num_v_heads / num_k_heads);
-  const int bos = cu_seqlens[n];
-  const int eos = cu_seqlens[n + 1];
-  const int vw = v0 + 16 * warp;  // the warp's first value column
+  const int vw = v0 + 16 * warp;  // the warp's first value (or identity) column
 
   if (warp == 0) {
-    int seq, first;
-    locate_chunks(cu_seqlens, num_seqs, -1, n, &seq, &first);
-    if (lane == 0) s_first = first;
-  }
-
-  // The state slice, transposed: st[4 j + e] holds S^T[m][8 j + 2 t + e % 2] = S[key][vw + m]
-  // for m = g + 8 (e / 2) (16 tiles of 8 keys).
-  const size_t state_base = (static_cast<size_t>(n) * num_v_heads + hv) * kDim * kDim + vw + g;
-  float st[64];
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const float* row = initial_state + state_base + static_cast<size_t>(8 * j + 2 * t) * kDim;
-    st[4 * j] = row[0];
-    st[4 * j + 1] = row[kDim];
-    st[4 * j + 2] = row[8];
-    st[4 * j + 3] = row[kDim + 8];
+    int seq = blockIdx.z, segment = 0, first;
+    if (SegChunks > 0) {
+      int first_segment;
+      locate_units(cu_seqlens, num_seqs, SegChunks, blockIdx.z, -1, &seq, &first_segment);
+      segment = blockIdx.z - first_segment;
+    }
+    locate_units(cu_seqlens, num_seqs, 1, -1, seq, &seq, &first);
+    if (lane == 0) {
+      s_where[0] = seq;
+      s_where[1] = first;
+      s_where[2] = segment;
+    }
   }
   __syncthreads();
-  const int first = s_first;
-  const int num_chunks = (eos - bos + kChunk - 1) / kChunk;
+  const int n = s_where[0];
+  if (n < 0) return;  // past the batch's segments
+  const int first = s_where[1];
+  const int segment = s_where[2];
+  const int bos = cu_seqlens[n];
+  const int eos = cu_seqlens[n + 1];
+  const int seq_chunks = (eos - bos + kChunk - 1) / kChunk;
+  const int c_begin = segment * SegChunks;
+  const int c_end = SegChunks > 0 ? min(c_begin + SegChunks, seq_chunks) : seq_chunks;
+  const bool last_segment = c_end == seq_chunks;
+  if (Transfer && (last_segment || (identity && segment == 0))) return;  // map not needed
+
+  // The state slice, transposed: st[4 j + e] holds S^T[m][8 j + 2 t + e % 2] = S[key][vw + m]
+  // for m = g + 8 (e / 2) (16 tiles of 8 keys). States in memory are [key][column] per head.
+  const size_t head_state = static_cast<size_t>(hv) * kDim * kDim + vw + g;
+  const size_t seq_state = static_cast<size_t>(n) * num_v_heads * kDim * kDim + head_state;
+  const size_t slot_state =
+      static_cast<size_t>(blockIdx.z) * num_v_heads * kDim * kDim + head_state;
+  float st[64];
+  const float* start = nullptr;  // zero (or the identity) where none
+  if (segment == 0) {
+    if (!identity) start = initial_state + seq_state;
+  } else if (!Transfer) {
+    start = ws_seg + slot_state;
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = 8 * j + 2 * t + (e & 1);
+      const int m = g + 8 * (e >> 1);
+      if (start != nullptr)
+        st[4 * j + e] = start[static_cast<size_t>(key) * kDim + 8 * (e >> 1)];
+      else
+        st[4 * j + e] = identity && key == vw + m ? 1.f : 0.f;
+    }
+  }
 
   // By one thread, the chunk's pieces as bulk copies into stage buffer `buf`, completing on its
   // mbarrier: W, q, k (64 rows of 128) and A (64 rows of 64), each already in the 128-byte
   // swizzle (swizzled()), the block's 64 columns of U^T, and fq, fk, e^(c_L) (the first 132 of
-  // the 192 row factors).
+  // the 192 row factors). The transfer takes no q or A, and no U^T for the identity's columns.
   auto issue_chunk_copies = [&](int c, int buf) {
-    const unsigned stage = smem_address + buf * kStageBytes;
+    const unsigned stage = smem_address + buf * L::kStageBytes;
     const unsigned bar = static_cast<unsigned>(__cvta_generic_to_shared(&s_bars[buf]));
     const size_t cv = static_cast<size_t>(first + c) * num_v_heads + hv;
     const size_t ck = static_cast<size_t>(first + c) * num_k_heads + h;
     const __half* q_in = ws_qk + ck * (2 * kChunk * kDim);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-                 "r"(kStageCopyBytes)
+                 "r"(L::kCopyBytes - (identity ? kUCopyBytes : 0))
                  : "memory");
-    bulk_copy(stage + kStW, ws_w + cv * (kChunk * kDim), 2 * kChunk * kDim, bar);
-    bulk_copy(stage + kStQ, q_in, 2 * kChunk * kDim, bar);
-    bulk_copy(stage + kStK, q_in + kChunk * kDim, 2 * kChunk * kDim, bar);
-    bulk_copy(stage + kStA, ws_a + cv * (kChunk * kChunk), 2 * kChunk * kChunk, bar);
-    bulk_copy(stage + kStU, ws_u + cv * (kChunk * kDim) + static_cast<size_t>(v0) * kChunk,
-              4 * kScanCols * kChunk, bar);
-    bulk_copy(stage + kStRows, ws_rows + cv * kRowsStride, kRowsCopyBytes, bar);
+    bulk_copy(stage + L::kW, ws_w + cv * (kChunk * kDim), 2 * kChunk * kDim, bar);
+    bulk_copy(stage + L::kK, q_in + kChunk * kDim, 2 * kChunk * kDim, bar);
+    if (!Transfer) {
+      bulk_copy(stage + L::kQ, q_in, 2 * kChunk * kDim, bar);
+      bulk_copy(stage + L::kA, ws_a + cv * (kChunk * kChunk), 2 * kChunk * kChunk, bar);
+    }
+    if (!identity) {
+      bulk_copy(stage + L::kU, ws_u + cv * (kChunk * kDim) + static_cast<size_t>(v0) * kChunk,
+                kUCopyBytes, bar);
+    }
+    bulk_copy(stage + L::kRows, ws_rows + cv * kRowsStride, kRowsCopyBytes, bar);
   };
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
@@ -734,21 +826,22 @@ __global__ void __launch_bounds__(128, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  if (tid == 0) issue_chunk_copies(0, 0);
+  if (tid == 0) issue_chunk_copies(c_begin, 0);
 
-  __nv_bfloat16* o_tile =
-      reinterpret_cast<__nv_bfloat16*>(smem + kScanOut) + warp * (kChunk * kLdO);
+  __nv_bfloat16* o_tile = reinterpret_cast<__nv_bfloat16*>(smem + L::kOut) + warp * (kChunk * kLdO);
 
-  for (int c = 0; c < num_chunks; ++c) {
+  for (int c = c_begin; c < c_end; ++c) {
     // Chunk c's copies have landed and chunk c - 1's wgmmas are done with the other buffer: fill
     // it with chunk c + 1's while chunk c computes.
+    const int step = c - c_begin;
     __syncthreads();
-    if (tid == 0 && c + 1 < num_chunks) issue_chunk_copies(c + 1, (c + 1) & 1);
-    mbarrier_wait(static_cast<unsigned>(__cvta_generic_to_shared(&s_bars[c & 1])), (c >> 1) & 1);
-    const unsigned char* stage = smem + (c & 1) * kStageBytes;
-    const unsigned stage_address = smem_address + (c & 1) * kStageBytes;
-    const float* ut_s = reinterpret_cast<const float*>(stage + kStU) + (16 * warp + g) * kChunk;
-    const float* rows = reinterpret_cast<const float*>(stage + kStRows);
+    if (tid == 0 && c + 1 < c_end) issue_chunk_copies(c + 1, (step + 1) & 1);
+    mbarrier_wait(static_cast<unsigned>(__cvta_generic_to_shared(&s_bars[step & 1])),
+                  (step >> 1) & 1);
+    const unsigned char* stage = smem + (step & 1) * L::kStageBytes;
+    const unsigned stage_address = smem_address + (step & 1) * L::kStageBytes;
+    const float* ut_s = reinterpret_cast<const float*>(stage + L::kU) + (16 * warp + g) * kChunk;
+    const float* rows = reinterpret_cast<const float*>(stage + L::kRows);
 
     // u^T = U^T - S^T W^T and P^T = S^T Q^T (64 x 64 each, 8 k steps over the keys): the state's
     // fragments as the A operand, W and q rows (K-major) as B; k step s reads keys 16 s ..
@@ -756,12 +849,16 @@ __global__ void __launch_bounds__(128, 1)
     float un[32], p[32];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float2 top = *reinterpret_cast<const float2*>(ut_s + 8 * j + 2 * t);
-      const float2 bottom = *reinterpret_cast<const float2*>(ut_s + 8 * kChunk + 8 * j + 2 * t);
-      un[4 * j] = top.x;
-      un[4 * j + 1] = top.y;
-      un[4 * j + 2] = bottom.x;
-      un[4 * j + 3] = bottom.y;
+      if (identity) {
+        un[4 * j] = un[4 * j + 1] = un[4 * j + 2] = un[4 * j + 3] = 0.f;
+      } else {
+        const float2 top = *reinterpret_cast<const float2*>(ut_s + 8 * j + 2 * t);
+        const float2 bottom = *reinterpret_cast<const float2*>(ut_s + 8 * kChunk + 8 * j + 2 * t);
+        un[4 * j] = top.x;
+        un[4 * j + 1] = top.y;
+        un[4 * j + 2] = bottom.x;
+        un[4 * j + 3] = bottom.y;
+      }
       p[4 * j] = p[4 * j + 1] = p[4 * j + 2] = p[4 * j + 3] = 0.f;
     }
     unsigned sa[8][4];
@@ -771,8 +868,8 @@ __global__ void __launch_bounds__(128, 1)
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
       const unsigned column = (s >> 2) * kHalfTile + (s & 3) * 32;
-      wgmma_n64<-1>(un, sa[s], descriptor(stage_address + kStW + column, 16, 1024));
-      wgmma_n64<1>(p, sa[s], descriptor(stage_address + kStQ + column, 16, 1024));
+      wgmma_n64<-1>(un, sa[s], descriptor(stage_address + L::kW + column, 16, 1024));
+      if (!Transfer) wgmma_n64<1>(p, sa[s], descriptor(stage_address + L::kQ + column, 16, 1024));
     }
     wgmma_commit_and_wait();
 
@@ -805,43 +902,136 @@ __global__ void __launch_bounds__(128, 1)
     wgmma_fence();
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      wgmma_n128_mn(st, uf[s], descriptor(stage_address + kStK + s * 2048, kHalfTile, 1024));
-      wgmma_n64<1>(p, ua[s], descriptor(stage_address + kStA + s * 32, 16, 1024));
+      wgmma_n128_mn(st, uf[s], descriptor(stage_address + L::kK + s * 2048, kHalfTile, 1024));
+      if (!Transfer) wgmma_n64<1>(p, ua[s], descriptor(stage_address + L::kA + s * 32, 16, 1024));
     }
     wgmma_commit_and_wait();
-
-    // The warp's 64 x 16 output tile, through shared memory as 16-byte rows of 8 columns.
+    if constexpr (!Transfer) {
+      // The warp's 64 x 16 output tile, through shared memory as 16-byte rows of 8 columns.
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      __nv_bfloat16* row = o_tile + (8 * j + 2 * t) * kLdO + g;
-      row[0] = __float2bfloat16(p[4 * j]);
-      row[kLdO] = __float2bfloat16(p[4 * j + 1]);
-      row[8] = __float2bfloat16(p[4 * j + 2]);
-      row[kLdO + 8] = __float2bfloat16(p[4 * j + 3]);
-    }
-    __syncwarp();
-    const int t0 = bos + c * kChunk;
-    const int len = min(kChunk, eos - t0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int item = lane + 32 * i;
-      const int token = item >> 1;
-      const int part = item & 1;
-      if (token < len) {
-        *reinterpret_cast<uint4*>(o + (static_cast<size_t>(t0 + token) * num_v_heads + hv) * kDim +
-                                  vw + 8 * part) =
-            *reinterpret_cast<const uint4*>(o_tile + token * kLdO + 8 * part);
+      for (int j = 0; j < 8; ++j) {
+        __nv_bfloat16* row = o_tile + (8 * j + 2 * t) * kLdO + g;
+        row[0] = __float2bfloat16(p[4 * j]);
+        row[kLdO] = __float2bfloat16(p[4 * j + 1]);
+        row[8] = __float2bfloat16(p[4 * j + 2]);
+        row[kLdO + 8] = __float2bfloat16(p[4 * j + 3]);
       }
+      __syncwarp();
+      const int t0 = bos + c * kChunk;
+      const int len = min(kChunk, eos - t0);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int item = lane + 32 * i;
+        const int token = item >> 1;
+        const int part = item & 1;
+        if (token < len) {
+          *reinterpret_cast<uint4*>(
+              o + (static_cast<size_t>(t0 + token) * num_v_heads + hv) * kDim + vw + 8 * part) =
+              *reinterpret_cast<const uint4*>(o_tile + token * kLdO + 8 * part);
+        }
+      }
+      __syncwarp();
     }
-    __syncwarp();
   }
 
+  float* out;
+  if (Transfer)
+    out = (identity ? ws_trans : ws_seg) + slot_state;
+  else if (last_segment)
+    out = final_state + seq_state;
+  else
+    return;
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    float* row = final_state + state_base + static_cast<size_t>(8 * j + 2 * t) * kDim;
+    float* row = out + static_cast<size_t>(8 * j + 2 * t) * kDim;
     row[0] = st[4 * j];
     row[kDim] = st[4 * j + 1];
     row[8] = st[4 * j + 2];
     row[kDim + 8] = st[4 * j + 3];
+  }
+}
+
+// The states entering a sequence's segments after its first (segment i = 1 .. count - 1 of the
+// sequence, in slot first + i of ws_seg), from the maps the transfer left: entering(1) = Y(0)
+// (run from the initial state), entering(i + 1) = X(i) entering(i) + Y(i), in fp32. Y(i) sits
+// in the slot that entering(i) replaces: each thread reads its four values before writing
+// them. One block per (8 state columns, value head, sequence); thread (row tid / 2, columns
+// 4 (tid % 2) .. + 3). X(i + 1) streams into shared memory (cp.async, two buffers of
+// [kDim][kLdX] fp32) while X(i) is applied: fetched by each thread from L2 as the chain went,
+// the loads' latency took 5 us a segment.
+constexpr int kLdX = kDim + 4;
+constexpr int kCombineSmemBytes = 2 * kDim * kLdX * 4;
+static_assert(kCombineSmemBytes == 135168, "the combine's @launch passes 135168 bytes");
+
+template <int SegChunks>
+__global__ void __launch_bounds__(256, 1)
+    gdr_segment_combine(const int* __restrict__ cu_seqlens, float* __restrict__ ws_seg,
+                        const float* __restrict__ ws_trans, int num_seqs, int num_v_heads) {
+  extern __shared__ __align__(16) float x_s[];
+  __shared__ __align__(16) float s_state[kDim][8];
+  __shared__ int s_first;
+  const int tid = threadIdx.x;
+  const int n = blockIdx.z;
+  const int hv = blockIdx.y;
+  const int row = tid >> 1;
+  const int half = (tid & 1) * 4;
+  if (tid < 32) {
+    int seq, first;
+    locate_units(cu_seqlens, num_seqs, SegChunks, -1, n, &seq, &first);
+    if (tid == 0) s_first = first;
+  }
+  __syncthreads();
+  const int chunks = (cu_seqlens[n + 1] - cu_seqlens[n] + kChunk - 1) / kChunk;
+  const int count = (chunks + SegChunks - 1) / SegChunks;
+  const size_t slot_stride = static_cast<size_t>(num_v_heads) * kDim * kDim;
+  const size_t head = static_cast<size_t>(hv) * kDim * kDim;
+  // X(i) into buffer b, 16 bytes a copy, as one cp.async group.
+  auto fetch = [&](int i, int b) {
+    const float* src = ws_trans + (static_cast<size_t>(s_first) + i) * slot_stride + head;
+    float* dst = x_s + b * (kDim * kLdX);
+#pragma unroll
+    for (int j = 0; j < kDim * kDim / 4 / 256; ++j) {
+      const int item = tid + 256 * j;
+      const int r = item >> 5, c = (item & 31) * 4;
+      cp_async16_zfill(dst + r * kLdX + c, src + r * kDim + c, true);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+  if (count > 2) fetch(1, 0);
+
+  float* slot = ws_seg + static_cast<size_t>(s_first) * slot_stride + head + row * kDim +
+                blockIdx.x * 8 + half;
+  float4 entering = *reinterpret_cast<const float4*>(slot);
+  for (int i = 1; i < count; ++i) {
+    slot += slot_stride;
+    const bool more = i + 1 < count;
+    float4 next = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (more) next = *reinterpret_cast<const float4*>(slot);  // Y(i)
+    *reinterpret_cast<float4*>(slot) = entering;
+    if (!more) break;
+    const bool prefetch = i + 2 < count;  // X(i + 1) is needed
+    if (prefetch) fetch(i + 1, i & 1);
+    *reinterpret_cast<float4*>(&s_state[row][half]) = entering;
+    if (prefetch)
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    else
+      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    __syncthreads();
+    const float* x_row = x_s + ((i - 1) & 1) * (kDim * kLdX) + row * kLdX;
+#pragma unroll 8
+    for (int k4 = 0; k4 < kDim / 4; ++k4) {
+      const float4 x = *reinterpret_cast<const float4*>(x_row + 4 * k4);
+      const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float4 s = *reinterpret_cast<const float4*>(&s_state[4 * k4 + e][half]);
+        next.x = fmaf(xs[e], s.x, next.x);
+        next.y = fmaf(xs[e], s.y, next.y);
+        next.z = fmaf(xs[e], s.z, next.z);
+        next.w = fmaf(xs[e], s.w, next.w);
+      }
+    }
+    __syncthreads();
+    entering = next;
   }
 }
