@@ -4,7 +4,8 @@
 # network (bench/README.md, "On the GPU machine"):
 #   FLA 0.6.0 (flash-linear-attention and fla-core): ssm/chunk_gated_delta_rule and
 #     ssm/fused_recurrent_gated_delta_rule;
-#   mamba_ssm 2.3.2.post1: ssm/mamba_chunk_scan. Published as a source package only; built
+#   mamba_ssm 2.3.2.post1: ssm/mamba_chunk_scan and ssm/selective_state_update (through
+#     bench/gpu/mamba_ssm_triton.py). Published as a source package only; built
 #     without its CUDA extension (MAMBA_SKIP_CUDA_BUILD) it is its Triton ops in Python.
 # Usage: bench/gpu/fetch_wheels.sh [DEST]   (default .whl)
 set -euo pipefail

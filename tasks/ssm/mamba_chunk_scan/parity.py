@@ -2,27 +2,9 @@
 mamba_chunk_scan_combined's last stage) and the op as a PyTorch composite.
 
 Signature of the calls: tasks/llm/rms_norm/parity.py; kernel anchors:
-tasks/llm/paged_decode_attention/parity.py. mamba_ssm is carried as the pure-Python wheel
-(mamba_ssm-2.3.2.post1-py3-none-any.whl, built from the sdist with MAMBA_SKIP_CUDA_BUILD=TRUE),
-unzipped onto PYTHONPATH. Its package __init__ imports the selective-scan CUDA extension, which
-that wheel lacks, so the Triton modules are imported under a bare package object (the modules
-themselves import only torch, triton, einops and their siblings).
+tasks/llm/paged_decode_attention/parity.py. mamba_ssm's Triton modules come through
+bench/gpu/mamba_ssm_triton.py (the carried wheel has no CUDA extension).
 """
-
-
-def _mamba_ssm_chunk_scan_fwd():
-    import importlib.util
-    import sys
-    import types
-    if "mamba_ssm" not in sys.modules:
-        spec = importlib.util.find_spec("mamba_ssm")
-        if spec is None or not spec.submodule_search_locations:
-            raise ImportError("mamba_ssm is not on the path (unzip its wheel onto PYTHONPATH)")
-        package = types.ModuleType("mamba_ssm")
-        package.__path__ = list(spec.submodule_search_locations)
-        sys.modules["mamba_ssm"] = package
-    from mamba_ssm.ops.triton.ssd_chunk_scan import _chunk_scan_fwd
-    return _chunk_scan_fwd
 
 
 def _chunked(torch, t):
@@ -61,7 +43,8 @@ def check(torch, t, s):
 
 
 def mamba_ssm_chunk_scan(torch, t, s, sym):
-    chunk_scan_fwd = _mamba_ssm_chunk_scan_fwd()
+    from mamba_ssm_triton import triton_op  # noqa: PLC0415 (bench/gpu, GPU harnesses only)
+    chunk_scan_fwd = triton_op("ssd_chunk_scan", "_chunk_scan_fwd")
     out, _ = chunk_scan_fwd(t["cb"], t["x"], t["dt"], t["dA_cumsum"], t["C"], t["states"],
                             D=t["D"])
     return out
