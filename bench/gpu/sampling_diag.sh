@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of llm/top_k_top_p_sampling_from_logits back from parked/ (about 90 s on one GPU):
+# GPU check of llm/top_k_top_p_sampling_from_logits (about 90 s on one GPU):
 #  1. test_kernels_gpu on this task only: the reference and the example solution on every case
 #     small enough for the float64 oracle, judged by the sampling checker with values revealed
 #     (a failure names the row, the token and the reason);

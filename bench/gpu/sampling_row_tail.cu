@@ -4,7 +4,7 @@
 // a kernel that reads past a row's end answers differently here than on a clean buffer.
 //
 //   nvcc -gencode arch=compute_90a,code=sm_90a -std=c++17 -O3 -lineinfo \
-//        -DKERNEL='"../../parked/kernels/llm/top_k_top_p_sampling_from_logits.cu"' \
+//        -DKERNEL='"../../kernels/llm/top_k_top_p_sampling_from_logits.cu"' \
 //        -o /tmp/row_tail bench/gpu/sampling_row_tail.cu
 //   /tmp/row_tail 400                      # 400 calls, each with other values after the rows
 //   TIGHT=1 compute-sanitizer --tool memcheck /tmp/row_tail 2   # the rows end the allocation

@@ -39,6 +39,17 @@
 // - Every decision is made from block-wide sums broadcast through shared memory, so all threads
 //   take the same branch; fp32 sums are not the exact ones, which the task's checker allows for
 //   (1e-4 of the filtered mass).
+// - At batch 1 to 32 this is 1.11-1.45x FlashInfer's sampler (bench/results/h200_parity.json): a
+//   row is one multiprocessor's work. Tried on the H200 on 2026-12-04, both slower: eight
+//   16-byte loads in flight a thread in the global passes (batch 1 91 -> 98 us, batch 256
+//   238 -> 1078 us at 118 registers); and histogram counts aggregated with
+//   __match_any_sync, the top-p masses bounded below from the counts instead of summed, with
+//   1024-candidate lists for batches up to 132 (0.12-1.4 ms a call: the looser bound cut
+//   deeper, the candidates overflowed and rows took the global-memory path). With the exact
+//   masses every row of the visible cases fits (a host model of steps 1-2 on their
+//   distributions: at most about 1400 candidates, 102 a warp), so the small batches' time is
+//   not that path; where it goes is still to be measured (per-step clock stamps). Splitting a
+//   row over a cluster is the likely remedy.
 
 namespace {
 
@@ -321,18 +332,25 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   const int seg_end = min(vocab_size, seg_begin + segment);
   const bool vectors = vocab_size % 4 == 0;
   // Lane `lane` of chunk c holds the logits c * 128 + lane * 4 + j (j < 4) of the segment;
-  // positions at or past the segment's end hold -inf. Every load's address is inside the
-  // segment (a past-the-end position reads the segment's first logits, then drops them): the
-  // guarded form `j < valid ? row[first + j] : -inf` ran on the H200 as a read of the 16 bytes
-  // past the row's end whose values were kept, in the one lane whose chunk starts exactly at
-  // the end of a vectorised row (h_uniform_logits, vocab 5000: lane 2 of warp 13), so the token
-  // depended on whatever followed the row (the runner's random canaries; parked/README.md).
+  // positions at or past the segment's end hold -inf. Every load's address is clamped into the
+  // segment by arithmetic (min with its last vector or logit), and past-the-end values are
+  // dropped by a select after the load. A select of the address on the same condition as the
+  // value is not enough: the compiler may fold `c ? load(c ? a : b) : none` into
+  // `c ? load(a) : none`, which reads past the end. Both the guarded form `j < valid ?
+  // row[first + j] : -inf` and that select ran on the H200 as reads of the 16 bytes past the
+  // row's end, in the one lane whose chunk starts exactly at the end of a vectorised row
+  // (h_uniform_logits, vocab 5000: lane 2 of warp 13; compute-sanitizer's memcheck flags it
+  // when the rows end the allocation), so the token depended on whatever followed the row (the
+  // runner's random canaries: the task failed on some runner jobs and not others).
+  // bench/gpu/sampling_row_tail.cu runs that case with other values after the rows and under
+  // memcheck.
   auto load_chunk = [&](int base, float(&v)[4], int& valid) {
     const int first = base + lane * 4;
     valid = max(0, min(4, seg_end - first));
     if (vectors) {
-      // seg_end and first are multiples of 4 here: valid is 4 or 0.
-      const float4 x = *reinterpret_cast<const float4*>(row + (valid == 4 ? first : seg_begin));
+      // seg_end and first are multiples of 4 here: valid is 4 or 0, and seg_end - 4 is the
+      // segment's last vector (the segment is not empty where this runs).
+      const float4 x = *reinterpret_cast<const float4*>(row + min(first, seg_end - 4));
       const float none = -positive_infinity();
       v[0] = valid == 4 ? x.x : none;
       v[1] = valid == 4 ? x.y : none;
@@ -341,7 +359,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     } else {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float x = row[j < valid ? first + j : seg_begin];
+        const float x = row[min(first + j, seg_end - 1)];
         v[j] = j < valid ? x : -positive_infinity();
       }
     }
