@@ -102,19 +102,15 @@ core::Result<std::string> export_op_module(const tasks::Task& task, const std::s
     for (const auto& symbol : expr.symbols()) used.insert(symbol);
   };
   for (const auto& launch : plan->launches) {
-    for (const auto* dims : {&launch.grid, &launch.block}) {
+    std::vector<const action::Dim3Expr*> shapes{&launch.grid, &launch.block};
+    if (launch.cluster) shapes.push_back(&plan->clusters[*launch.cluster].dims);
+    for (const auto* dims : shapes) {
       use(dims->x);
       use(dims->y);
       use(dims->z);
     }
     use(launch.smem_bytes);
     if (launch.condition) use(*launch.condition);
-    if (launch.cluster) {
-      const auto& shape = plan->clusters[*launch.cluster].dims;
-      use(shape.x);
-      use(shape.y);
-      use(shape.z);
-    }
     for (const auto& arg : launch.args) {
       if (arg.kind == action::ArgKind::kSymbol) used.insert(arg.name);
     }

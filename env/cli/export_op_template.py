@@ -254,22 +254,18 @@ class _Kernels:
             self._check(self.cuda.cuFuncSetAttribute(function, 8, smem), "allow shared memory")
         pointers = (ctypes.c_void_p * len(args))(
             *(ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args))
-        if cluster is None:
-            self._check(self.cuda.cuLaunchKernel(
-                function, *grid, *block, smem, ctypes.c_void_p(stream), pointers, None),
-                "launch " + expression)
-            return
-        # A thread-block cluster: cuLaunchKernelEx with the cluster dimension attribute (as
-        # crucible's runner launches it; more than 8 blocks a cluster needs the opt-in).
-        if cluster[0] * cluster[1] * cluster[2] > 8:
-            self._check(self.cuda.cuFuncSetAttribute(
-                function, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1), "allow a large cluster")
-        attribute = _LaunchAttribute(id=_CLUSTER_DIMENSION)
-        attribute.value[0], attribute.value[1], attribute.value[2] = cluster
+        # cuLaunchKernelEx, as crucible's runner launches: a thread-block cluster goes in the
+        # cluster dimension attribute (more than 8 blocks a cluster needs the opt-in).
         config = _LaunchConfig(grid=(ctypes.c_uint * 3)(*grid),
                                block=(ctypes.c_uint * 3)(*block), smem=smem,
-                               stream=ctypes.c_void_p(stream), attrs=ctypes.pointer(attribute),
-                               num_attrs=1)
+                               stream=ctypes.c_void_p(stream))
+        if cluster is not None:
+            if cluster[0] * cluster[1] * cluster[2] > 8:
+                self._check(self.cuda.cuFuncSetAttribute(
+                    function, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1), "allow a large cluster")
+            attribute = _LaunchAttribute(id=_CLUSTER_DIMENSION)
+            attribute.value[0], attribute.value[1], attribute.value[2] = cluster
+            config.attrs, config.num_attrs = ctypes.pointer(attribute), 1
         self._check(self.cuda.cuLaunchKernelEx(ctypes.byref(config), function, pointers, None),
                     "launch " + expression)
 
