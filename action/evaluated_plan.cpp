@@ -25,7 +25,54 @@ bool read_dims(const Value& value, std::array<std::uint32_t, 3>& out) {
   return true;
 }
 
-std::size_t arg_bound(ArgKind kind, const PlanContext& context, std::size_t workspaces) {
+Value tensor_map_value(const ConcreteTensorMap& map) {
+  Value dims = Value::array(), strides = Value::array(), box = Value::array();
+  for (std::uint32_t i = 0; i < map.rank; ++i) {
+    dims.push_back(map.dims[i]);
+    box.push_back(map.box[i]);
+    if (i > 0) strides.push_back(map.stride_bytes[i - 1]);
+  }
+  return Value{{"tensor", map.tensor},    {"dtype", std::string(core::dtype_name(map.dtype))},
+               {"dims", std::move(dims)}, {"stride_bytes", std::move(strides)},
+               {"box", std::move(box)},   {"swizzle", map.swizzle}};
+}
+
+// The structure a runner relies on; the values were checked by evaluate_plan on the server.
+core::Result<ConcreteTensorMap> read_tensor_map(const Value& value) {
+  ConcreteTensorMap map;
+  map.tensor = value.at("tensor").get<std::size_t>();
+  const auto dtype = core::dtype_from_name(value.at("dtype").get<std::string>());
+  if (!dtype) return bad("a tensor map has an unknown dtype");
+  map.dtype = *dtype;
+  const auto dims = value.at("dims").get<std::vector<std::uint64_t>>();
+  const auto strides = value.at("stride_bytes").get<std::vector<std::uint64_t>>();
+  const auto box = value.at("box").get<std::vector<std::uint32_t>>();
+  map.rank = static_cast<std::uint32_t>(dims.size());
+  if (map.rank == 0 && box.empty() && strides.empty()) {
+    map.swizzle = 0;
+    return map;  // not passed by any launch of the case
+  }
+  if (dims.empty() || dims.size() > TensorMap::kMaxRank || box.size() != dims.size() ||
+      strides.size() + 1 != dims.size()) {
+    return bad("a tensor map needs 1 to 5 dims, as many box extents and one stride fewer");
+  }
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0 || box[i] == 0 || box[i] > TensorMap::kMaxBox) {
+      return bad("a tensor map has an empty extent or a box over 256");
+    }
+    map.dims[i] = dims[i];
+    map.box[i] = box[i];
+    if (i > 0) map.stride_bytes[i - 1] = strides[i - 1];
+  }
+  map.swizzle = value.at("swizzle").get<std::uint32_t>();
+  if (map.swizzle != 0 && map.swizzle != 32 && map.swizzle != 64 && map.swizzle != 128) {
+    return bad("a tensor map's swizzle is 0, 32, 64 or 128");
+  }
+  return map;
+}
+
+std::size_t arg_bound(ArgKind kind, const PlanContext& context, std::size_t workspaces,
+                      std::size_t tensor_maps) {
   switch (kind) {
     case ArgKind::kTensor:
       return context.tensors.size();
@@ -35,6 +82,8 @@ std::size_t arg_bound(ArgKind kind, const PlanContext& context, std::size_t work
       return context.symbols.size();
     case ArgKind::kWorkspace:
       return workspaces;
+    case ArgKind::kTensorMap:
+      return tensor_maps;
   }
   return 0;
 }
@@ -77,6 +126,10 @@ Value to_value(const EvaluatedPlan& evaluated) {
                                {"element_bytes", workspace.element_bytes},
                                {"where", workspace.where}});
   }
+  Value tensor_maps = Value::array();
+  for (const auto& map : evaluated.plan.tensor_maps) {
+    tensor_maps.push_back(Value{{"name", map.name}, {"tensor", map.tensor}, {"where", map.where}});
+  }
   Value cases = Value::array();
   for (const auto& concrete : evaluated.cases) {
     Value runs = Value::array();
@@ -87,12 +140,16 @@ Value to_value(const EvaluatedPlan& evaluated) {
                            {"cluster", run.has_cluster ? dims(run.cluster) : Value(nullptr)},
                            {"smem", run.smem_bytes}});
     }
+    Value maps = Value::array();
+    for (const auto& map : concrete.tensor_maps) maps.push_back(tensor_map_value(map));
     cases.push_back(Value{{"launches", std::move(runs)},
                           {"workspace_bytes", concrete.workspace_bytes},
-                          {"symbol_values", concrete.symbol_values}});
+                          {"symbol_values", concrete.symbol_values},
+                          {"tensor_maps", std::move(maps)}});
   }
   return Value{{"launches", std::move(launches)},
                {"workspaces", std::move(workspaces)},
+               {"tensor_maps", std::move(tensor_maps)},
                {"cases", std::move(cases)}};
 }
 
@@ -101,9 +158,18 @@ core::Result<EvaluatedPlan> evaluated_plan_from_value(const Value& value) {
     EvaluatedPlan out;
     const Value& launches = value.at("launches");
     const Value& workspaces = value.at("workspaces");
+    const Value& tensor_maps = value.at("tensor_maps");
     const Value& case_list = value.at("cases");
-    if (!launches.is_array() || !workspaces.is_array() || !case_list.is_array()) {
-      return bad("launches, workspaces and cases must be arrays");
+    if (!launches.is_array() || !workspaces.is_array() || !tensor_maps.is_array() ||
+        !case_list.is_array()) {
+      return bad("launches, workspaces, tensor_maps and cases must be arrays");
+    }
+    for (const auto& m : tensor_maps) {
+      TensorMap map;
+      map.name = m.at("name").get<std::string>();
+      map.tensor = m.at("tensor").get<std::size_t>();
+      map.where = m.at("where").get<std::string>();
+      out.plan.tensor_maps.push_back(std::move(map));
     }
     for (const auto& w : workspaces) {
       Workspace workspace;
@@ -123,7 +189,7 @@ core::Result<EvaluatedPlan> evaluated_plan_from_value(const Value& value) {
         LaunchArg arg;
         arg.name = a[0].get<std::string>();
         const auto kind = a[1].get<std::uint8_t>();
-        if (kind > static_cast<std::uint8_t>(ArgKind::kWorkspace)) return bad("unknown kind");
+        if (kind > static_cast<std::uint8_t>(ArgKind::kTensorMap)) return bad("unknown kind");
         arg.kind = static_cast<ArgKind>(kind);
         arg.index = a[2].get<std::size_t>();
         launch.args.push_back(std::move(arg));
@@ -147,6 +213,14 @@ core::Result<EvaluatedPlan> evaluated_plan_from_value(const Value& value) {
       }
       concrete.workspace_bytes = c.at("workspace_bytes").get<std::vector<std::uint64_t>>();
       concrete.symbol_values = c.at("symbol_values").get<std::vector<std::int64_t>>();
+      for (const auto& m : c.at("tensor_maps")) {
+        auto map = read_tensor_map(m);
+        if (!map) return map.error();
+        concrete.tensor_maps.push_back(*map);
+      }
+      if (concrete.tensor_maps.size() != out.plan.tensor_maps.size()) {
+        return bad("a case's tensor maps do not match the plan's tensor maps");
+      }
       if (concrete.workspace_bytes.size() != out.plan.workspaces.size()) {
         return bad("a case's workspace sizes do not match the plan's workspaces");
       }
@@ -165,7 +239,8 @@ core::Status fits(const EvaluatedPlan& plan, const PlanContext& context, std::si
   }
   for (const auto& launch : plan.plan.launches) {
     for (const auto& arg : launch.args) {
-      if (arg.index >= arg_bound(arg.kind, context, plan.plan.workspaces.size())) {
+      if (arg.index >=
+          arg_bound(arg.kind, context, plan.plan.workspaces.size(), plan.plan.tensor_maps.size())) {
         return bad(launch.where + ": argument '" + arg.name + "' points past its list");
       }
     }
@@ -173,6 +248,18 @@ core::Status fits(const EvaluatedPlan& plan, const PlanContext& context, std::si
   for (const auto& concrete : plan.cases) {
     if (concrete.symbol_values.size() != context.symbols.size()) {
       return bad("a case's symbol values do not match the task's symbols");
+    }
+    for (const auto& map : concrete.tensor_maps) {
+      if (map.tensor >= context.tensors.size() || context.tensors[map.tensor].second != map.dtype) {
+        return bad("a tensor map names no tensor of the task, or another dtype");
+      }
+    }
+    for (const auto& run : concrete.launches) {
+      for (const auto& arg : plan.plan.launches[run.launch].args) {
+        if (arg.kind == ArgKind::kTensorMap && concrete.tensor_maps[arg.index].rank == 0) {
+          return bad("a launch passes a tensor map the case does not encode");
+        }
+      }
     }
   }
   return {};

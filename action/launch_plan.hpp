@@ -1,4 +1,5 @@
-// Launch plans: the @launch/@workspace/@cluster directives (or the structured `plan` field),
+// Launch plans: the @launch/@workspace/@cluster/@tensormap directives (or the structured `plan`
+// field),
 // validated against a task and a device, and evaluated per case into concrete launch shapes.
 #pragma once
 
@@ -35,6 +36,7 @@ struct PlanLimits {
   std::size_t max_workspaces = 8;
   std::int64_t max_workspace_bytes = std::int64_t{1} << 30;  // all workspaces of one call together
   std::size_t max_args = 64;                                 // arguments of one launch
+  std::size_t max_tensor_maps = 8;
   // Input caps: text is rejected before any parsing beyond them.
   std::size_t max_source_bytes = 256u << 10;
   std::size_t max_directives = 64;
@@ -47,13 +49,16 @@ struct PlanContext {
   std::vector<std::pair<std::string, core::DType>> scalars;  // passed by value in their dtype
   std::vector<std::string>
       symbols;  // shape symbols, passed as int or int64_t (see check_kernel_params)
+  // Per tensor (same order), its shape as the manifest writes it: symbol names or decimal
+  // literals, outermost first. A tensor map's view is checked against it on every case.
+  std::vector<std::vector<std::string>> tensor_shapes;
   PlanLimits limits;
 };
 
-enum class ArgKind : std::uint8_t { kTensor, kScalar, kSymbol, kWorkspace };
+enum class ArgKind : std::uint8_t { kTensor, kScalar, kSymbol, kWorkspace, kTensorMap };
 
-// One kernel argument, resolved. `index` points into PlanContext::tensors, ::scalars, ::symbols
-// or LaunchPlan::workspaces, by `kind`.
+// One kernel argument, resolved. `index` points into PlanContext::tensors, ::scalars, ::symbols,
+// LaunchPlan::workspaces or LaunchPlan::tensor_maps, by `kind`.
 struct LaunchArg {
   std::string name;
   ArgKind kind = ArgKind::kTensor;
@@ -103,10 +108,32 @@ struct Cluster {
   std::string where;
 };
 
+inline constexpr std::size_t kTensorMapBytes = 128;  // sizeof(CUtensorMap)
+
+// A TMA descriptor (CUtensorMap) over a view of one task tensor, encoded by the runner with
+// cuTensorMapEncodeTiled for every call and passed by value (128 bytes, declared
+// `const __grid_constant__ CUtensorMap`). The view starts at the tensor's first element; `dims`
+// are its extents innermost first, `strides` the element strides of dimensions 1.. (packed over
+// `dims` when empty), `box` the extents one copy moves. Elements outside the view read as zero.
+struct TensorMap {
+  static constexpr std::size_t kMaxRank = 5;
+  static constexpr std::int64_t kMaxBox = 256;
+  std::string name;
+  std::size_t tensor = 0;  // index into PlanContext::tensors
+  std::vector<core::Expr> dims;
+  std::vector<core::Expr> box;      // one per dimension
+  std::vector<core::Expr> strides;  // empty, or one per dimension after the first
+  std::uint32_t swizzle = 0;        // bytes of the swizzle pattern: 0 (none), 32, 64 or 128
+  std::string tensor_name;          // as written, resolved into `tensor` by validation
+  int line = 0;
+  std::string where;
+};
+
 struct LaunchPlan {
   std::vector<Launch> launches;  // in run order
   std::vector<Workspace> workspaces;
   std::vector<Cluster> clusters;
+  std::vector<TensorMap> tensor_maps;
 
   // Distinct name expressions in first-launch order: the compile step registers each with
   // nvrtcAddNameExpression and returns the lowered names; an unknown kernel fails there.
@@ -120,9 +147,9 @@ struct LaunchPlan {
 core::Result<LaunchPlan> parse_launch_plan(std::string_view source, const PlanContext& context);
 
 // The same plan as a structured value (docs/launch_plan.md): either an array of launch maps, or a
-// map {launches: [...], workspaces?: [...], clusters?: [...]}. Launch map keys: kernel,
-// template_args?, grid, block, smem?, args, if?; grid/block/smem/if are expression strings or
-// integers, grid and block also arrays of 1 to 3 of those. Messages start with the path
+// map {launches: [...], workspaces?: [...], clusters?: [...], tensor_maps?: [...]}. Launch map
+// keys: kernel, template_args?, grid, block, smem?, args, if?; grid/block/smem/if are expression
+// strings or integers, grid and block also arrays of 1 to 3 of those. Messages start with the path
 // ("launches[1].grid: ...").
 core::Result<LaunchPlan> parse_structured_plan(const core::Value& plan, const PlanContext& context);
 
@@ -140,16 +167,30 @@ struct ConcreteLaunch {
   std::uint32_t smem_bytes = 0;
 };
 
+// A tensor map for one case: what cuTensorMapEncodeTiled takes besides the tensor's address.
+// Rank 0: no launch that runs for the case passes the map, so it is neither checked nor encoded.
+struct ConcreteTensorMap {
+  std::size_t tensor = 0;  // index into PlanContext::tensors
+  core::DType dtype = core::DType::kF32;
+  std::uint32_t rank = 1;
+  std::array<std::uint64_t, TensorMap::kMaxRank> dims{};              // elements, innermost first
+  std::array<std::uint64_t, TensorMap::kMaxRank - 1> stride_bytes{};  // of dimensions 1..rank-1
+  std::array<std::uint32_t, TensorMap::kMaxRank> box{};
+  std::uint32_t swizzle = 0;
+};
+
 struct ConcretePlan {
   std::vector<ConcreteLaunch> launches;        // in run order, launches whose `if` is 0 left out
   std::vector<std::uint64_t> workspace_bytes;  // per LaunchPlan::workspaces
   std::vector<std::int64_t> symbol_values;     // per PlanContext::symbols
+  std::vector<ConcreteTensorMap> tensor_maps;  // per LaunchPlan::tensor_maps (rank 0: unused)
 };
 
 // Evaluates the plan for one case. `symbols` must hold a value for every PlanContext symbol
 // (a missing one is the server's bug: InternalError). Checks every dimension >= 1 and within the
 // device limits, threads per block, shared memory, cluster size and that the grid is a multiple
-// of the cluster, workspace sizes against the cap, and that at least one launch runs. Errors are
+// of the cluster, workspace sizes against the cap, that at least one launch runs, and every
+// tensor map a running launch passes against the TMA's rules and its tensor's extent. Errors are
 // kInvalidArgument, naming the line and the case's symbol values. Call it for every case before
 // compiling so a bad plan costs nothing.
 core::Result<ConcretePlan> evaluate_plan(const LaunchPlan& plan,
@@ -163,6 +204,7 @@ core::Result<ConcretePlan> evaluate_plan(const LaunchPlan& plan,
 //   symbol     by value as the width the kernel declares: a 4-byte parameter (`int`) gets int32
 //              (an error if the case's value does not fit), an 8-byte one (`int64_t`, `long
 //              long`) gets int64.
+//   tensor map by value, 128 bytes: `const __grid_constant__ CUtensorMap input_map`.
 // After compiling, the runner reads the kernel's parameter sizes (cuFuncGetParamInfo) and calls
 // check_kernel_params, then encode_symbol_arg for each symbol argument.
 core::Status check_kernel_params(const Launch& launch, const std::vector<std::size_t>& param_bytes,

@@ -54,6 +54,12 @@ core::Status check_kernel_params(const Launch& launch, const std::vector<std::si
                          tail + "; declare it as int or int64_t");
         }
         break;
+      case ArgKind::kTensorMap:
+        if (got != kTensorMapBytes) {
+          return invalid(head + "a tensor map (" + std::to_string(kTensorMapBytes) + " bytes)" +
+                         tail + "; declare it as const __grid_constant__ CUtensorMap");
+        }
+        break;
     }
   }
   return {};

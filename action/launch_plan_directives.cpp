@@ -132,8 +132,9 @@ core::Result<std::vector<DirectiveLine>> scan_directives(std::string_view source
         if (out.size() >= limits.max_directives) {
           return invalid(where + ": more than " + std::to_string(limits.max_directives) +
                          " directives; a plan has at most " + std::to_string(limits.max_launches) +
-                         " launches, " + std::to_string(limits.max_workspaces) +
-                         " workspaces and one cluster shape per kernel");
+                         " launches, " + std::to_string(limits.max_workspaces) + " workspaces, " +
+                         std::to_string(limits.max_tensor_maps) +
+                         " tensor maps and one cluster shape per kernel");
         }
         if (text.size() > limits.max_directive_bytes) {
           return invalid(where + ": the directive is " + std::to_string(text.size()) +
@@ -489,7 +490,105 @@ core::Result<Cluster> parse_cluster(const std::string& where, int line, std::str
   return cluster;
 }
 
-const std::vector<std::string> kDirectiveNames = {"launch", "workspace", "cluster"};
+constexpr std::string_view kTensorMapUsage =
+    "// @tensormap NAME TENSOR dims(d0, d1, ...) box(b0, b1, ...) [strides(s1, ...)] "
+    "[swizzle(128)]";
+
+// The expressions of one `word(e, e, ...)` clause of a @tensormap directive.
+core::Result<std::vector<core::Expr>> parse_list(const std::string& where, const std::string& label,
+                                                 std::string_view items_text) {
+  std::vector<core::Expr> out;
+  const auto items = split_top(items_text);
+  if (items.size() > TensorMap::kMaxRank) {
+    return invalid(where + ": " + label + " has " + std::to_string(items.size()) +
+                   " values; a tensor map has at most " + std::to_string(TensorMap::kMaxRank) +
+                   " dimensions");
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (trim(items[i]).empty()) {
+      return invalid(where + ": " + label + " value " + std::to_string(i + 1) + " is empty");
+    }
+    auto expr = plan_detail::parse_field(where, label + "[" + std::to_string(i) + "]", items[i]);
+    if (!expr) return expr.error();
+    out.push_back(std::move(expr).value());
+  }
+  return out;
+}
+
+core::Result<TensorMap> parse_tensormap(const std::string& where, int line, std::string_view body) {
+  TensorMap map;
+  map.where = where;
+  map.line = line;
+  std::string_view text = trim(body);
+  const auto take_name = [&](std::string_view what) -> core::Result<std::string> {
+    std::size_t length = 0;
+    while (length < text.size() && is_ident_char(text[length])) ++length;
+    const std::string_view word = text.substr(0, length);
+    if (!plan_detail::is_identifier(word)) {
+      return invalid(where + ": expected " + std::string(what) + "; write " +
+                     std::string(kTensorMapUsage));
+    }
+    text = trim_front(text.substr(length));
+    return std::string(word);
+  };
+  auto name = take_name("the tensor map's name");
+  if (!name) return name.error();
+  map.name = *name;
+  auto tensor = take_name("the name of the task tensor it views after '" + map.name + "'");
+  if (!tensor) return tensor.error();
+  map.tensor_name = *tensor;
+  bool has_dims = false, has_box = false, has_strides = false, has_swizzle = false;
+  while (!text.empty()) {
+    std::size_t length = 0;
+    while (length < text.size() && is_ident_char(text[length])) ++length;
+    const std::string word(text.substr(0, length));
+    const std::string_view rest = trim_front(text.substr(length));
+    const bool known = word == "dims" || word == "box" || word == "strides" || word == "swizzle";
+    if (!known || rest.empty() || rest[0] != '(') {
+      std::string message = where + ": unexpected '" + shorten(text) + "' in tensor map '" +
+                            map.name +
+                            "'; after the tensor come dims(...), box(...) and "
+                            "optionally strides(...) and swizzle(...)";
+      if (!known && !word.empty()) {
+        if (const auto hint = plan_detail::closest(word, {"dims", "box", "strides", "swizzle"})) {
+          message += "; did you mean '" + *hint + "'?";
+        }
+      }
+      return invalid(message);
+    }
+    const std::size_t close = match_paren(rest, 0);
+    if (close == std::string_view::npos) {
+      return invalid(where + ": " + word + "( of tensor map '" + map.name + "' has no closing ')'");
+    }
+    bool& seen = word == "dims"      ? has_dims
+                 : word == "box"     ? has_box
+                 : word == "strides" ? has_strides
+                                     : has_swizzle;
+    if (seen) return invalid(where + ": tensor map '" + map.name + "' gives " + word + " twice");
+    seen = true;
+    const std::string_view inside = rest.substr(1, close - 1);
+    if (word == "swizzle") {
+      const std::string value(trim(inside));
+      if (value != "0" && value != "32" && value != "64" && value != "128") {
+        return invalid(where + ": swizzle of tensor map '" + map.name + "' is '" + shorten(value) +
+                       "'; it is 0 (none), 32, 64 or 128 (bytes)");
+      }
+      map.swizzle = static_cast<std::uint32_t>(std::stoul(value));
+    } else {
+      auto list = parse_list(where, "tensor map '" + map.name + "' " + word, inside);
+      if (!list) return list.error();
+      (word == "dims" ? map.dims : word == "box" ? map.box : map.strides) = std::move(list).value();
+    }
+    text = trim_front(rest.substr(close + 1));
+  }
+  if (!has_dims || !has_box) {
+    return invalid(where + ": tensor map '" + map.name + "' needs dims(...) and box(...); write " +
+                   std::string(kTensorMapUsage));
+  }
+  return map;
+}
+
+const std::vector<std::string> kDirectiveNames = {"launch", "workspace", "cluster", "tensormap"};
 
 // The directive's name (after '@') and the text after it.
 std::pair<std::string_view, std::string_view> split_directive(std::string_view text) {
@@ -510,7 +609,7 @@ core::Result<LaunchPlan> parse_launch_plan(std::string_view source, const PlanCo
     if (name.empty()) {
       return invalid(where +
                      ": '@' at the start of a // comment begins a directive; expected "
-                     "@launch, @workspace or @cluster");
+                     "@launch, @workspace, @cluster or @tensormap");
     }
     if (name == "launch") {
       auto launch = parse_launch(where, directive.line, body);
@@ -524,14 +623,18 @@ core::Result<LaunchPlan> parse_launch_plan(std::string_view source, const PlanCo
       auto cluster = parse_cluster(where, directive.line, body);
       if (!cluster) return cluster.error();
       plan.clusters.push_back(std::move(cluster).value());
+    } else if (name == "tensormap") {
+      auto map = parse_tensormap(where, directive.line, body);
+      if (!map) return map.error();
+      plan.tensor_maps.push_back(std::move(map).value());
     } else {
       const std::string message = where + ": unknown directive '@" + std::string(name) + "'";
       if (const auto suggestion = plan_detail::closest(name, kDirectiveNames)) {
         return invalid(message + "; did you mean '@" + *suggestion + "'?");
       }
       return invalid(message +
-                     "; the directives are @launch, @workspace and @cluster (start other "
-                     "comments with something other than '@')");
+                     "; the directives are @launch, @workspace, @cluster and @tensormap (start "
+                     "other comments with something other than '@')");
     }
   }
   return plan_detail::finish_plan(std::move(plan), context, true);

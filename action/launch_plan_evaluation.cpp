@@ -1,6 +1,9 @@
 // Evaluating a validated launch plan for one case: concrete grids, blocks, clusters, shared
 // memory and workspace sizes, each checked against the device limits.
+#include <limits>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "action/launch_plan.hpp"
 #include "action/launch_plan_internal.hpp"
@@ -39,6 +42,36 @@ core::Result<std::array<std::int64_t, 3>> eval_dims(const std::string& where, st
     out[axis] = *value;
   }
   return out;
+}
+
+core::Result<std::vector<std::int64_t>> eval_list(const std::string& where,
+                                                  const std::string& label,
+                                                  const std::vector<core::Expr>& list,
+                                                  const SymbolValues& values,
+                                                  const std::string& suffix) {
+  std::vector<std::int64_t> out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    auto value = eval_field(where, label + "[" + std::to_string(i) + "]", list[i], values, suffix);
+    if (!value) return value.error();
+    out.push_back(*value);
+  }
+  return out;
+}
+
+// Elements of tensor `index` for the case: the product of its shape (symbols or literals).
+std::int64_t tensor_elements(const PlanContext& context, std::size_t index,
+                             const SymbolValues& values) {
+  if (index >= context.tensor_shapes.size()) {
+    throw core::InternalError("evaluate_plan: the plan context has no tensor shapes");
+  }
+  std::int64_t count = 1;
+  for (const auto& extent : context.tensor_shapes[index]) {
+    const auto found = values.find(extent);
+    const std::int64_t value = found != values.end() ? found->second : std::stoll(extent);
+    if (__builtin_mul_overflow(count, value, &count))
+      return std::numeric_limits<std::int64_t>::max();
+  }
+  return count;
 }
 
 std::array<std::uint32_t, 3> narrow(const std::array<std::int64_t, 3>& values) {
@@ -136,6 +169,38 @@ core::Result<ConcretePlan> evaluate_plan(const LaunchPlan& plan,
                      std::to_string(limits.max_workspace_bytes) + "-byte limit" + suffix);
     }
     out.workspace_bytes.push_back(static_cast<std::uint64_t>(*bytes));
+  }
+
+  // Only the maps a running launch passes are evaluated (and encoded by the runner): a map for
+  // the shapes one launch handles need not be valid where another launch runs instead.
+  std::vector<bool> passed(plan.tensor_maps.size(), false);
+  for (const ConcreteLaunch& run : out.launches) {
+    for (const LaunchArg& arg : plan.launches[run.launch].args) {
+      if (arg.kind == ArgKind::kTensorMap) passed.at(arg.index) = true;
+    }
+  }
+  for (std::size_t m = 0; m < plan.tensor_maps.size(); ++m) {
+    const TensorMap& map = plan.tensor_maps[m];
+    if (!passed[m]) {
+      ConcreteTensorMap unused;
+      unused.tensor = map.tensor;
+      unused.dtype = context.tensors.at(map.tensor).second;
+      unused.rank = 0;
+      out.tensor_maps.push_back(unused);
+      continue;
+    }
+    const std::string label = "tensor map '" + map.name + "' ";
+    auto dims = eval_list(map.where, label + "dims", map.dims, values, suffix);
+    if (!dims) return dims.error();
+    auto box = eval_list(map.where, label + "box", map.box, values, suffix);
+    if (!box) return box.error();
+    auto strides = eval_list(map.where, label + "strides", map.strides, values, suffix);
+    if (!strides) return strides.error();
+    auto concrete = plan_detail::concrete_tensor_map(
+        map, context.tensors.at(map.tensor).second, *dims, *box, *strides,
+        tensor_elements(context, map.tensor, values), suffix);
+    if (!concrete) return concrete.error();
+    out.tensor_maps.push_back(*concrete);
   }
   return out;
 }

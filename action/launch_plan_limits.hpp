@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "action/launch_plan.hpp"
 #include "core/expr.hpp"
@@ -37,5 +38,19 @@ core::Status check_cluster(const std::string& where, const Dim3Expr& dims,
 // The bytes of `count` elements of the workspace, checked against the cap on all workspaces.
 core::Result<std::int64_t> check_workspace(const Workspace& workspace, std::int64_t count,
                                            const PlanLimits& limits, const std::string& suffix);
+
+// A tensor map's box for the map's element type: every extent 1 to TensorMap::kMaxBox, the
+// innermost a multiple of 16 bytes and, with a swizzle, within the swizzle's span.
+core::Status check_tensor_map_box(const TensorMap& map, core::DType dtype,
+                                  const std::vector<std::int64_t>& box, const std::string& suffix);
+
+// A tensor map for one case: the box, every extent and stride against the TMA's rules, and the
+// view within the tensor (`tensor_elements` of the case).
+core::Result<ConcreteTensorMap> concrete_tensor_map(const TensorMap& map, core::DType dtype,
+                                                    const std::vector<std::int64_t>& dims,
+                                                    const std::vector<std::int64_t>& box,
+                                                    const std::vector<std::int64_t>& strides,
+                                                    std::int64_t tensor_elements,
+                                                    const std::string& suffix);
 
 }  // namespace crucible::action::plan_detail

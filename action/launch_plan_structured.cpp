@@ -99,11 +99,13 @@ core::Result<Dim3Expr> dims_value(const std::string& where, const std::string& b
   return dims;
 }
 
-const std::vector<std::string> kPlanKeys = {"launches", "workspaces", "clusters"};
+const std::vector<std::string> kPlanKeys = {"launches", "workspaces", "clusters", "tensor_maps"};
 const std::vector<std::string> kLaunchKeys = {"kernel", "template_args", "grid", "block",
                                               "smem",   "args",          "if"};
 const std::vector<std::string> kWorkspaceKeys = {"name", "type", "count"};
 const std::vector<std::string> kClusterKeys = {"kernel", "dims"};
+const std::vector<std::string> kTensorMapKeys = {"name", "tensor",  "dims",
+                                                 "box",  "strides", "swizzle"};
 
 core::Result<Launch> parse_launch(const std::string& where, const Value& map,
                                   const PlanLimits& limits) {
@@ -209,6 +211,62 @@ core::Result<Cluster> parse_cluster(const std::string& where, const Value& map,
   return cluster;
 }
 
+// An array of 1 to TensorMap::kMaxRank expressions (`required`), or absent.
+core::Result<std::vector<core::Expr>> expr_list(const std::string& where, const Value& map,
+                                                std::string_view key, bool required) {
+  std::vector<core::Expr> out;
+  const Value* field = find(map, key);
+  if (field == nullptr) {
+    if (!required) return out;
+    return invalid(where + ": missing field '" + std::string(key) + "'");
+  }
+  if (!field->is_array() || field->empty() || field->size() > TensorMap::kMaxRank) {
+    return invalid(
+        where + ": '" + std::string(key) + "' must be an array of 1 to " +
+        std::to_string(TensorMap::kMaxRank) + " expressions, got " +
+        (field->is_array() ? std::to_string(field->size()) + " values" : type_of(*field)));
+  }
+  for (std::size_t i = 0; i < field->size(); ++i) {
+    auto expr =
+        expr_value(where, std::string(key) + "[" + std::to_string(i) + "]", (*field)[i], false);
+    if (!expr) return expr.error();
+    out.push_back(std::move(expr).value());
+  }
+  return out;
+}
+
+core::Result<TensorMap> parse_tensor_map(const std::string& where, const Value& map,
+                                         const PlanLimits& limits) {
+  if (!map.is_object()) return invalid(where + " must be a map, got " + type_of(map));
+  if (auto ok = check_keys(where, map, kTensorMapKeys); !ok) return ok.error();
+  TensorMap out;
+  out.where = where;
+  auto name = string_field(where, map, "name", limits.max_directive_bytes, true);
+  if (!name) return name.error();
+  out.name = *name;
+  auto tensor = string_field(where, map, "tensor", limits.max_directive_bytes, true);
+  if (!tensor) return tensor.error();
+  out.tensor_name = *tensor;
+  auto dims = expr_list(where, map, "dims", true);
+  if (!dims) return dims.error();
+  out.dims = std::move(dims).value();
+  auto box = expr_list(where, map, "box", true);
+  if (!box) return box.error();
+  out.box = std::move(box).value();
+  auto strides = expr_list(where, map, "strides", false);
+  if (!strides) return strides.error();
+  out.strides = std::move(strides).value();
+  if (const Value* swizzle = find(map, "swizzle")) {
+    const std::int64_t bytes = swizzle->is_number_integer() ? swizzle->get<std::int64_t>() : -1;
+    if (bytes != 0 && bytes != 32 && bytes != 64 && bytes != 128) {
+      return invalid(where + ": 'swizzle' is 0 (none), 32, 64 or 128 (bytes), got " +
+                     (swizzle->is_number() ? swizzle->dump() : type_of(*swizzle)));
+    }
+    out.swizzle = static_cast<std::uint32_t>(bytes);
+  }
+  return out;
+}
+
 // Reads `field` (an array) with `parse`, one item per `name[i]`.
 template <class T, class Parse>
 core::Status read_items(const Value* field, std::string_view name, std::size_t max_items,
@@ -238,6 +296,7 @@ core::Result<LaunchPlan> parse_structured_plan(const core::Value& plan,
   const Value* launches = nullptr;
   const Value* workspaces = nullptr;
   const Value* clusters = nullptr;
+  const Value* tensor_maps = nullptr;
   if (plan.is_array()) {
     launches = &plan;
   } else if (plan.is_object()) {
@@ -246,10 +305,11 @@ core::Result<LaunchPlan> parse_structured_plan(const core::Value& plan,
     if (launches == nullptr) return invalid("plan: missing field 'launches'");
     workspaces = find(plan, "workspaces");
     clusters = find(plan, "clusters");
+    tensor_maps = find(plan, "tensor_maps");
   } else {
     return invalid(
         "the plan must be an array of launches or a map {launches, workspaces, "
-        "clusters}, got " +
+        "clusters, tensor_maps}, got " +
         type_of(plan));
   }
   LaunchPlan out;
@@ -265,6 +325,11 @@ core::Result<LaunchPlan> parse_structured_plan(const core::Value& plan,
   }
   if (auto ok = read_items(clusters, "clusters", limits.max_launches, limits, out.clusters,
                            parse_cluster);
+      !ok) {
+    return ok.error();
+  }
+  if (auto ok = read_items(tensor_maps, "tensor_maps", limits.max_tensor_maps, limits,
+                           out.tensor_maps, parse_tensor_map);
       !ok) {
     return ok.error();
   }

@@ -10,7 +10,7 @@ namespace crucible::action::plan_detail {
 
 namespace {
 
-enum class NameKind { kTensor, kScalar, kSymbol, kWorkspace };
+enum class NameKind { kTensor, kScalar, kSymbol, kWorkspace, kTensorMap };
 
 std::string_view kind_word(NameKind kind) {
   switch (kind) {
@@ -22,6 +22,8 @@ std::string_view kind_word(NameKind kind) {
       return "shape symbol";
     case NameKind::kWorkspace:
       return "workspace";
+    case NameKind::kTensorMap:
+      return "tensor map";
   }
   return "name";
 }
@@ -41,6 +43,10 @@ class Names {
     for (std::size_t i = 0; i < plan.workspaces.size(); ++i) {
       add(plan.workspaces[i].name, NameKind::kWorkspace, i);
       workspaces_.push_back(plan.workspaces[i].name);
+    }
+    for (std::size_t i = 0; i < plan.tensor_maps.size(); ++i) {
+      add(plan.tensor_maps[i].name, NameKind::kTensorMap, i);
+      tensor_maps_.push_back(plan.tensor_maps[i].name);
     }
   }
 
@@ -62,6 +68,7 @@ class Names {
     std::string out = "the task's tensors are " + join(tensors) + "; scalars: " + join(scalars) +
                       "; symbols: " + join(context_.symbols);
     if (!workspaces_.empty()) out += "; workspaces: " + join(workspaces_);
+    if (!tensor_maps_.empty()) out += "; tensor maps: " + join(tensor_maps_);
     return out;
   }
 
@@ -95,6 +102,7 @@ class Names {
   const PlanContext& context_;
   std::map<std::string, Entry> entries_;
   std::vector<std::string> workspaces_;
+  std::vector<std::string> tensor_maps_;
 };
 
 core::Status check_dims_symbols(const Names& names, const std::string& where, std::string_view base,
@@ -106,6 +114,58 @@ core::Status check_dims_symbols(const Names& names, const std::string& where, st
     }
   }
   return {};
+}
+
+// Resolves the tensor a map views and checks what is known before any case: its rank, the
+// symbols of its expressions, and the box when all its extents are constants.
+core::Status check_tensor_map(const Names& names, const PlanContext& context, TensorMap& map) {
+  const std::string head = map.where + ": tensor map '" + map.name + "'";
+  const auto entry = names.find(map.tensor_name);
+  if (!entry || entry->kind != NameKind::kTensor) {
+    std::vector<std::string> tensors;
+    for (const auto& [name, dtype] : context.tensors) tensors.push_back(name);
+    std::string message = head + " views '" + map.tensor_name +
+                          "', which is not a tensor of the task; the tensors are " + join(tensors);
+    if (const auto suggestion = closest(map.tensor_name, tensors)) {
+      message += "; did you mean '" + *suggestion + "'?";
+    }
+    return invalid(message);
+  }
+  map.tensor = entry->index;
+  const std::size_t rank = map.dims.size();
+  if (rank == 0 || rank > TensorMap::kMaxRank) {
+    return invalid(head + " has " + std::to_string(rank) + " dimensions; it takes 1 to " +
+                   std::to_string(TensorMap::kMaxRank));
+  }
+  if (map.box.size() != rank) {
+    return invalid(head + " has " + std::to_string(rank) + " dims but " +
+                   std::to_string(map.box.size()) + " box extents; give one per dimension");
+  }
+  if (!map.strides.empty() && map.strides.size() != rank - 1) {
+    return invalid(head + " has " + std::to_string(rank) + " dims and " +
+                   std::to_string(map.strides.size()) +
+                   " strides; give one per dimension after the first (the first is 1 element), "
+                   "or none for a packed view");
+  }
+  const auto list_check = [&](const std::vector<core::Expr>& list,
+                              std::string_view label) -> core::Status {
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string field =
+          "tensor map '" + map.name + "' " + std::string(label) + "[" + std::to_string(i) + "]";
+      if (auto ok = names.check_expr(map.where, field, list[i]); !ok) return ok;
+    }
+    return {};
+  };
+  if (auto ok = list_check(map.dims, "dims"); !ok) return ok;
+  if (auto ok = list_check(map.box, "box"); !ok) return ok;
+  if (auto ok = list_check(map.strides, "strides"); !ok) return ok;
+  std::vector<std::int64_t> box;
+  for (const auto& extent : map.box) {
+    const auto value = extent.constant_value();
+    if (!value) return {};
+    box.push_back(*value);
+  }
+  return check_tensor_map_box(map, context.tensors.at(map.tensor).second, box, "");
 }
 
 std::string no_launch_message(const PlanContext& context, bool from_directives) {
@@ -149,24 +209,46 @@ core::Result<LaunchPlan> finish_plan(LaunchPlan plan, const PlanContext& context
                    std::to_string(limits.max_workspaces) + " workspaces");
   }
 
-  // Workspace names: fresh identifiers, each declared once.
+  if (plan.tensor_maps.size() > limits.max_tensor_maps) {
+    const auto& extra = plan.tensor_maps[limits.max_tensor_maps];
+    return invalid(extra.where + ": tensor map " + std::to_string(limits.max_tensor_maps + 1) +
+                   " is one too many; a plan may have at most " +
+                   std::to_string(limits.max_tensor_maps) + " tensor maps");
+  }
+
+  // Workspace and tensor map names: fresh identifiers, each declared once.
   {
+    struct Declared {
+      std::string_view what;
+      const std::string& name;
+      const std::string& where;
+    };
+    std::vector<Declared> declared;
+    for (const Workspace& workspace : plan.workspaces) {
+      declared.push_back({"workspace", workspace.name, workspace.where});
+    }
+    for (const TensorMap& map : plan.tensor_maps) {
+      declared.push_back({"tensor map", map.name, map.where});
+    }
     const Names context_names(context, LaunchPlan{});
-    for (std::size_t i = 0; i < plan.workspaces.size(); ++i) {
-      const Workspace& workspace = plan.workspaces[i];
-      if (!is_identifier(workspace.name)) {
-        return invalid(workspace.where + ": workspace name '" + workspace.name +
+    for (std::size_t i = 0; i < declared.size(); ++i) {
+      const Declared& item = declared[i];
+      const std::string head = item.where + ": " + std::string(item.what) + " '" + item.name + "'";
+      if (!is_identifier(item.name)) {
+        return invalid(item.where + ": " + std::string(item.what) + " name '" + item.name +
                        "' is not an identifier");
       }
-      if (const auto entry = context_names.find(workspace.name)) {
-        return invalid(workspace.where + ": workspace '" + workspace.name +
-                       "' has the same name as the task's " + std::string(kind_word(entry->kind)) +
-                       "; pick another name");
+      if (const auto entry = context_names.find(item.name)) {
+        return invalid(head + " has the same name as the task's " +
+                       std::string(kind_word(entry->kind)) + "; pick another name");
       }
       for (std::size_t j = 0; j < i; ++j) {
-        if (plan.workspaces[j].name == workspace.name) {
-          return invalid(workspace.where + ": workspace '" + workspace.name +
-                         "' is declared twice (first at " + plan.workspaces[j].where + ")");
+        if (declared[j].name == item.name) {
+          return invalid(head +
+                         (declared[j].what == item.what
+                              ? " is declared twice (first at " + declared[j].where + ")"
+                              : " has the same name as the " + std::string(declared[j].what) +
+                                    " at " + declared[j].where));
         }
       }
     }
@@ -211,6 +293,9 @@ core::Result<LaunchPlan> finish_plan(LaunchPlan plan, const PlanContext& context
         case NameKind::kWorkspace:
           arg.kind = ArgKind::kWorkspace;
           break;
+        case NameKind::kTensorMap:
+          arg.kind = ArgKind::kTensorMap;
+          break;
       }
     }
     // Sizes that are already constants fail now, before anything compiles.
@@ -240,6 +325,10 @@ core::Result<LaunchPlan> finish_plan(LaunchPlan plan, const PlanContext& context
         return bytes.error();
       }
     }
+  }
+
+  for (TensorMap& map : plan.tensor_maps) {
+    if (auto ok = check_tensor_map(names, context, map); !ok) return ok.error();
   }
 
   for (std::size_t c = 0; c < plan.clusters.size(); ++c) {

@@ -9,7 +9,10 @@ namespace crucible::action {
 
 PlanContext make_plan_context(const tasks::Task& task, std::int64_t max_smem_bytes) {
   PlanContext context;
-  for (const auto& tensor : task.tensors) context.tensors.emplace_back(tensor.name, tensor.dtype);
+  for (const auto& tensor : task.tensors) {
+    context.tensors.emplace_back(tensor.name, tensor.dtype);
+    context.tensor_shapes.push_back(tensor.shape);
+  }
   for (const auto& scalar : task.scalars) context.scalars.emplace_back(scalar.name, scalar.dtype);
   context.symbols = task.symbols;
   if (max_smem_bytes > 0) context.limits.max_smem_bytes = max_smem_bytes;
@@ -79,6 +82,8 @@ core::Result<std::vector<ParamBytes>> pack_launch_args(
         std::memcpy(params[a].data(), encoded->data(), std::min<std::size_t>(encoded->size(), 8));
         break;
       }
+      case ArgKind::kTensorMap:
+        break;  // 128 bytes: the runner passes the case's encoded map (launch_config.hpp)
     }
   }
   return params;

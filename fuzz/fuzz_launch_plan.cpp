@@ -3,10 +3,12 @@
 // Input: byte 0 picks the task (registry order, modulo the task count), byte 1 the form:
 //   'S'  the rest is the msgpack of a structured plan (decoded with the server's limits),
 //   'A'  an action: source text, a NUL byte, then a structured plan's msgpack (parse_action_plan),
-//   else the rest is kernel source whose // @launch, @workspace and @cluster comments are parsed.
+//   else the rest is kernel source whose // @launch, @workspace, @cluster and @tensormap comments
+//   are parsed.
 // Findings: any crash, leak, UB or uncaught exception; an error message that is not valid UTF-8;
 // an accepted plan whose arguments point outside the context, whose kernel parameters of the
-// documented sizes are refused, or which evaluates to a launch outside the device limits.
+// documented sizes are refused, or which evaluates to a launch outside the device limits or a
+// tensor map outside the TMA's rules or its tensor.
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -75,6 +77,8 @@ std::size_t arg_count(const action::LaunchArg& arg, const action::PlanContext& c
       return context.symbols.size();
     case action::ArgKind::kWorkspace:
       return plan.workspaces.size();
+    case action::ArgKind::kTensorMap:
+      return plan.tensor_maps.size();
   }
   return 0;
 }
@@ -96,6 +100,9 @@ std::vector<std::size_t> documented_params(const action::Launch& launch,
       case action::ArgKind::kSymbol:
         bytes.push_back(i % 2 == 0 ? 4 : 8);
         break;
+      case action::ArgKind::kTensorMap:
+        bytes.push_back(action::kTensorMapBytes);
+        break;
     }
   }
   return bytes;
@@ -113,6 +120,36 @@ void check_concrete(const action::ConcretePlan& concrete, const action::LaunchPl
   for (const auto bytes : concrete.workspace_bytes) workspace_total += bytes;
   if (workspace_total > static_cast<std::uint64_t>(limits.max_workspace_bytes)) {
     fuzz::fail("evaluate_plan accepted workspaces over the limit");
+  }
+  if (concrete.tensor_maps.size() != plan.tensor_maps.size()) {
+    fuzz::fail("evaluate_plan returned the wrong number of tensor maps");
+  }
+  for (const auto& launch : concrete.launches) {
+    for (const auto& arg : plan.launches.at(launch.launch).args) {
+      if (arg.kind == action::ArgKind::kTensorMap && concrete.tensor_maps.at(arg.index).rank == 0) {
+        fuzz::fail("evaluate_plan left a tensor map a running launch passes unevaluated");
+      }
+    }
+  }
+  for (const auto& map : concrete.tensor_maps) {
+    if (map.rank == 0) continue;  // passed by no launch of this case
+    if (map.tensor >= context.tensors.size() || map.dtype != context.tensors[map.tensor].second ||
+        map.rank > action::TensorMap::kMaxRank) {
+      fuzz::fail("evaluate_plan accepted a tensor map of no tensor or a bad rank");
+    }
+    const std::uint64_t element = core::dtype_size(map.dtype);
+    if (map.box[0] * element % 16 != 0 ||
+        (map.swizzle != 0 && map.box[0] * element > map.swizzle)) {
+      fuzz::fail("evaluate_plan accepted an innermost box the TMA refuses");
+    }
+    for (std::uint32_t i = 0; i < map.rank; ++i) {
+      if (map.box[i] < 1 || map.box[i] > action::TensorMap::kMaxBox || map.dims[i] < 1 ||
+          map.dims[i] > (std::uint64_t{1} << 32) ||
+          (i > 0 && (map.stride_bytes[i - 1] % 16 != 0 || map.stride_bytes[i - 1] == 0 ||
+                     map.stride_bytes[i - 1] >= (std::uint64_t{1} << 40)))) {
+        fuzz::fail("evaluate_plan accepted a tensor map extent, box or stride the TMA refuses");
+      }
+    }
   }
   for (const auto& launch : concrete.launches) {
     if (launch.launch >= plan.launches.size()) fuzz::fail("a concrete launch of no launch");

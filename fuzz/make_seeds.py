@@ -150,11 +150,17 @@ def launch_plan_seeds(write):
             ],
             "workspaces": [{"name": "scratch", "type": "f32", "count": first}],
             "clusters": [{"kernel": "k", "dims": [2, 1]}],
+            "tensor_maps": [{"name": "tile", "tensor": args[0], "dims": [first, 2],
+                             "box": [16, 1], "strides": [f"{first} * 2"], "swizzle": 32}],
         }
+        full["launches"][1]["args"] = ["tile"]
         write(bytes([i, ord("S")]) + pack(full))
         write(bytes([i, ord("A")]) + b"__global__ void k() {}\x00" + pack([launch]))
         write(bytes([i, ord("A")]) + f"// @launch k<<<{first}, 64>>>()".encode() + b"\x00" +
               pack(None))
+        write(bytes([i, ord("D")]) +
+              (f"// @tensormap tile {args[0]} dims({first}, 4) box(64, 2) swizzle(128)\n"
+               f"// @launch k<<<{first}, 128, 16384>>>(tile)\n").encode())
 
 
 def expr_seeds(write):

@@ -167,7 +167,10 @@ const std::string& compile_prelude() {
       "#include <cuda_fp16.h>\n"
       "#include <cuda_bf16.h>\n"
       "#include <cuda_fp8.h>\n"
-      "#include <cuda/std/cstdint>\n";
+      "#include <cuda/std/cstdint>\n"
+      "// The TMA descriptor a @tensormap argument arrives as (cuda.h's type, which NVRTC cannot\n"
+      "// include): declare the parameter `const __grid_constant__ CUtensorMap name`.\n"
+      "typedef struct CUtensorMap_st { alignas(64) unsigned long long opaque[16]; } CUtensorMap;\n";
   return kPrelude;
 }
 

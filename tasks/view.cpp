@@ -17,7 +17,10 @@ constexpr const char* kLaunchNote =
     "symbols (+ - * / %, cdiv, min, max; dim3(x, y, z) for several dimensions). "
     "'// @launch if (cond) ...' launches only when cond holds; '// @workspace name "
     "type[count]' declares scratch device memory passed by name; '// @cluster kernel (x, y, z)' "
-    "sets a thread-block cluster. Launches run in order on one stream. Name kernels "
+    "sets a thread-block cluster; '// @tensormap name tensor dims(inner, ..., outer) box(...) "
+    "[strides(...)] [swizzle(128)]' passes a TMA descriptor over a tensor (declare it const "
+    "__grid_constant__ CUtensorMap name; elements outside dims read as zero). Launches run in "
+    "order on one stream. Name kernels "
     "extern \"C\" or give template arguments in the directive (name<float, 256>). "
     "Every element of every output must be written; inputs must not be modified.";
 

@@ -47,6 +47,8 @@ const char* kind_name(action::ArgKind kind) {
       return "symbol";
     case action::ArgKind::kWorkspace:
       return "workspace";
+    case action::ArgKind::kTensorMap:
+      return "tensor_map";
   }
   return "tensor";
 }
@@ -116,6 +118,11 @@ core::Result<std::string> export_op_module(const tasks::Task& task, const std::s
     }
   }
   for (const auto& workspace : plan->workspaces) use(workspace.count);
+  for (const auto& map : plan->tensor_maps) {
+    for (const auto* list : {&map.dims, &map.box, &map.strides}) {
+      for (const auto& expr : *list) use(expr);
+    }
+  }
   Value symbols = Value::array();
   Value needed = Value::array();
   std::vector<std::string> keyword_symbols;
@@ -155,7 +162,27 @@ core::Result<std::string> export_op_module(const tasks::Task& task, const std::s
                                {"element_bytes", workspace.element_bytes},
                                {"count", workspace.count.text()}});
   }
-  const Value plan_value{{"launches", launches}, {"workspaces", workspaces}, {"symbols", needed}};
+  const auto texts = [](const std::vector<core::Expr>& list) {
+    Value out = Value::array();
+    for (const auto& expr : list) out.push_back(expr.text());
+    return out;
+  };
+  Value tensor_maps = Value::array();
+  for (const auto& map : plan->tensor_maps) {
+    const auto& tensor = task.tensors.at(map.tensor);
+    tensor_maps.push_back(Value{{"name", map.name},
+                                {"tensor", tensor.name},
+                                {"dtype", std::string(core::dtype_name(tensor.dtype))},
+                                {"element_bytes", core::dtype_size(tensor.dtype)},
+                                {"dims", texts(map.dims)},
+                                {"box", texts(map.box)},
+                                {"strides", texts(map.strides)},
+                                {"swizzle", map.swizzle}});
+  }
+  const Value plan_value{{"launches", launches},
+                         {"workspaces", workspaces},
+                         {"tensor_maps", tensor_maps},
+                         {"symbols", needed}};
 
   // The op's signature: the task's tensors in the production module's order, then any symbol
   // the plan needs that no tensor's shape gives, then the scalars (with their defaults).

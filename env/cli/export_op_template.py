@@ -131,6 +131,52 @@ def plan(symbols: Mapping[str, int]) -> List[Dict[str, Any]]:
     return launches
 
 
+def tensor_map_figures(symbols: Mapping[str, int],
+                       shapes: Mapping[str, Sequence[int]]) -> List[Optional[Dict[str, Any]]]:
+    """Each @tensormap of the plan for these symbol values, as the server evaluates it: the
+    tensor, dims (innermost first), stride_bytes (of dimensions 1..), box and swizzle, or None
+    for a map that no launch running for these values passes (it is not encoded). Raises
+    ValueError where the server would refuse the map (a box extent outside 1..256, an innermost
+    box that is not a multiple of 16 bytes or exceeds the swizzle span, a stride that is not a
+    positive multiple of 16 bytes below 2^40, a view reaching past the tensor in `shapes`)."""
+    out: List[Optional[Dict[str, Any]]] = []
+    passed = {name for launch in plan(symbols) for kind, name in launch["args"]
+              if kind == "tensor_map"}
+    for spec in PLAN["tensor_maps"]:
+        if spec["name"] not in passed:
+            out.append(None)
+            continue
+        where = f"tensor map '{spec['name']}'"
+        size = spec["element_bytes"]
+        dims = [evaluate(e, symbols) for e in spec["dims"]]
+        box = [evaluate(e, symbols) for e in spec["box"]]
+        if any(b < 1 or b > 256 for b in box):
+            raise ValueError(f"{where}: box {box}: each extent is 1 to 256")
+        if box[0] * size % 16 or (spec["swizzle"] and box[0] * size > spec["swizzle"]):
+            raise ValueError(f"{where}: the innermost box is {box[0] * size} bytes: a multiple "
+                             f"of 16, at most the swizzle span when there is one")
+        if any(d < 1 or d > 1 << 32 for d in dims):
+            raise ValueError(f"{where}: dims {dims}: each extent is 1 to 2^32")
+        strides = [evaluate(e, symbols) for e in spec["strides"]]
+        if not strides:
+            for d in dims[:-1]:
+                strides.append((strides[-1] if strides else 1) * d)
+        stride_bytes = [s * size for s in strides]
+        if any(s < 1 or b % 16 or b >= 1 << 40 for s, b in zip(strides, stride_bytes)):
+            raise ValueError(f"{where}: strides {strides} (elements): each a positive multiple "
+                             "of 16 bytes below 2^40 bytes")
+        reach = 1 + sum((d - 1) * s for d, s in zip(dims, [1] + strides))
+        elements = 1
+        for extent in shapes[spec["tensor"]]:
+            elements *= extent
+        if reach > elements:
+            raise ValueError(f"{where} reaches {reach} elements of '{spec['tensor']}', which "
+                             f"has {elements}")
+        out.append({"tensor": spec["tensor"], "dims": dims, "stride_bytes": stride_bytes,
+                    "box": box, "swizzle": spec["swizzle"]})
+    return out
+
+
 def symbols_of(shapes: Mapping[str, Sequence[int]], given: Mapping[str, int]) -> Dict[str, int]:
     """Every task symbol: read from the tensors' shapes where one names it, else `given`."""
     symbols: Dict[str, int] = dict(given)
@@ -155,7 +201,9 @@ def symbols_of(shapes: Mapping[str, Sequence[int]], given: Mapping[str, int]) ->
 # --- CUDA through ctypes: NVRTC to compile, the driver to load and launch ---
 
 _PRELUDE = ("#pragma once\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
-            "#include <cuda_fp8.h>\n#include <cuda/std/cstdint>\n")
+            "#include <cuda_fp8.h>\n#include <cuda/std/cstdint>\n"
+            "typedef struct CUtensorMap_st { alignas(64) unsigned long long opaque[16]; }"
+            " CUtensorMap;\n")
 
 
 def _library(names: Sequence[str]) -> ctypes.CDLL:
@@ -178,6 +226,25 @@ class _LaunchConfig(ctypes.Structure):
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("smem", ctypes.c_uint),
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)),
                 ("num_attrs", ctypes.c_uint)]
+
+
+# CUtensorMapDataType by dtype: fp8, bool and the 8-bit integers travel as bytes (UINT8).
+_TENSOR_MAP_TYPES = {"u8": 0, "i8": 0, "bool": 0, "fp8_e4m3": 0, "fp8_e5m2": 0, "i16": 1,
+                     "i32": 3, "i64": 5, "f16": 6, "f32": 7, "f64": 8, "bf16": 9}
+_SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}  # CU_TENSOR_MAP_SWIZZLE_NONE, _32B, _64B, _128B
+_L2_PROMOTION_128B = 2  # CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+
+
+class _TensorMap:
+    """A CUtensorMap: 128 bytes at a 64-byte aligned address inside a larger ctypes buffer."""
+
+    def __init__(self) -> None:
+        self._buffer = ctypes.create_string_buffer(128 + 64)
+        address = ctypes.addressof(self._buffer)
+        self.address = address + (-address % 64)
+
+    def param(self) -> ctypes.c_void_p:
+        return ctypes.c_void_p(self.address)
 
 
 _CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
@@ -247,13 +314,29 @@ class _Kernels:
             raise RuntimeError(f"CUDA driver: cannot {what}: "
                                f"{(message.value or b'error %d' % result).decode()}")
 
+    def encode(self, figures: Mapping[str, Any], dtype: str, address: int) -> "_TensorMap":
+        """A tensor map over `address` with `figures` (from tensor_map_figures), encoded as the
+        runner encodes it: dense boxes, zeros outside the view, 128-byte L2 promotion."""
+        tensor_map = _TensorMap()
+        rank = len(figures["dims"])
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        self._check(self.cuda.cuTensorMapEncodeTiled(
+            ctypes.c_void_p(tensor_map.address), _TENSOR_MAP_TYPES[dtype], u32(rank),
+            ctypes.c_void_p(address), (u64 * rank)(*figures["dims"]),
+            (u64 * max(1, rank - 1))(*figures["stride_bytes"]), (u32 * rank)(*figures["box"]),
+            (u32 * rank)(*([1] * rank)), 0, _SWIZZLES[figures["swizzle"]], _L2_PROMOTION_128B,
+            0), "encode a tensor map")
+        return tensor_map
+
     def launch(self, expression: str, grid: Sequence[int], block: Sequence[int], smem: int,
                cluster: Optional[Sequence[int]], args: Sequence[Any], stream: int) -> None:
         function = self.functions[expression]
         if smem > 48 * 1024:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             self._check(self.cuda.cuFuncSetAttribute(function, 8, smem), "allow shared memory")
         pointers = (ctypes.c_void_p * len(args))(
-            *(ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args))
+            *(a.param() if isinstance(a, _TensorMap) else ctypes.cast(ctypes.byref(a),
+                                                                      ctypes.c_void_p)
+              for a in args))
         # cuLaunchKernelEx, as crucible's runner launches: a thread-block cluster goes in the
         # cluster dimension attribute (more than 8 blocks a cluster needs the opt-in).
         config = _LaunchConfig(grid=(ctypes.c_uint * 3)(*grid),
@@ -297,6 +380,13 @@ def run(tensors: Mapping[str, Any], scalars: Mapping[str, float],
                     device.index, torch.cuda.get_device_capability(device))
     workspaces = [torch.empty(max(1, evaluate(w["count"], symbols) * w["element_bytes"]),
                               dtype=torch.uint8, device=device) for w in PLAN["workspaces"]]
+    maps = {}
+    figures = tensor_map_figures(symbols, {n: tuple(t.shape) for n, t in tensors.items()})
+    for spec, figure in zip(PLAN["tensor_maps"], figures):
+        if figure is None:
+            continue
+        dtype = next(t["dtype"] for t in TASK["tensors"] if t["name"] == spec["tensor"])
+        maps[spec["name"]] = kernels.encode(figure, dtype, tensors[spec["tensor"]].data_ptr())
     stream = torch.cuda.current_stream(device).cuda_stream
     for launch in plan(symbols):
         args: List[Any] = []
@@ -306,6 +396,8 @@ def run(tensors: Mapping[str, Any], scalars: Mapping[str, float],
             elif kind == "workspace":
                 index = [w["name"] for w in PLAN["workspaces"]].index(name)
                 args.append(ctypes.c_uint64(workspaces[index].data_ptr()))
+            elif kind == "tensor_map":
+                args.append(maps[name])
             elif kind == "scalar":
                 dtype = next(s["dtype"] for s in TASK["scalars"] if s["name"] == name)
                 args.append(_SCALAR_TYPES[dtype](scalars[name]))

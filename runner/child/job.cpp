@@ -193,6 +193,17 @@ void JobRunner::launch(const Side& side, const ConcretePlan& concrete, const Cas
     }
     return;
   }
+  std::vector<CUtensorMap> maps;
+  std::size_t refused = 0;
+  if (const CUresult rc =
+          encode_tensor_maps(concrete.tensor_maps, tensors, maps, cuTensorMapEncodeTiled, &refused);
+      rc != CUDA_SUCCESS) {
+    const auto& map = side.plan->tensor_maps.at(refused);
+    fail(side.candidate ? StepStatus::kLaunchError : StepStatus::kInfraError,
+         (side.candidate ? "" : "reference ") + map.where + ": tensor map '" + map.name +
+             "': the driver refused it" + (setup.c->hidden ? " on " + setup.label : "") +
+             " (cuTensorMapEncodeTiled: " + cuda_error_text(rc) + ")");
+  }
   for (const auto& step : concrete.launches) {
     const Launch& launch = side.plan->launches[step.launch];
     LoadedKernel& kernel = side.module->kernel(launch.name_expression);
@@ -246,7 +257,8 @@ void JobRunner::launch(const Side& side, const ConcretePlan& concrete, const Cas
       fail(side.candidate ? StepStatus::kInvalidAction : StepStatus::kInfraError,
            storage.error().message);
     }
-    const CUresult rc = launch_packed(kernel.function, step, *storage, device_.stream);
+    const CUresult rc =
+        launch_packed(kernel.function, launch, step, *storage, maps, device_.stream);
     if (rc != CUDA_SUCCESS) {
       const bool lost = is_sticky(rc);
       if (!side.candidate) {

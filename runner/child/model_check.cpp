@@ -394,6 +394,10 @@ void ModelCheckRun::launch_site(SitePlan& plan, std::int64_t layer, bool with_ca
   LoadedModule& module = candidate ? *plan.code->candidate : *plan.code->reference;
   std::vector<CUdeviceptr> workspaces;
   for (const auto& w : plan.workspaces) workspaces.push_back(w.data());
+  std::vector<CUtensorMap> maps;
+  check(encode_tensor_maps(concrete.tensor_maps, tensors, maps, cuTensorMapEncodeTiled),
+        candidate ? "encode the candidate's tensor maps in the model step"
+                  : "encode a reference's tensor maps in the model step");
   for (const auto& step : concrete.launches) {
     const action::Launch& launch = launch_plan.launches[step.launch];
     LoadedKernel& kernel = module.kernel(launch.name_expression);
@@ -406,7 +410,7 @@ void ModelCheckRun::launch_site(SitePlan& plan, std::int64_t layer, bool with_ca
     auto storage = action::pack_launch_args(launch, task, plan.site->shapes, kernel.param_bytes,
                                             tensors, workspaces);
     if (!storage) throw CheckError(plan.site->call->site + ": " + storage.error().message);
-    check(launch_packed(kernel.function, step, *storage, device_.stream),
+    check(launch_packed(kernel.function, launch, step, *storage, maps, device_.stream),
           candidate ? "launch the candidate in the model step"
                     : "launch a reference in the model step");
   }

@@ -14,6 +14,8 @@ inline PlanContext rms_norm_context() {
       {"out", core::DType::kBF16}, {"input", core::DType::kBF16}, {"weight", core::DType::kBF16}};
   context.scalars = {{"epsilon", core::DType::kF32}};
   context.symbols = {"num_tokens", "hidden_size"};
+  context.tensor_shapes = {
+      {"num_tokens", "hidden_size"}, {"num_tokens", "hidden_size"}, {"hidden_size"}};
   return context;
 }
 
@@ -33,10 +35,11 @@ inline std::string describe(const LaunchPlan& plan) {
            dims_text(launch.block) + "; " + launch.smem_bytes.text() + ">>>(";
     for (std::size_t i = 0; i < launch.args.size(); ++i) {
       const auto& arg = launch.args[i];
-      const char kind = arg.kind == ArgKind::kTensor   ? 't'
-                        : arg.kind == ArgKind::kScalar ? 's'
-                        : arg.kind == ArgKind::kSymbol ? 'y'
-                                                       : 'w';
+      const char kind = arg.kind == ArgKind::kTensor      ? 't'
+                        : arg.kind == ArgKind::kScalar    ? 's'
+                        : arg.kind == ArgKind::kSymbol    ? 'y'
+                        : arg.kind == ArgKind::kWorkspace ? 'w'
+                                                          : 'm';
       out += (i ? " " : "") + arg.name + ":" + kind + std::to_string(arg.index);
     }
     out += ")";
@@ -51,6 +54,17 @@ inline std::string describe(const LaunchPlan& plan) {
   for (const Cluster& cluster : plan.clusters) {
     out += "@" + std::to_string(cluster.line) + " cluster " + cluster.kernel + " " +
            dims_text(cluster.dims) + "\n";
+  }
+  const auto list = [](const std::vector<core::Expr>& exprs) {
+    std::string text;
+    for (const auto& expr : exprs) text += (text.empty() ? "" : ", ") + expr.text();
+    return "(" + text + ")";
+  };
+  for (const TensorMap& map : plan.tensor_maps) {
+    out += "@" + std::to_string(map.line) + " tensormap " + map.name + " t" +
+           std::to_string(map.tensor) + " dims" + list(map.dims) + " box" + list(map.box);
+    if (!map.strides.empty()) out += " strides" + list(map.strides);
+    out += " swizzle" + std::to_string(map.swizzle) + "\n";
   }
   return out;
 }

@@ -148,11 +148,11 @@ TEST_CASE("launch plan: directive mistakes get a message that says what to fix")
       {"// @workspaces w float[4]",
        "line 1: unknown directive '@workspaces'; did you mean '@workspace'?"},
       {"// @param x the input",
-       "line 1: unknown directive '@param'; the directives are @launch, @workspace and @cluster "
-       "(start other comments with something other than '@')"},
+       "line 1: unknown directive '@param'; the directives are @launch, @workspace, @cluster and "
+       "@tensormap (start other comments with something other than '@')"},
       {"// @ launch k<<<1, 32>>>(out)",
        "line 1: '@' at the start of a // comment begins a directive; expected @launch, "
-       "@workspace or @cluster"},
+       "@workspace, @cluster or @tensormap"},
       {"// @launch <<<1, 32>>>(out)",
        "line 1: expected a kernel name, got '<<<1, 32>>>(out)'; write // @launch "
        "kernel<<<grid, block>>>(args)"},
@@ -334,8 +334,8 @@ TEST_CASE("launch plan: caps on hostile sources") {
   plan = parse_launch_plan(flood, context);
   REQUIRE_FALSE(plan.ok());
   CHECK(plan.error().message ==
-        "line 65: more than 64 directives; a plan has at most 16 launches, 8 workspaces and one "
-        "cluster shape per kernel");
+        "line 65: more than 64 directives; a plan has at most 16 launches, 8 workspaces, 8 tensor "
+        "maps and one cluster shape per kernel");
 
   plan = parse_launch_plan("// @launch k<<<1, 32>>>(out" + std::string(2000, ' ') + ")", context);
   REQUIRE_FALSE(plan.ok());

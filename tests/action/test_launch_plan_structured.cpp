@@ -93,8 +93,8 @@ TEST_CASE("launch plan: structured plan mistakes name the path") {
   for (int i = 0; i < 17; ++i) many.push_back(launch("k"));
   const Case cases[] = {
       {"a string", Value("k<<<1, 1>>>()"),
-       "the plan must be an array of launches or a map {launches, workspaces, clusters}, got "
-       "string"},
+       "the plan must be an array of launches or a map {launches, workspaces, clusters, "
+       "tensor_maps}, got string"},
       {"empty array", Value::array(),
        "the plan has no launches: give at least one, e.g. {\"kernel\": \"my_kernel\", \"grid\": "
        "\"num_tokens\", \"block\": 256, \"args\": [\"out\", \"input\", \"weight\"]}"},

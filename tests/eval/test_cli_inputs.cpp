@@ -551,6 +551,57 @@ TEST_CASE("export-op CLI: the exported op's launch plan is the server's on every
   CHECK(output.find("'9lives' is not a Python identifier") != std::string::npos);
 }
 
+TEST_CASE("export-op CLI: the exported op's tensor maps are the server's on every case") {
+  // tests/gpu/kernels/tensor_map_rows.cu reads rms_norm's rows through a @tensormap; the module
+  // evaluates the map's figures itself before encoding it with the driver.
+  const auto dir = testing::fresh_dir("cli-export-op-tensor-map");
+  const tasks::Task* task = testing::shared_registry().find("llm/rms_norm");
+  REQUIRE(task != nullptr);
+  const std::string source_path =
+      std::string(CRUCIBLE_SOURCE_DIR) + "/tests/gpu/kernels/tensor_map_rows.cu";
+  std::string output;
+  REQUIRE(run_crucible("export-op llm/rms_norm " + shell_quoted(source_path) + " -o " +
+                           shell_quoted(dir / "rows.py"),
+                       &output) == 0);
+  Value cases = Value::array();
+  for (const auto& c : task->cases) cases.push_back(Value(c.symbols));
+  testing::write_file(dir / "cases.json", cases.dump());
+  testing::write_file(
+      dir / "figures.py",
+      "import importlib.util, json, sys\n"
+      "spec = importlib.util.spec_from_file_location('op', sys.argv[1])\n"
+      "op = importlib.util.module_from_spec(spec)\n"
+      "spec.loader.exec_module(op)\n"
+      "out = []\n"
+      "for symbols in json.load(open(sys.argv[2])):\n"
+      "    shapes = {t['name']: [symbols[d] if d in symbols else int(d)\n"
+      "                          for d in t['shape']] for t in op.TASK['tensors']}\n"
+      "    out.append(op.tensor_map_figures(symbols, shapes))\n"
+      "print(json.dumps(out))\n");
+  REQUIRE(testing::run_command("python3 " + shell_quoted(dir / "figures.py") + " " +
+                                   shell_quoted(dir / "rows.py") + " " +
+                                   shell_quoted(dir / "cases.json"),
+                               &output) == 0);
+  const Value python = Value::parse(output.substr(output.find('[')));
+  REQUIRE(python.size() == task->cases.size());
+  const auto context = action::make_plan_context(*task);
+  const auto plan = action::parse_launch_plan(testing::read_file(source_path), context);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().message);
+  for (std::size_t i = 0; i < task->cases.size(); ++i) {
+    CAPTURE(task->cases[i].name);
+    const auto concrete = action::evaluate_plan(*plan, task->cases[i].symbols, context);
+    REQUIRE_MESSAGE(concrete.ok(), concrete.error().message);
+    REQUIRE(python[i].size() == 1);
+    const auto& map = concrete->tensor_maps.at(0);
+    const Value& got = python[i][0];
+    CHECK(got["tensor"] == "input");
+    CHECK(got["dims"] == Value::array({map.dims[0], map.dims[1]}));
+    CHECK(got["stride_bytes"] == Value::array({map.stride_bytes[0]}));
+    CHECK(got["box"] == Value::array({map.box[0], map.box[1]}));
+    CHECK(got["swizzle"] == map.swizzle);
+  }
+}
+
 TEST_CASE("serve CLI: the open-file soft limit is raised to the hard limit and logged") {
   rlimit limit{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &limit) == 0);

@@ -38,6 +38,7 @@ const Driver& driver() {
     Driver::load(library, d.set_attribute, "cuFuncSetAttribute");
     Driver::load(library, d.launch_ex, "cuLaunchKernelEx");
     Driver::load(library, d.get_limit, "cuCtxGetLimit");
+    Driver::load(library, d.encode_tiled, "cuTensorMapEncodeTiled");
     int count = 0;
     if (d.init == nullptr || d.init(0) != CUDA_SUCCESS) skip("cuInit failed (no usable GPU)");
     if (d.device_count(&count) != CUDA_SUCCESS || count == 0) skip("no CUDA device");

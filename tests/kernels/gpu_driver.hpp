@@ -32,6 +32,7 @@ struct Driver {
   decltype(&cuFuncSetAttribute) set_attribute = nullptr;
   decltype(&cuLaunchKernelEx) launch_ex = nullptr;
   decltype(&cuCtxGetLimit) get_limit = nullptr;
+  decltype(&cuTensorMapEncodeTiled) encode_tiled = nullptr;
 
   template <class F>
   static void load(void* library, F& fn, const char* name) {

@@ -126,14 +126,16 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
     CU_REQUIRE(d.memset(pointer, 0xA5, bytes));
     workspaces.push_back(pointer);
   }
+  std::vector<CUtensorMap> maps;
+  CU_REQUIRE(
+      runner::child::encode_tensor_maps(concrete->tensor_maps, buffers, maps, d.encode_tiled));
   for (const auto& step : concrete->launches) {
     const action::Launch& launch = source.plan.launches[step.launch];
     const LoadedFunction& function = source.functions.at(launch.name_expression);
     auto params =
         action::pack_launch_args(launch, task, c, function.param_bytes, buffers, workspaces);
     REQUIRE_MESSAGE(params.ok(), params.error().message);
-    std::vector<void*> pointers;
-    for (auto& param : *params) pointers.push_back(param.data());
+    std::vector<void*> pointers = runner::child::param_pointers(launch, *params, maps);
     if (step.smem_bytes > 48 * 1024) {
       CU_REQUIRE(d.set_attribute(function.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  static_cast<int>(step.smem_bytes)));
