@@ -133,8 +133,9 @@
 //   loads, by all signs) with the tensor cores 69-79 % busy, where this kernel's are about 55 %
 //   busy. TMA needs a tensor map, which device code cannot make: tensormap.replace sets the
 //   documented fields, but a map built that way from zeros differs from cuTensorMapEncodeTiled's in
-//   bytes that no field covers. Host-built tensor maps passed by the launch plan would open that
-//   path (to agents too).
+//   bytes that no field covers. The launch plan's @tensormap now passes host-built maps (to
+//   agents too): bench/gpu/conv2d_3x3_tma.cu is this kernel with its stages filled by the TMA
+//   (one thread, two boxes a K tile), a variant of bench/gpu/variants.py.
 
 #include <cuda_bf16.h>
 
@@ -557,48 +558,59 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  out_channels, warp_in_group, lane);
 }
 
-// The warp-specialised form of conv2d_3x3_kernel for in_channels % 8 == 0 (same arguments, same
-// sums): 512 threads, two producer warpgroups that gather every K tile into a kStages-deep ring
-// of shared-memory stages and two consumer warpgroups that multiply them, meeting at mbarriers
-// instead of a block barrier a tile. One block per kBlockM x 160 tile of out (gridDim.x =
-// cdiv(M, kBlockM) * cdiv(out_channels, 160)), dynamic shared memory
-// kStages * (kBlockM + 160) * 128 + 1152.
-template <int kBlockM, int kStages, int kSplit>
-__global__ void __launch_bounds__(kProducerThreads + 256, 1)
-    conv2d_3x3_specialized(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ input,
-                           const __nv_bfloat16* __restrict__ weight,
-                           const __nv_bfloat16* __restrict__ bias, int batch, int height, int width,
-                           int in_channels, int out_channels) {
+namespace {
+
+// Where a block of the warp-specialised kernel works, as its producers see it: the ring of
+// stages (1024-byte aligned: kBlockM rows of A, then 160 rows of B) with a "full" and an "empty"
+// mbarrier per stage after it, the block's output tile and the K tiles [k_begin, k_end) it sums.
+struct Pipeline {
+  unsigned smem_base;
+  unsigned barriers;
+  int stages;
+  int stage_bytes;
+  int m0, n0;
+  int k_begin, k_end;
+  int pixels;
+  __device__ __forceinline__ unsigned full(int s) const { return barriers + 8 * s; }
+  __device__ __forceinline__ unsigned empty(int s) const { return barriers + 8 * (stages + s); }
+  __device__ __forceinline__ unsigned stage(int s) const {
+    return smem_base + static_cast<unsigned>(s) * stage_bytes;
+  }
+};
+
+// The body of the warp-specialised kernel: two producer warpgroups that fill every K tile into
+// a kStages-deep ring of shared-memory stages (`produce(pipeline, thread)`, each stage's "full"
+// barrier expecting `full_arrivals` arrivals) and two consumer warpgroups that multiply them,
+// meeting at mbarriers instead of a block barrier a tile.
+template <int kBlockM, int kStages, int kSplit, class Produce>
+__device__ __forceinline__ void run_specialized(__nv_bfloat16* __restrict__ out,
+                                                const __nv_bfloat16* __restrict__ bias, int batch,
+                                                int height, int width, int in_channels,
+                                                int out_channels, unsigned full_arrivals,
+                                                Produce produce) {
   constexpr int kTilesPerConsumer = kBlockM / 128;  // m64 accumulators per consumer warpgroup
   constexpr int kConsumerRows = kBlockM / 2;
   constexpr int kStageBytes = (kBlockM + kBlockN) * kRowBytes;
-  constexpr int kRowsPerPass = kProducerThreads / kChunksPerRow;  // 32 rows a pass
-  constexpr int kASlots = kBlockM / kRowsPerPass;  // A chunks per producer thread per stage
-  constexpr int kBSlots = kBlockN / kRowsPerPass;  // B chunks per producer thread per stage
-  constexpr int kMaskWords = (kASlots + 2) / 3;    // three A rows' nine tap bits a word
   static_assert(kBlockM == 128 || kBlockM == 256, "one or two m64 tiles per consumer");
-  static_assert(kBlockN % kRowsPerPass == 0, "B rows split evenly over the producers");
   static_assert(kSplit == 1 || kSplit == 2, "K whole, or halved over a 2-block cluster");
   static_assert(
       kSplit == 1 || 2 * kTilesPerConsumer * kAccumulators * 128 * 4 <= kStages * kStageBytes,
       "the partial sums fit in the stages");
   static_assert(kStageBytes % kAtomBytes == 0, "every stage starts on a swizzle atom");
 
-  // Stages, 1024-byte aligned: kBlockM rows of A, then 160 rows of B; after them per stage a
-  // "full" barrier (every producer thread's copies landed) and an "empty" one (both
-  // consumers' wgmmas have read the stage).
   extern __shared__ __align__(16) unsigned char shared_storage[];
-  const unsigned smem_base =
+  Pipeline pipeline;
+  pipeline.smem_base =
       (shared_address(shared_storage) + (kAtomBytes - 1)) & ~static_cast<unsigned>(kAtomBytes - 1);
-  const unsigned barriers = smem_base + kStages * kStageBytes;
-  auto full = [&](int s) { return barriers + 8 * s; };
-  auto empty = [&](int s) { return barriers + 8 * (kStages + s); };
-  auto stage_at = [&](int s) { return smem_base + static_cast<unsigned>(s) * kStageBytes; };
+  pipeline.barriers = pipeline.smem_base + kStages * kStageBytes;
+  pipeline.stages = kStages;
+  pipeline.stage_bytes = kStageBytes;
+  const unsigned smem_base = pipeline.smem_base;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      barrier_init(full(s), kProducerThreads);
-      barrier_init(empty(s), 8);  // one arrival per consumer warp
+      barrier_init(pipeline.full(s), full_arrivals);
+      barrier_init(pipeline.empty(s), 8);  // one arrival per consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -615,72 +627,17 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
   const int rank = static_cast<int>(blockIdx.x) % kSplit;
   const int k_begin = rank * (k_tiles / 2);
   const int k_end = kSplit == 1 || rank == 1 ? k_tiles : k_tiles / 2;
+  pipeline.m0 = m0;
+  pipeline.n0 = n0;
+  pipeline.k_begin = k_begin;
+  pipeline.k_end = k_end;
+  pipeline.pixels = pixels;
   const int thread = static_cast<int>(threadIdx.x);
   float acc[kTilesPerConsumer][kAccumulators];
 
   if (thread < kProducerThreads) {
-    // Producers: K tile k (channels [64 (k / 9), + 64) at tap k % 9) into stage k % kStages,
-    // once both consumers have released what that stage held before. Thread t copies chunk
-    // t % 8 of rows t / 8 + 32 i of A and of B.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
-    const int chunk = thread % kChunksPerRow;
-    const int first_row = thread / kChunksPerRow;
-    const unsigned row_offset =
-        first_row * kRowBytes + static_cast<unsigned>((chunk ^ (first_row & 7)) << 4);
-
-    // Bit 9 (i % 3) + tap of taps[i / 3]: the neighbour at `tap` (3 r + s) of the output pixel
-    // of this thread's A row i lies inside the image (none for pixels past M).
-    unsigned taps[kMaskWords];
-#pragma unroll
-    for (int word = 0; word < kMaskWords; ++word) taps[word] = 0;
-#pragma unroll
-    for (int i = 0; i < kASlots; ++i) {
-      const int pixel = m0 + first_row + i * kRowsPerPass;
-      const int w = pixel % width;
-      const int h = pixel / width % height;
-#pragma unroll
-      for (int tap = 0; tap < 9; ++tap) {
-        const int ih = h + tap / 3 - 1;
-        const int iw = w + tap % 3 - 1;
-        const bool inside = pixel < pixels &&
-                            static_cast<unsigned>(ih) < static_cast<unsigned>(height) &&
-                            static_cast<unsigned>(iw) < static_cast<unsigned>(width);
-        taps[i / 3] |= (inside ? 1u : 0u) << (9 * (i % 3) + tap);
-      }
-    }
-    const long long a_step = static_cast<long long>(kRowsPerPass) * in_channels;
-    const long long b_step = static_cast<long long>(kRowsPerPass) * 9 * in_channels;
-    const __nv_bfloat16* a_first = input + static_cast<long long>(m0 + first_row) * in_channels;
-    const __nv_bfloat16* b_first =
-        weight + static_cast<long long>(n0 + first_row) * 9 * in_channels;
-
-    for (int k_tile = k_begin; k_tile < k_end; ++k_tile) {
-      const int step = k_tile - k_begin;
-      const int s = step % kStages;
-      if (step >= kStages) barrier_wait(empty(s), ((step / kStages) + 1) & 1);
-      const int slice = k_tile / 9;
-      const int tap = k_tile - slice * 9;
-      const int channel = slice * kBlockK + chunk * kChunkElems;
-      const bool channel_in = channel < in_channels;
-      const long long neighbour = static_cast<long long>(tap / 3 - 1) * width + (tap % 3 - 1);
-      const __nv_bfloat16* a_source = a_first + neighbour * in_channels + channel;
-      const __nv_bfloat16* b_source = b_first + tap * in_channels + channel;
-      const unsigned stage = stage_at(s) + row_offset;
-#pragma unroll
-      for (int i = 0; i < kASlots; ++i) {
-        const bool valid = channel_in && ((taps[i / 3] >> (9 * (i % 3) + tap)) & 1u) != 0;
-        copy_async_16_l1(stage + i * kRowsPerPass * kRowBytes,
-                         valid ? a_source + i * a_step : input, valid);
-      }
-#pragma unroll
-      for (int j = 0; j < kBSlots; ++j) {
-        const bool valid = channel_in && n0 + first_row + j * kRowsPerPass < out_channels;
-        copy_async_16_l2(stage + (kBlockM + j * kRowsPerPass) * kRowBytes,
-                         valid ? b_source + j * b_step : weight, valid);
-      }
-      arrive_when_copied(full(s));
-    }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    produce(pipeline, thread);
     if constexpr (kSplit == 1) return;
     cluster_sync();  // the consumers' partial sums are in shared memory
     cluster_sync();  // rank 0 has read them
@@ -701,21 +658,20 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
 
   for (int step = 0; step < k_end - k_begin; ++step) {
     const int s = step % kStages;
-    barrier_wait(full(s), (step / kStages) & 1);
-    fence_async_proxy();  // the copies wrote the stage through the generic proxy
+    barrier_wait(pipeline.full(s), (step / kStages) & 1);
+    fence_async_proxy();  // copies may have written the stage through the generic proxy
 
-    const unsigned a_tile = stage_at(s) + consumer * kConsumerRows * kRowBytes;
-    const unsigned b_tile = stage_at(s) + kBlockM * kRowBytes;
+    const unsigned a_tile = pipeline.stage(s) + consumer * kConsumerRows * kRowBytes;
+    const unsigned b_tile = pipeline.stage(s) + kBlockM * kRowBytes;
     multiply_stage(acc, a_tile, b_tile);
     wgmma_wait<1>();  // batch k_tile - 1 is done: its stage can be refilled
 #pragma unroll
     for (int t = 0; t < kTilesPerConsumer; ++t) fence_accumulators(acc[t]);
-    if (step > 0 && lane == 0) barrier_arrive(empty((step - 1) % kStages));
+    if (step > 0 && lane == 0) barrier_arrive(pipeline.empty((step - 1) % kStages));
   }
   wgmma_wait<0>();
 #pragma unroll
   for (int t = 0; t < kTilesPerConsumer; ++t) fence_accumulators(acc[t]);
-
   if constexpr (kSplit == 2) {
     // Rank 1 leaves its partial sums in its own stages (both consumers are past their last
     // wgmma first: named barrier 1), rank 0 adds them to its own through distributed shared
@@ -757,4 +713,91 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
   }
   store_tile<kTilesPerConsumer>(acc, out, bias, m0 + consumer * kConsumerRows, n0, pixels,
                                 out_channels, warp_in_group, lane);
+}
+
+}  // namespace
+
+// The warp-specialised form of conv2d_3x3_kernel for in_channels % 8 == 0 (same arguments, same
+// sums): 512 threads, run_specialized with producers that gather with cp.async. One block per
+// kBlockM x 160 tile of out (gridDim.x = cdiv(M, kBlockM) * cdiv(out_channels, 160)), dynamic
+// shared memory kStages * (kBlockM + 160) * 128 + 1152.
+template <int kBlockM, int kStages, int kSplit>
+__global__ void __launch_bounds__(kProducerThreads + 256, 1)
+    conv2d_3x3_specialized(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ input,
+                           const __nv_bfloat16* __restrict__ weight,
+                           const __nv_bfloat16* __restrict__ bias, int batch, int height, int width,
+                           int in_channels, int out_channels) {
+  constexpr int kRowsPerPass = kProducerThreads / kChunksPerRow;  // 32 rows a pass
+  constexpr int kASlots = kBlockM / kRowsPerPass;  // A chunks per producer thread per stage
+  constexpr int kBSlots = kBlockN / kRowsPerPass;  // B chunks per producer thread per stage
+  constexpr int kMaskWords = (kASlots + 2) / 3;    // three A rows' nine tap bits a word
+  static_assert(kBlockN % kRowsPerPass == 0, "B rows split evenly over the producers");
+  // Producers: K tile k (channels [64 (k / 9), + 64) at tap k % 9) into stage k % kStages, once
+  // both consumers have released what that stage held before. Thread t copies chunk t % 8 of
+  // rows t / 8 + 32 i of A and of B; each thread's copies arrive on the stage's "full" barrier
+  // when they land.
+  const auto produce = [&](const Pipeline& pipeline, int thread) {
+    const int m0 = pipeline.m0;
+    const int n0 = pipeline.n0;
+    const int chunk = thread % kChunksPerRow;
+    const int first_row = thread / kChunksPerRow;
+    const unsigned row_offset =
+        first_row * kRowBytes + static_cast<unsigned>((chunk ^ (first_row & 7)) << 4);
+
+    // Bit 9 (i % 3) + tap of taps[i / 3]: the neighbour at `tap` (3 r + s) of the output pixel
+    // of this thread's A row i lies inside the image (none for pixels past M).
+    unsigned taps[kMaskWords];
+#pragma unroll
+    for (int word = 0; word < kMaskWords; ++word) taps[word] = 0;
+#pragma unroll
+    for (int i = 0; i < kASlots; ++i) {
+      const int pixel = m0 + first_row + i * kRowsPerPass;
+      const int w = pixel % width;
+      const int h = pixel / width % height;
+#pragma unroll
+      for (int tap = 0; tap < 9; ++tap) {
+        const int ih = h + tap / 3 - 1;
+        const int iw = w + tap % 3 - 1;
+        const bool inside = pixel < pipeline.pixels &&
+                            static_cast<unsigned>(ih) < static_cast<unsigned>(height) &&
+                            static_cast<unsigned>(iw) < static_cast<unsigned>(width);
+        taps[i / 3] |= (inside ? 1u : 0u) << (9 * (i % 3) + tap);
+      }
+    }
+    const long long a_step = static_cast<long long>(kRowsPerPass) * in_channels;
+    const long long b_step = static_cast<long long>(kRowsPerPass) * 9 * in_channels;
+    const __nv_bfloat16* a_first = input + static_cast<long long>(m0 + first_row) * in_channels;
+    const __nv_bfloat16* b_first =
+        weight + static_cast<long long>(n0 + first_row) * 9 * in_channels;
+
+    for (int k_tile = pipeline.k_begin; k_tile < pipeline.k_end; ++k_tile) {
+      const int step = k_tile - pipeline.k_begin;
+      const int s = step % kStages;
+      if (step >= kStages) barrier_wait(pipeline.empty(s), ((step / kStages) + 1) & 1);
+      const int slice = k_tile / 9;
+      const int tap = k_tile - slice * 9;
+      const int channel = slice * kBlockK + chunk * kChunkElems;
+      const bool channel_in = channel < in_channels;
+      const long long neighbour = static_cast<long long>(tap / 3 - 1) * width + (tap % 3 - 1);
+      const __nv_bfloat16* a_source = a_first + neighbour * in_channels + channel;
+      const __nv_bfloat16* b_source = b_first + tap * in_channels + channel;
+      const unsigned stage = pipeline.stage(s) + row_offset;
+#pragma unroll
+      for (int i = 0; i < kASlots; ++i) {
+        const bool valid = channel_in && ((taps[i / 3] >> (9 * (i % 3) + tap)) & 1u) != 0;
+        copy_async_16_l1(stage + i * kRowsPerPass * kRowBytes,
+                         valid ? a_source + i * a_step : input, valid);
+      }
+#pragma unroll
+      for (int j = 0; j < kBSlots; ++j) {
+        const bool valid = channel_in && n0 + first_row + j * kRowsPerPass < out_channels;
+        copy_async_16_l2(stage + (kBlockM + j * kRowsPerPass) * kRowBytes,
+                         valid ? b_source + j * b_step : weight, valid);
+      }
+      arrive_when_copied(pipeline.full(s));
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+  };
+  run_specialized<kBlockM, kStages, kSplit>(out, bias, batch, height, width, in_channels,
+                                            out_channels, kProducerThreads, produce);
 }
