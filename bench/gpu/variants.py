@@ -10,7 +10,8 @@ The variants are the ones whose figures the reference sources quote (bench/resul
 h200_reference_variants.json): the partition size of paged_decode_attention, the quotient of
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, and the
 block sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, and the kernels
-of conv2d_3x3. Each is
+of conv2d_3x3 (among them its stages filled by the tensor memory accelerator through
+@tensormap descriptors, bench/gpu/conv2d_3x3_tma.cu). Each is
 a textual substitution in today's source; a substitution that no longer applies is an error, not
 a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
 """
@@ -70,6 +71,39 @@ CONV_SPECIALIZED = ("conv2d_3x3_specialized<256, 4, 1><<<cdiv(batch * height * w
                     "cdiv(out_channels, 160), 512, 214144>>>")
 CONV_SPLIT = ("conv2d_3x3_specialized<256, 4, 2><<<cdiv(batch * height * width, 256) * "
               "cdiv(out_channels, 160) * 2, 512, 214144>>>")
+
+
+# The same layers with the specialised kernel's stages filled by the tensor memory accelerator
+# (bench/gpu/conv2d_3x3_tma.cu, appended to the source) where its boxes fit: 64-channel slices and
+# tiles of whole rows of one image. The other layers keep the reference's kernels.
+CONV_TILES = "cdiv(batch * height * width, 256) * cdiv(out_channels, 160)"
+CONV_TMA_FITS = "in_channels % 64 == 0 && 256 % width == 0 && height * width % 256 == 0"
+CONV_TMA_ARGS = ("(out, input_rows, weight_taps, bias, batch, height, width, in_channels, "
+                 "out_channels)")
+CONV_TMA_LAUNCHES = (
+    "// @tensormap input_rows input dims(in_channels, width, height, batch) "
+    "box(64, width, 256 / width, 1) swizzle(128)\n"
+    "// @tensormap weight_taps weight dims(in_channels, 9, out_channels) box(64, 1, 160) "
+    "swizzle(128)\n"
+    f"// @launch if ({CONV_TMA_FITS} && {CONV_TILES} >= 128)\n"
+    f"//     conv2d_3x3_tma<256, 4, 1><<<{CONV_TILES}, 512, 214144>>>{CONV_TMA_ARGS}\n"
+    f"// @launch if ({CONV_TMA_FITS} && {CONV_TILES} < 128 && {CONV_TILES} >= 64)\n"
+    f"//     conv2d_3x3_tma<256, 4, 2><<<{CONV_TILES} * 2, 512, 214144>>>{CONV_TMA_ARGS}\n"
+    "// @cluster conv2d_3x3_tma<256, 4, 2> (2, 1, 1)\n")
+CONV_LAST = "                                            out_channels, kProducerThreads, produce);\n}\n"
+
+
+def conv_tma():
+    """The substitutions of the conv2d_3x3 TMA variant."""
+    kernel = (ROOT / "bench/gpu/conv2d_3x3_tma.cu").read_text()
+    return [
+        (f"// @launch if (in_channels % 8 == 0 && {CONV_TILES} >= 128)\n",
+         CONV_TMA_LAUNCHES + f"// @launch if (!({CONV_TMA_FITS}) && in_channels % 8 == 0 && "
+                             f"{CONV_TILES} >= 128)\n"),
+        (f"// @launch if (in_channels % 8 == 0 && {CONV_TILES} < 128 && ",
+         f"// @launch if (!({CONV_TMA_FITS}) && in_channels % 8 == 0 && {CONV_TILES} < 128 && "),
+        (CONV_LAST, CONV_LAST + "\n" + kernel),
+    ]
 
 
 def block_size(threads, *tiles):
@@ -157,6 +191,7 @@ VARIANTS = [
      [(CONV_SPLIT, "conv2d_3x3_kernel<128, 5, true><<<cdiv(batch * height * width, 128) * "
                    "cdiv(out_channels, 160), 256, 185344>>>"),
       ("// @cluster conv2d_3x3_specialized<256, 4, 2> (2, 1, 1)\n", "")]),
+    ("diffusion/conv2d_3x3", CONV, "tma_stages", conv_tma()),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),
