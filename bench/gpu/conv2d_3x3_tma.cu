@@ -1,44 +1,14 @@
-// A design variant of diffusion/conv2d_3x3's reference (bench/gpu/variants.py appends this to
-// kernels/diffusion/conv2d_3x3.cu and routes the layers it serves to it): the warp-specialised
-// kernel with its stages filled by the tensor memory accelerator instead of 256 producer threads'
-// cp.async copies. Per K tile one producer thread issues two bulk tensor copies, a box of the
-// input (64 channels of the tile's kBlockM / width whole image rows, shifted by the tap; the
-// halo outside the image reads as zeros) and a box of the weight (64 channels of one tap of 160
-// output channels), both written in the 128-byte swizzle the consumers' wgmma descriptors read,
-// and the stage's "full" barrier completes when their bytes have landed. The layers it serves:
-// in_channels % 64 == 0 and tiles of whole rows of one image (width divides kBlockM, kBlockM
-// divides height * width), every SDXL layer but conv_in.
-
-namespace {
-
-// One arrival on `bar` that also expects `bytes` of bulk copies to complete on it.
-__device__ __forceinline__ void arrive_expecting(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-// The box of `map` at coordinates (c0, c1, c2[, c3]) into shared memory at `destination`,
-// counted on `bar` as it lands.
-__device__ __forceinline__ void load_box(unsigned destination, const CUtensorMap& map, int c0,
-                                         int c1, int c2, unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(destination),
-      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-
-__device__ __forceinline__ void load_box(unsigned destination, const CUtensorMap& map, int c0,
-                                         int c1, int c2, int c3, unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(destination),
-      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
-      "r"(bar)
-      : "memory");
-}
-
-}  // namespace
+// A design variant of diffusion/conv2d_3x3's reference (bench/gpu/variants.py appends
+// bench/gpu/tma_copies.cu and this to kernels/diffusion/conv2d_3x3.cu and routes the layers it
+// serves to it): the warp-specialised kernel with its stages filled by the tensor memory
+// accelerator instead of 256 producer threads' cp.async copies. Per K tile one producer thread
+// issues two bulk tensor copies, a box of the input (64 channels of the tile's kBlockM / width
+// whole image rows, shifted by the tap; the halo outside the image reads as zeros) and a box of
+// the weight (64 channels of one tap of 160 output channels), both written in the 128-byte
+// swizzle the consumers' wgmma descriptors read, and the stage's "full" barrier completes when
+// their bytes have landed. The layers it serves: in_channels % 64 == 0 and tiles of whole rows
+// of one image (width divides kBlockM, kBlockM divides height * width), every SDXL layer but
+// conv_in.
 
 // input_rows: input as [batch][height][width][in_channels], box (64, width, kBlockM / width, 1);
 // weight_taps: weight as [out_channels][9][in_channels], box (64, 1, 160); both 128-byte

@@ -11,7 +11,8 @@ h200_reference_variants.json): the partition size of paged_decode_attention, the
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, and the
 block sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, and the kernels
 of conv2d_3x3 (among them its stages filled by the tensor memory accelerator through
-@tensormap descriptors, bench/gpu/conv2d_3x3_tma.cu). Each is
+@tensormap descriptors, bench/gpu/conv2d_3x3_tma.cu) and diffusion/attention's tiles loaded the
+same way. Each is
 a textual substitution in today's source; a substitution that no longer applies is an error, not
 a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
 """
@@ -93,9 +94,14 @@ CONV_TMA_LAUNCHES = (
 CONV_LAST = "                                            out_channels, kProducerThreads, produce);\n}\n"
 
 
+def tma_fragment(name):
+    """bench/gpu/tma_copies.cu, then bench/gpu/NAME: the code a TMA variant appends."""
+    return "".join((ROOT / "bench/gpu" / part).read_text() + "\n" for part in ("tma_copies.cu", name))
+
+
 def conv_tma():
     """The substitutions of the conv2d_3x3 TMA variant."""
-    kernel = (ROOT / "bench/gpu/conv2d_3x3_tma.cu").read_text()
+    kernel = tma_fragment("conv2d_3x3_tma.cu")
     return [
         (f"// @launch if (in_channels % 8 == 0 && {CONV_TILES} >= 128)\n",
          CONV_TMA_LAUNCHES + f"// @launch if (!({CONV_TMA_FITS}) && in_channels % 8 == 0 && "
@@ -103,6 +109,63 @@ def conv_tma():
         (f"// @launch if (in_channels % 8 == 0 && {CONV_TILES} < 128 && ",
          f"// @launch if (!({CONV_TMA_FITS}) && in_channels % 8 == 0 && {CONV_TILES} < 128 && "),
         (CONV_LAST, CONV_LAST + "\n" + kernel),
+    ]
+
+
+# diffusion/attention with its query, key and value tiles loaded by the TMA: one producer thread
+# issues two boxes (the 64-column halves of 128 rows of one head, rows past seq_len read as
+# zeros) a tile instead of 128 threads' cp.async copies, in the same 128-byte swizzled layout.
+DIT = "kernels/diffusion/attention.cu"
+DIT_MAPS = "".join(
+    f"// @tensormap {name}_rows {name} dims(128, num_heads, seq_len, batch) box(64, 1, 128, 1) "
+    "swizzle(128)\n" for name in ("query", "key", "value"))
+DIT_LAUNCH = "(out, query, key, value, scale, seq_len, num_heads)\n"
+DIT_PARAMS = ("const __nv_bfloat16* __restrict__ query,\n"
+              "                      const __nv_bfloat16* __restrict__ key,\n"
+              "                      const __nv_bfloat16* __restrict__ value, float scale")
+DIT_PRODUCER_START = "    const int thread = static_cast<int>(threadIdx.x);\n    load_tile(q_tile,"
+DIT_PRODUCER_END = "    asm volatile(\"cp.async.wait_all;\\n\" ::: \"memory\");\n    return;\n  }\n"
+DIT_TMA_PRODUCER = """    if (threadIdx.x != 0) return;
+    const int head = static_cast<int>(blockIdx.y);
+    const int sample = static_cast<int>(blockIdx.z);
+    const auto load = [&](unsigned tile, const CUtensorMap& rows, int first_row, unsigned bar) {
+      arrive_expecting(bar, kTileBytes);
+      load_box(tile, rows, 0, head, first_row, sample, bar);
+      load_box(tile + kHalfBytes, rows, 64, head, first_row, sample, bar);
+    };
+    load(q_tile, query_rows, q0, full_q);
+    for (int tile = 0; tile < kv_tiles; ++tile) {
+      const int s = tile % kStages;
+      const unsigned reuse = ((tile / kStages) + 1) & 1;  // parity of the consumers' release
+      if (tile >= kStages) barrier_wait(empty_k(s), reuse);
+      load(k_tile(s), key_rows, tile * kBlockKV, full_k(s));
+      if (tile >= kStages) barrier_wait(empty_v(s), reuse);
+      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s));
+    }
+    return;
+  }
+"""
+
+
+def attention_tma():
+    """The substitutions of the diffusion/attention TMA variant."""
+    source = (ROOT / DIT).read_text()
+    start = source.index(DIT_PRODUCER_START)
+    producer = source[start:source.index(DIT_PRODUCER_END, start) + len(DIT_PRODUCER_END)]
+    return [
+        ("// @launch attention_forward<<<", DIT_MAPS + "// @launch attention_forward<<<"),
+        (DIT_LAUNCH, "(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads)\n"),
+        (DIT_PARAMS, "const __grid_constant__ CUtensorMap query_rows,\n"
+                     "                      const __grid_constant__ CUtensorMap key_rows,\n"
+                     "                      const __grid_constant__ CUtensorMap value_rows, "
+                     "float scale"),
+        ("    barrier_init(full_q, 128);", "    barrier_init(full_q, 1);"),
+        ("      barrier_init(full_k(s), 128);\n      barrier_init(full_v(s), 128);",
+         "      barrier_init(full_k(s), 1);\n      barrier_init(full_v(s), 1);"),
+        (producer, DIT_TMA_PRODUCER),
+        ("// out, query, key, value: [batch, seq_len, num_heads, 128] bf16",
+         (ROOT / "bench/gpu/tma_copies.cu").read_text() +
+         "\n// out, query, key, value: [batch, seq_len, num_heads, 128] bf16"),
     ]
 
 
@@ -192,6 +255,8 @@ VARIANTS = [
                    "cdiv(out_channels, 160), 256, 185344>>>"),
       ("// @cluster conv2d_3x3_specialized<256, 4, 2> (2, 1, 1)\n", "")]),
     ("diffusion/conv2d_3x3", CONV, "tma_stages", conv_tma()),
+    ("diffusion/attention", DIT, "reference", []),
+    ("diffusion/attention", DIT, "tma_tiles", attention_tma()),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),
