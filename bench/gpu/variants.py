@@ -12,7 +12,7 @@ dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile hei
 block sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, and the kernels
 of conv2d_3x3 (among them its stages filled by the tensor memory accelerator through
 @tensormap descriptors, bench/gpu/conv2d_3x3_tma.cu) and diffusion/attention's tiles loaded the
-same way. Each is
+same way, and the sampler's histogram window. Each is
 a textual substitution in today's source; a substitution that no longer applies is an error, not
 a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
 """
@@ -169,6 +169,14 @@ def attention_tma():
     ]
 
 
+# llm/top_k_top_p_sampling_from_logits's histogram over 8 nats below the max instead of 16: at
+# std-4 logits about a third of a 128k row lies within 16 nats of its max and pays a
+# shared-memory atomic in the histogram pass, about 1100 logits within 8 (enough for k <= 1000
+# but not for a p = 0.95 nucleus, whose rows then take the global-memory path: correct, slower).
+SAMPLING = "kernels/llm/top_k_top_p_sampling_from_logits.cu"
+SAMPLING_BUCKETS = "constexpr int kBuckets = 32;"
+
+
 def block_size(threads, *tiles):
     """kThreads and every launch's tile: (text, new text) pairs."""
     return [(THREADS, f"constexpr int kThreads = {threads};"), *tiles]
@@ -255,6 +263,9 @@ VARIANTS = [
                    "cdiv(out_channels, 160), 256, 185344>>>"),
       ("// @cluster conv2d_3x3_specialized<256, 4, 2> (2, 1, 1)\n", "")]),
     ("diffusion/conv2d_3x3", CONV, "tma_stages", conv_tma()),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "histogram_over_8_nats",
+     [(SAMPLING_BUCKETS, "constexpr int kBuckets = 16;")]),
     ("diffusion/attention", DIT, "reference", []),
     ("diffusion/attention", DIT, "tma_tiles", attention_tma()),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
