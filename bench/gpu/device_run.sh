@@ -2,7 +2,7 @@
 # Runs the GPU suites, benchmarks and the logged-run replay on the GPU machine, from the
 # repository root, with the binaries carried in .bundle/ (see bench/README.md).
 #   device_run.sh [tests] [bench] [ncu] [trajectory] [parity] [variants] [throughput] [faults]
-#                 [exportop] [model]   (default: all ten)
+#                 [exportop] [model] [steps]   (default: all but steps)
 # Figures and logs go to $OUT; everything is also packed into $OUT/results.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/crucible-out}
@@ -109,6 +109,10 @@ if want variants; then
   step "reference design variants, each against its reference"
   python3 bench/gpu/variants.py ${VARIANT_TASKS:+--tasks $VARIANT_TASKS} > "$R/variants.jsonl"
   run timeout 300 $B/crucible eval "$R/variants.jsonl" -o "$R/variants_eval" -j 1 2>&1 | tail -2
+fi
+if want steps; then
+  step "the sampling reference, step by step"
+  timeout 300 python3 bench/gpu/sampling_steps.py --json "$R/sampling_steps.json" 2>&1 | tail -40
 fi
 if want throughput; then
   # The training mix (bench/gpu/training_mix.py) through one crucible serve at 1, 8 and 64
