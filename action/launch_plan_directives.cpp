@@ -218,6 +218,13 @@ std::vector<std::string_view> split_top(std::string_view text) {
   return items;
 }
 
+// Length of the identifier characters at the start of `text`.
+std::size_t word_length(std::string_view text) {
+  std::size_t k = 0;
+  while (k < text.size() && is_ident_char(text[k])) ++k;
+  return k;
+}
+
 // Length of a (possibly qualified) name at the start of `text`.
 std::size_t name_length(std::string_view text) {
   std::size_t k = 0;
@@ -420,8 +427,7 @@ core::Result<Workspace> parse_workspace(const std::string& where, int line, std:
   workspace.where = where;
   workspace.line = line;
   std::string_view text = trim(body);
-  std::size_t length = 0;
-  while (length < text.size() && is_ident_char(text[length])) ++length;
+  const std::size_t length = word_length(text);
   if (length == 0 || !plan_detail::is_identifier(text.substr(0, length))) {
     return invalid(where +
                    ": expected a workspace name; write // @workspace NAME TYPE[COUNT], "
@@ -521,8 +527,7 @@ core::Result<TensorMap> parse_tensormap(const std::string& where, int line, std:
   map.line = line;
   std::string_view text = trim(body);
   const auto take_name = [&](std::string_view what) -> core::Result<std::string> {
-    std::size_t length = 0;
-    while (length < text.size() && is_ident_char(text[length])) ++length;
+    const std::size_t length = word_length(text);
     const std::string_view word = text.substr(0, length);
     if (!plan_detail::is_identifier(word)) {
       return invalid(where + ": expected " + std::string(what) + "; write " +
@@ -539,8 +544,7 @@ core::Result<TensorMap> parse_tensormap(const std::string& where, int line, std:
   map.tensor_name = *tensor;
   bool has_dims = false, has_box = false, has_strides = false, has_swizzle = false;
   while (!text.empty()) {
-    std::size_t length = 0;
-    while (length < text.size() && is_ident_char(text[length])) ++length;
+    const std::size_t length = word_length(text);
     const std::string word(text.substr(0, length));
     const std::string_view rest = trim_front(text.substr(length));
     const bool known = word == "dims" || word == "box" || word == "strides" || word == "swizzle";
@@ -592,8 +596,7 @@ const std::vector<std::string> kDirectiveNames = {"launch", "workspace", "cluste
 
 // The directive's name (after '@') and the text after it.
 std::pair<std::string_view, std::string_view> split_directive(std::string_view text) {
-  std::size_t length = 1;
-  while (length < text.size() && is_ident_char(text[length])) ++length;
+  const std::size_t length = 1 + word_length(text.substr(1));
   return {text.substr(1, length - 1), text.substr(length)};
 }
 
