@@ -4,15 +4,19 @@
 // memory, completion counted on an mbarrier. Rows shorter than a box (hidden_size 64) exercise
 // the zero fill past the view's edge.
 // @tensormap rows input dims(hidden_size, num_tokens) box(256, 1)
-// @launch rms<<<num_tokens, 256, cdiv(hidden_size, 256) * 512 + 128>>>(out, rows, weight,
+// @launch rms<<<num_tokens, 256, cdiv(hidden_size, 256) * 512 + 256>>>(out, rows, weight,
 //                                                                      epsilon, hidden_size)
 #include <cuda_bf16.h>
 
 extern "C" __global__ void rms(__nv_bfloat16* out, const __grid_constant__ CUtensorMap rows,
                                const __nv_bfloat16* weight, float epsilon, int hidden_size) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  const unsigned barrier = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const __nv_bfloat16* row = reinterpret_cast<const __nv_bfloat16*>(smem + 128);
+  // The barrier, then the row at the next 128-byte boundary (a bulk copy's destination is
+  // 128-byte aligned): dynamic shared memory is aligned here, not assumed.
+  extern __shared__ __align__(16) unsigned char smem[];
+  const unsigned start = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned barrier = (start + 127u) & ~127u;
+  const __nv_bfloat16* row =
+      reinterpret_cast<const __nv_bfloat16*>(smem + (barrier - start) + 128);
   const int chunks = (hidden_size + 255) / 256;
   if (threadIdx.x == 0) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(barrier));
