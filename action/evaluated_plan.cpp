@@ -249,9 +249,16 @@ core::Status fits(const EvaluatedPlan& plan, const PlanContext& context, std::si
     if (concrete.symbol_values.size() != context.symbols.size()) {
       return bad("a case's symbol values do not match the task's symbols");
     }
-    for (const auto& map : concrete.tensor_maps) {
-      if (map.tensor >= context.tensors.size() || context.tensors[map.tensor].second != map.dtype) {
-        return bad("a tensor map names no tensor of the task, or another dtype");
+    if (concrete.tensor_maps.size() != plan.plan.tensor_maps.size()) {
+      return bad("a case's tensor maps do not match the plan's tensor maps");
+    }
+    for (std::size_t m = 0; m < concrete.tensor_maps.size(); ++m) {
+      const auto& map = concrete.tensor_maps[m];
+      if (map.tensor >= context.tensors.size() || context.tensors[map.tensor].second != map.dtype ||
+          map.tensor != plan.plan.tensor_maps[m].tensor) {
+        return bad(
+            "a tensor map names no tensor of the task, another dtype or another tensor "
+            "than the plan's");
       }
     }
     for (const auto& run : concrete.launches) {

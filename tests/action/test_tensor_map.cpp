@@ -325,6 +325,9 @@ TEST_CASE("tensor map: the evaluated plan carries the maps to the runner, and re
   other = *got;
   other.cases[0].tensor_maps[0].tensor = 3;
   CHECK_FALSE(fits(other, rms_norm_context(), 2).ok());
+  other = *got;
+  other.cases[0].tensor_maps[0].tensor = 0;  // out: a tensor of the task, not the one declared
+  CHECK_FALSE(fits(other, rms_norm_context(), 2).ok());
 }
 
 TEST_CASE("tensor map: the packed arguments leave the map's slot to the runner") {
