@@ -249,13 +249,10 @@ core::Status fits(const EvaluatedPlan& plan, const PlanContext& context, std::si
     if (concrete.symbol_values.size() != context.symbols.size()) {
       return bad("a case's symbol values do not match the task's symbols");
     }
-    if (concrete.tensor_maps.size() != plan.plan.tensor_maps.size()) {
-      return bad("a case's tensor maps do not match the plan's tensor maps");
-    }
     for (std::size_t m = 0; m < concrete.tensor_maps.size(); ++m) {
       const auto& map = concrete.tensor_maps[m];
       if (map.tensor >= context.tensors.size() || context.tensors[map.tensor].second != map.dtype ||
-          map.tensor != plan.plan.tensor_maps[m].tensor) {
+          map.tensor != plan.plan.tensor_maps.at(m).tensor) {
         return bad(
             "a tensor map names no tensor of the task, another dtype or another tensor "
             "than the plan's");

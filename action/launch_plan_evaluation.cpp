@@ -1,6 +1,5 @@
 // Evaluating a validated launch plan for one case: concrete grids, blocks, clusters, shared
 // memory and workspace sizes, each checked against the device limits.
-#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -8,6 +7,7 @@
 #include "action/launch_plan.hpp"
 #include "action/launch_plan_internal.hpp"
 #include "action/launch_plan_limits.hpp"
+#include "tasks/task.hpp"
 
 namespace crucible::action {
 
@@ -58,20 +58,20 @@ core::Result<std::vector<std::int64_t>> eval_list(const std::string& where,
   return out;
 }
 
-// Elements of tensor `index` for the case: the product of its shape (symbols or literals).
+// Elements of tensor `index` for the case's symbol values (tasks::element_count); 0 where the
+// count does not exist (a negative extent, an overflow), so that no view fits in it.
 std::int64_t tensor_elements(const PlanContext& context, std::size_t index,
-                             const SymbolValues& values) {
+                             const std::map<std::string, std::int64_t>& symbols) {
   if (index >= context.tensor_shapes.size()) {
     throw core::InternalError("evaluate_plan: the plan context has no tensor shapes");
   }
-  std::int64_t count = 1;
-  for (const auto& extent : context.tensor_shapes[index]) {
-    const auto found = values.find(extent);
-    const std::int64_t value = found != values.end() ? found->second : std::stoll(extent);
-    if (__builtin_mul_overflow(count, value, &count))
-      return std::numeric_limits<std::int64_t>::max();
-  }
-  return count;
+  tasks::TensorSpec tensor{};
+  tensor.name = context.tensors.at(index).first;
+  tensor.shape = context.tensor_shapes[index];
+  tasks::Case c;
+  c.symbols = symbols;
+  const auto count = tasks::element_count(tensor, c);
+  return count ? *count : 0;
 }
 
 std::array<std::uint32_t, 3> narrow(const std::array<std::int64_t, 3>& values) {
@@ -198,7 +198,7 @@ core::Result<ConcretePlan> evaluate_plan(const LaunchPlan& plan,
     if (!strides) return strides.error();
     auto concrete = plan_detail::concrete_tensor_map(
         map, context.tensors.at(map.tensor).second, *dims, *box, *strides,
-        tensor_elements(context, map.tensor, values), suffix);
+        tensor_elements(context, map.tensor, symbols), suffix);
     if (!concrete) return concrete.error();
     out.tensor_maps.push_back(*concrete);
   }

@@ -131,17 +131,21 @@ def plan(symbols: Mapping[str, int]) -> List[Dict[str, Any]]:
     return launches
 
 
-def tensor_map_figures(symbols: Mapping[str, int],
-                       shapes: Mapping[str, Sequence[int]]) -> List[Optional[Dict[str, Any]]]:
+def tensor_map_figures(symbols: Mapping[str, int], shapes: Mapping[str, Sequence[int]],
+                       launches: Optional[List[Dict[str, Any]]] = None
+                       ) -> List[Optional[Dict[str, Any]]]:
     """Each @tensormap of the plan for these symbol values, as the server evaluates it: the
     tensor, dims (innermost first), stride_bytes (of dimensions 1..), box and swizzle, or None
-    for a map that no launch running for these values passes (it is not encoded). Raises
-    ValueError where the server would refuse the map (a box extent outside 1..256, an innermost
+    for a map that no launch running for these values passes (it is not encoded; `launches`,
+    when given, is plan(symbols) already computed). Raises ValueError where the server would
+    refuse the map (a box extent outside 1..256, an innermost
     box that is not a multiple of 16 bytes or exceeds the swizzle span, a stride that is not a
     positive multiple of 16 bytes below 2^40, a view reaching past the tensor in `shapes`)."""
     out: List[Optional[Dict[str, Any]]] = []
-    passed = {name for launch in plan(symbols) for kind, name in launch["args"]
-              if kind == "tensor_map"}
+    if not PLAN["tensor_maps"]:
+        return out
+    passed = {name for launch in (plan(symbols) if launches is None else launches)
+              for kind, name in launch["args"] if kind == "tensor_map"}
     for spec in PLAN["tensor_maps"]:
         if spec["name"] not in passed:
             out.append(None)
@@ -380,15 +384,17 @@ def run(tensors: Mapping[str, Any], scalars: Mapping[str, float],
                     device.index, torch.cuda.get_device_capability(device))
     workspaces = [torch.empty(max(1, evaluate(w["count"], symbols) * w["element_bytes"]),
                               dtype=torch.uint8, device=device) for w in PLAN["workspaces"]]
+    launches = plan(symbols)
     maps = {}
-    figures = tensor_map_figures(symbols, {n: tuple(t.shape) for n, t in tensors.items()})
+    figures = tensor_map_figures(symbols, {n: tuple(t.shape) for n, t in tensors.items()},
+                                 launches)
     for spec, figure in zip(PLAN["tensor_maps"], figures):
         if figure is None:
             continue
         dtype = next(t["dtype"] for t in TASK["tensors"] if t["name"] == spec["tensor"])
         maps[spec["name"]] = kernels.encode(figure, dtype, tensors[spec["tensor"]].data_ptr())
     stream = torch.cuda.current_stream(device).cuda_stream
-    for launch in plan(symbols):
+    for launch in launches:
         args: List[Any] = []
         for kind, name in launch["args"]:
             if kind == "tensor":

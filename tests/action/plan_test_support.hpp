@@ -1,7 +1,12 @@
 // Shared fixtures for the launch-plan suites: an rms_norm-like task context and a plan printer.
 #pragma once
 
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "action/launch_plan.hpp"
 
@@ -17,6 +22,19 @@ inline PlanContext rms_norm_context() {
   context.tensor_shapes = {
       {"num_tokens", "hidden_size"}, {"num_tokens", "hidden_size"}, {"hidden_size"}};
   return context;
+}
+
+// `source`'s directives parsed against rms_norm_context(); the test fails if they do not parse.
+inline LaunchPlan parse(const std::string& source) {
+  auto plan = parse_launch_plan(source, rms_norm_context());
+  REQUIRE_MESSAGE(plan.ok(), plan.error().message);
+  return std::move(plan).value();
+}
+
+// rms_norm_context()'s symbol values for one case.
+inline std::map<std::string, std::int64_t> shape(std::int64_t num_tokens,
+                                                 std::int64_t hidden_size) {
+  return {{"num_tokens", num_tokens}, {"hidden_size", hidden_size}};
 }
 
 inline std::string dims_text(const Dim3Expr& dims) {

@@ -9,19 +9,11 @@
 
 using namespace crucible;
 using namespace crucible::action;
+using crucible::action::testing::parse;
 using crucible::action::testing::rms_norm_context;
+using crucible::action::testing::shape;
 
 namespace {
-
-LaunchPlan parse(const std::string& source) {
-  auto plan = parse_launch_plan(source, rms_norm_context());
-  REQUIRE_MESSAGE(plan.ok(), plan.error().message);
-  return std::move(plan).value();
-}
-
-std::map<std::string, std::int64_t> shape(std::int64_t num_tokens, std::int64_t hidden_size) {
-  return {{"num_tokens", num_tokens}, {"hidden_size", hidden_size}};
-}
 
 std::string dims(const std::array<std::uint32_t, 3>& v) {
   return std::to_string(v[0]) + "x" + std::to_string(v[1]) + "x" + std::to_string(v[2]);

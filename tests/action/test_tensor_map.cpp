@@ -13,7 +13,9 @@
 using namespace crucible;
 using namespace crucible::action;
 using crucible::action::testing::describe;
+using crucible::action::testing::parse;
 using crucible::action::testing::rms_norm_context;
+using crucible::action::testing::shape;
 
 namespace {
 
@@ -21,21 +23,11 @@ const char* const kRows =
     "// @tensormap rows input dims(hidden_size, num_tokens) box(64, 1) swizzle(128)\n"
     "// @launch k<<<num_tokens, 256>>>(out, rows, weight, epsilon, hidden_size)\n";
 
-LaunchPlan parse(const std::string& source) {
-  auto plan = parse_launch_plan(source, rms_norm_context());
-  REQUIRE_MESSAGE(plan.ok(), plan.error().message);
-  return std::move(plan).value();
-}
-
 std::string parse_error(const std::string& source) {
   const auto plan = parse_launch_plan(source, rms_norm_context());
   REQUIRE_FALSE(plan.ok());
   CHECK(plan.error().code == core::ErrorCode::kInvalidArgument);
   return plan.error().message;
-}
-
-std::map<std::string, std::int64_t> shape(std::int64_t num_tokens, std::int64_t hidden_size) {
-  return {{"num_tokens", num_tokens}, {"hidden_size", hidden_size}};
 }
 
 std::string evaluate_error(const std::string& source, std::int64_t num_tokens,

@@ -230,6 +230,29 @@ std::string shell_quoted(const std::filesystem::path& path) { return "'" + path.
 
 const std::string kExampleLog = CRUCIBLE_SOURCE_DIR "/examples/trajectories/trajectories.log";
 
+// What the exported module at `module` says for every case of `task`: a Python script imports
+// it as `op` and runs `body` (lines indented for a loop over the cases' symbol dicts as
+// `symbols`, appending one value a case to `out`); the printed JSON list, one entry a case.
+Value per_case_from_module(const std::filesystem::path& dir, const std::filesystem::path& module,
+                           const tasks::Task& task, const std::string& body) {
+  Value cases = Value::array();
+  for (const auto& c : task.cases) cases.push_back(Value(c.symbols));
+  testing::write_file(dir / "cases.json", cases.dump());
+  testing::write_file(dir / "per_case.py",
+                      "import importlib.util, json, sys\n"
+                      "spec = importlib.util.spec_from_file_location('op', sys.argv[1])\n"
+                      "op = importlib.util.module_from_spec(spec)\n"
+                      "spec.loader.exec_module(op)\n"
+                      "out = []\n"
+                      "for symbols in json.load(open(sys.argv[2])):\n" +
+                          body + "print(json.dumps(out))\n");
+  std::string output;
+  REQUIRE(testing::run_command("python3 " + shell_quoted(dir / "per_case.py") + " " +
+                                   shell_quoted(module) + " " + shell_quoted(dir / "cases.json"),
+                               &output) == 0);
+  return Value::parse(output.substr(output.find('[')));
+}
+
 }  // namespace
 
 TEST_CASE("replay CLI: wrong-shape records are named by record and field, the rest replayed") {
@@ -501,26 +524,13 @@ TEST_CASE("export-op CLI: the exported op's launch plan is the server's on every
                              " -o " + shell_quoted(module),
                          &output) == 0);
     CHECK(output.find("torch.ops.crucible.") != std::string::npos);
-    Value cases = Value::array();
-    for (const auto& c : task->cases) cases.push_back(Value(c.symbols));
-    testing::write_file(dir / "cases.json", cases.dump());
-    testing::write_file(dir / "evaluate.py",
-                        "import importlib.util, json, sys\n"
-                        "spec = importlib.util.spec_from_file_location('op', sys.argv[1])\n"
-                        "op = importlib.util.module_from_spec(spec)\n"
-                        "spec.loader.exec_module(op)\n"
-                        "out = []\n"
-                        "for symbols in json.load(open(sys.argv[2])):\n"
-                        "    launches = [[l['kernel'], l['grid'], l['block'], l['smem'],\n"
-                        "                 l['cluster']] for l in op.plan(symbols)]\n"
-                        "    spaces = [op.evaluate(w['count'], symbols) * w['element_bytes']\n"
-                        "              for w in op.PLAN['workspaces']]\n"
-                        "    out.append([launches, spaces])\n"
-                        "print(json.dumps(out))\n");
-    REQUIRE(testing::run_command("python3 " + shell_quoted(dir / "evaluate.py") + " " +
-                                     shell_quoted(module) + " " + shell_quoted(dir / "cases.json"),
-                                 &output) == 0);
-    const Value python = Value::parse(output.substr(output.find('[')));
+    const Value python =
+        per_case_from_module(dir, module, *task,
+                             "    launches = [[l['kernel'], l['grid'], l['block'], l['smem'],\n"
+                             "                 l['cluster']] for l in op.plan(symbols)]\n"
+                             "    spaces = [op.evaluate(w['count'], symbols) * w['element_bytes']\n"
+                             "              for w in op.PLAN['workspaces']]\n"
+                             "    out.append([launches, spaces])\n");
     REQUIRE(python.size() == task->cases.size());
     const auto context = action::make_plan_context(*task);
     const auto plan = action::parse_launch_plan(task->reference_source, context);
@@ -563,26 +573,11 @@ TEST_CASE("export-op CLI: the exported op's tensor maps are the server's on ever
   REQUIRE(run_crucible("export-op llm/rms_norm " + shell_quoted(source_path) + " -o " +
                            shell_quoted(dir / "rows.py"),
                        &output) == 0);
-  Value cases = Value::array();
-  for (const auto& c : task->cases) cases.push_back(Value(c.symbols));
-  testing::write_file(dir / "cases.json", cases.dump());
-  testing::write_file(
-      dir / "figures.py",
-      "import importlib.util, json, sys\n"
-      "spec = importlib.util.spec_from_file_location('op', sys.argv[1])\n"
-      "op = importlib.util.module_from_spec(spec)\n"
-      "spec.loader.exec_module(op)\n"
-      "out = []\n"
-      "for symbols in json.load(open(sys.argv[2])):\n"
+  const Value python = per_case_from_module(
+      dir, dir / "rows.py", *task,
       "    shapes = {t['name']: [symbols[d] if d in symbols else int(d)\n"
       "                          for d in t['shape']] for t in op.TASK['tensors']}\n"
-      "    out.append(op.tensor_map_figures(symbols, shapes))\n"
-      "print(json.dumps(out))\n");
-  REQUIRE(testing::run_command("python3 " + shell_quoted(dir / "figures.py") + " " +
-                                   shell_quoted(dir / "rows.py") + " " +
-                                   shell_quoted(dir / "cases.json"),
-                               &output) == 0);
-  const Value python = Value::parse(output.substr(output.find('[')));
+      "    out.append(op.tensor_map_figures(symbols, shapes))\n");
   REQUIRE(python.size() == task->cases.size());
   const auto context = action::make_plan_context(*task);
   const auto plan = action::parse_launch_plan(testing::read_file(source_path), context);
