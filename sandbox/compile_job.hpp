@@ -61,6 +61,11 @@ core::Result<CompileJob> job_from_wire(const core::Value& value);
 core::Value output_to_wire(const CompileOutput& output);  // with the cubin
 core::Result<CompileOutput> output_from_wire(const core::Value& value);
 
+// The log line of a compile that ran out of the worker's memory cap (the worker adds it when
+// NVRTC says so; the pool when the compiler's log shows it).
+inline constexpr std::string_view kCompileOutOfMemory =
+    "compilation ran out of memory (the compile worker's memory cap)\n";
+
 // The header text every job is compiled with (pre-included, so it adds no lines to the
 // agent's file), and a short hash of it that versions cache entries and PCH files.
 const std::string& compile_prelude();

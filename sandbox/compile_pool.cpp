@@ -331,9 +331,12 @@ RunEnd Slot::run_on_worker(const CompileJob& job, CompileOutput* out, std::strin
 namespace {
 
 // Whether a compiler log reports memory exhaustion (NVRTC under the worker's address-space cap).
+// "Loop in catastrophic error processing": the front end failed again while reporting a failure,
+// which is how a template explosion that exhausts the cap can end (seen in CI on
+// tests/corpus template_bomb.cu, with no other diagnostic).
 bool ran_out_of_memory(const std::string& log) {
-  for (const char* sign :
-       {"unable to obtain mapped memory", "out of memory", "std::bad_alloc", "memory exhausted"}) {
+  for (const char* sign : {"unable to obtain mapped memory", "out of memory", "std::bad_alloc",
+                           "memory exhausted", "Loop in catastrophic error processing"}) {
     if (log.find(sign) != std::string::npos) return true;
   }
   return false;
@@ -448,7 +451,10 @@ CompileOutput Slot::process(const QueuedJob& item, bool* cacheable) {
       // miss does: not cached (it depends on the worker's state and the machine), and the worker,
       // whose heap the compiler exhausted, is replaced.
       const bool exhausted = out.status == StepStatus::kCompileError && ran_out_of_memory(out.log);
-      if (exhausted) drop_worker();
+      if (exhausted) {
+        drop_worker();
+        if (out.log.find(kCompileOutOfMemory) == std::string::npos) out.log += kCompileOutOfMemory;
+      }
       *cacheable =
           out.status == StepStatus::kOk || (out.status == StepStatus::kCompileError && !exhausted);
       return out;

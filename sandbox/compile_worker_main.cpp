@@ -235,7 +235,7 @@ class CompileWorker {
     }
     if (result == NVRTC_ERROR_OUT_OF_MEMORY) {
       out.status = StepStatus::kCompileError;
-      out.log += "compilation ran out of memory (the compile worker's memory cap)\n";
+      out.log += kCompileOutOfMemory;
       return out;
     }
     if (result != NVRTC_SUCCESS) {
