@@ -9,11 +9,10 @@ the task's reference, so its per-case time sits next to the reference's in one r
 The variants are the ones whose figures the reference sources quote (bench/results/
 h200_reference_variants.json): the partition size of paged_decode_attention, the quotient of
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, and the
-block sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, and the kernels
-of conv2d_3x3 (among them its stages filled by the tensor memory accelerator through
-@tensormap descriptors, bench/gpu/conv2d_3x3_tma.cu) and diffusion/attention's tiles loaded the
-same way, and the sampler's histogram window. Each is
-a textual substitution in today's source; a substitution that no longer applies is an error, not
+block sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's
+stages gathered by cp.async instead of the tensor memory accelerator, and diffusion/attention
+without the proxy fence the cp.async design needed. Each is a textual substitution in today's
+source; a substitution that no longer applies is an error, not
 a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
 """
 import json
@@ -63,118 +62,23 @@ HASH_FOUR = ("hash_grid_encode_kernel<4><<<dim3(cdiv(num_points, 128), num_level
              "128>>>")
 
 
-# diffusion/conv2d_3x3's kernels: the 256-row tiles on the in-step kernel (every thread copies
-# and multiplies, one block barrier a K tile) instead of the warp-specialised one, and the 32 x 32
-# layers on the in-step kernel's 128-row tiles instead of 256-row tiles with K split over a
-# 2-block cluster.
+# diffusion/conv2d_3x3 with the stages of every layer gathered by the cp.async producers of
+# conv2d_3x3_specialized, as before the TMA kernel (the same launches, the plain tensors).
 CONV = "kernels/diffusion/conv2d_3x3.cu"
-CONV_SPECIALIZED = ("conv2d_3x3_specialized<256, 4, 1><<<cdiv(batch * height * width, 256) * "
-                    "cdiv(out_channels, 160), 512, 214144>>>")
-CONV_SPLIT = ("conv2d_3x3_specialized<256, 4, 2><<<cdiv(batch * height * width, 256) * "
-              "cdiv(out_channels, 160) * 2, 512, 214144>>>")
+CONV_CP_ASYNC = [
+    ("// @tensormap input_rows input dims(in_channels, width, height, batch) box(64, width, "
+     "256 / width, 1) swizzle(128)\n", ""),
+    ("// @tensormap weight_taps weight dims(in_channels, 9, out_channels) box(64, 1, 160) "
+     "swizzle(128)\n", ""),
+    ("//     conv2d_3x3_tma<256, 4, ", "//     conv2d_3x3_specialized<256, 4, "),
+    ("(out, input_rows, weight_taps, bias, ", "(out, input, weight, bias, "),
+    ("// @cluster conv2d_3x3_tma<256, 4, 2> (2, 1, 1)\n", ""),
+]
 
 
-# The same layers with the specialised kernel's stages filled by the tensor memory accelerator
-# (bench/gpu/conv2d_3x3_tma.cu, appended to the source) where its boxes fit: 64-channel slices and
-# tiles of whole rows of one image. The other layers keep the reference's kernels.
-CONV_TILES = "cdiv(batch * height * width, 256) * cdiv(out_channels, 160)"
-CONV_TMA_FITS = "in_channels % 64 == 0 && 256 % width == 0 && height * width % 256 == 0"
-CONV_TMA_ARGS = ("(out, input_rows, weight_taps, bias, batch, height, width, in_channels, "
-                 "out_channels)")
-CONV_TMA_LAUNCHES = (
-    "// @tensormap input_rows input dims(in_channels, width, height, batch) "
-    "box(64, width, 256 / width, 1) swizzle(128)\n"
-    "// @tensormap weight_taps weight dims(in_channels, 9, out_channels) box(64, 1, 160) "
-    "swizzle(128)\n"
-    f"// @launch if ({CONV_TMA_FITS} && {CONV_TILES} >= 128)\n"
-    f"//     conv2d_3x3_tma<256, 4, 1><<<{CONV_TILES}, 512, 214144>>>{CONV_TMA_ARGS}\n"
-    f"// @launch if ({CONV_TMA_FITS} && {CONV_TILES} < 128 && {CONV_TILES} >= 64)\n"
-    f"//     conv2d_3x3_tma<256, 4, 2><<<{CONV_TILES} * 2, 512, 214144>>>{CONV_TMA_ARGS}\n"
-    "// @cluster conv2d_3x3_tma<256, 4, 2> (2, 1, 1)\n")
-CONV_LAST = "                                            out_channels, kProducerThreads, produce);\n}\n"
-
-
-def tma_fragment(name):
-    """bench/gpu/tma_copies.cu, then bench/gpu/NAME: the code a TMA variant appends."""
-    return "".join((ROOT / "bench/gpu" / part).read_text() + "\n" for part in ("tma_copies.cu", name))
-
-
-def conv_tma():
-    """The substitutions of the conv2d_3x3 TMA variant."""
-    kernel = tma_fragment("conv2d_3x3_tma.cu")
-    return [
-        (f"// @launch if (in_channels % 8 == 0 && {CONV_TILES} >= 128)\n",
-         CONV_TMA_LAUNCHES + f"// @launch if (!({CONV_TMA_FITS}) && in_channels % 8 == 0 && "
-                             f"{CONV_TILES} >= 128)\n"),
-        (f"// @launch if (in_channels % 8 == 0 && {CONV_TILES} < 128 && ",
-         f"// @launch if (!({CONV_TMA_FITS}) && in_channels % 8 == 0 && {CONV_TILES} < 128 && "),
-        (CONV_LAST, CONV_LAST + "\n" + kernel),
-    ]
-
-
-# diffusion/attention with its query, key and value tiles loaded by the TMA: one producer thread
-# issues two boxes (the 64-column halves of 128 rows of one head, rows past seq_len read as
-# zeros) a tile instead of 128 threads' cp.async copies, in the same 128-byte swizzled layout.
+# diffusion/attention's consumers without fence.proxy.async before their wgmmas: the tiles come
+# by TMA, which writes through the async proxy that wgmma reads through.
 DIT = "kernels/diffusion/attention.cu"
-DIT_MAPS = "".join(
-    f"// @tensormap {name}_rows {name} dims(128, num_heads, seq_len, batch) box(64, 1, 128, 1) "
-    "swizzle(128)\n" for name in ("query", "key", "value"))
-DIT_LAUNCH = "(out, query, key, value, scale, seq_len, num_heads)\n"
-DIT_PARAMS = ("const __nv_bfloat16* __restrict__ query,\n"
-              "                      const __nv_bfloat16* __restrict__ key,\n"
-              "                      const __nv_bfloat16* __restrict__ value, float scale")
-DIT_PRODUCER_START = "    const int thread = static_cast<int>(threadIdx.x);\n    load_tile(q_tile,"
-DIT_PRODUCER_END = "    asm volatile(\"cp.async.wait_all;\\n\" ::: \"memory\");\n    return;\n  }\n"
-DIT_TMA_PRODUCER = """    if (threadIdx.x != 0) return;
-    const int head = static_cast<int>(blockIdx.y);
-    const int sample = static_cast<int>(blockIdx.z);
-    const auto load = [&](unsigned tile, const CUtensorMap& rows, int first_row, unsigned bar) {
-      arrive_expecting(bar, kTileBytes);
-      load_box(tile, rows, 0, head, first_row, sample, bar);
-      load_box(tile + kHalfBytes, rows, 64, head, first_row, sample, bar);
-    };
-    load(q_tile, query_rows, q0, full_q);
-    for (int tile = 0; tile < kv_tiles; ++tile) {
-      const int s = tile % kStages;
-      const unsigned reuse = ((tile / kStages) + 1) & 1;  // parity of the consumers' release
-      if (tile >= kStages) barrier_wait(empty_k(s), reuse);
-      load(k_tile(s), key_rows, tile * kBlockKV, full_k(s));
-      if (tile >= kStages) barrier_wait(empty_v(s), reuse);
-      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s));
-    }
-    return;
-  }
-"""
-
-
-def attention_tma():
-    """The substitutions of the diffusion/attention TMA variant."""
-    source = (ROOT / DIT).read_text()
-    start = source.index(DIT_PRODUCER_START)
-    producer = source[start:source.index(DIT_PRODUCER_END, start) + len(DIT_PRODUCER_END)]
-    return [
-        ("// @launch attention_forward<<<", DIT_MAPS + "// @launch attention_forward<<<"),
-        (DIT_LAUNCH, "(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads)\n"),
-        (DIT_PARAMS, "const __grid_constant__ CUtensorMap query_rows,\n"
-                     "                      const __grid_constant__ CUtensorMap key_rows,\n"
-                     "                      const __grid_constant__ CUtensorMap value_rows, "
-                     "float scale"),
-        ("    barrier_init(full_q, 128);", "    barrier_init(full_q, 1);"),
-        ("      barrier_init(full_k(s), 128);\n      barrier_init(full_v(s), 128);",
-         "      barrier_init(full_k(s), 1);\n      barrier_init(full_v(s), 1);"),
-        (producer, DIT_TMA_PRODUCER),
-        ("// out, query, key, value: [batch, seq_len, num_heads, 128] bf16",
-         (ROOT / "bench/gpu/tma_copies.cu").read_text() +
-         "\n// out, query, key, value: [batch, seq_len, num_heads, 128] bf16"),
-    ]
-
-
-# llm/top_k_top_p_sampling_from_logits's histogram over 8 nats below the max instead of 16: at
-# std-4 logits about a third of a 128k row lies within 16 nats of its max and pays a
-# shared-memory atomic in the histogram pass, about 1100 logits within 8 (enough for k <= 1000
-# but not for a p = 0.95 nucleus, whose rows then take the global-memory path: correct, slower).
-SAMPLING = "kernels/llm/top_k_top_p_sampling_from_logits.cu"
-SAMPLING_BUCKETS = "constexpr int kBuckets = 32;"
 
 
 def block_size(threads, *tiles):
@@ -255,19 +159,9 @@ VARIANTS = [
                       "  const int sample = static_cast<int>(slot - static_cast<long long>(table) "
                       "* batch);")]),
     ("diffusion/conv2d_3x3", CONV, "reference", []),
-    ("diffusion/conv2d_3x3", CONV, "256_row_tiles_in_step",
-     [(CONV_SPECIALIZED, "conv2d_3x3_kernel<256, 4, true><<<cdiv(batch * height * width, 256) * "
-                         "cdiv(out_channels, 160), 256, 214016>>>")]),
-    ("diffusion/conv2d_3x3", CONV, "small_images_on_128_row_tiles_in_step",
-     [(CONV_SPLIT, "conv2d_3x3_kernel<128, 5, true><<<cdiv(batch * height * width, 128) * "
-                   "cdiv(out_channels, 160), 256, 185344>>>"),
-      ("// @cluster conv2d_3x3_specialized<256, 4, 2> (2, 1, 1)\n", "")]),
-    ("diffusion/conv2d_3x3", CONV, "tma_stages", conv_tma()),
-    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
-    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "histogram_over_8_nats",
-     [(SAMPLING_BUCKETS, "constexpr int kBuckets = 16;")]),
+    ("diffusion/conv2d_3x3", CONV, "cp_async_stages", CONV_CP_ASYNC),
     ("diffusion/attention", DIT, "reference", []),
-    ("diffusion/attention", DIT, "tma_tiles", attention_tma()),
+    ("diffusion/attention", DIT, "without_proxy_fence", [("    fence_for_wgmma();\n", "")]),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),

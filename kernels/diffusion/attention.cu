@@ -14,15 +14,20 @@
 // torch's scaled_dot_product_attention).
 //
 // Launch plan: one block of three warpgroups (384 threads) per 128 query rows of one (sample,
-// head): a producer warpgroup that copies tiles into shared memory and two consumer warpgroups
-// of 64 query rows each; blocks that share a head are numbered consecutively, so the blocks
-// resident at a time read the same keys and values from L2. Dynamic shared memory: the query
-// tile and two stages of a 128-row key tile and a 128-row value tile, 32 KiB each, 1 KiB to
-// align the tiles to the 1024-byte swizzle pattern and 128 bytes of barriers: 164992 bytes, one
-// block an SM.
+// head): a producer warpgroup, one thread of which loads the tiles into shared memory with the
+// tensor memory accelerator (the @tensormap maps below: each tensor viewed as
+// [batch][seq_len][num_heads][128], a box of 64 columns of 128 rows of one head), and two
+// consumer warpgroups of 64 query rows each; blocks that share a head are numbered
+// consecutively, so the blocks resident at a time read the same keys and values from L2. Dynamic
+// shared memory: the query tile and two stages of a 128-row key tile and a 128-row value tile, 32
+// KiB each, 1 KiB to align the tiles to the 1024-byte swizzle pattern and 128 bytes of barriers:
+// 164992 bytes, one block an SM.
 //
 // clang-format off
-// @launch attention_forward<<<dim3(cdiv(seq_len, 128), num_heads, batch), 384, 164992>>>(out, query, key, value, scale, seq_len, num_heads)
+// @tensormap query_rows query dims(128, num_heads, seq_len, batch) box(64, 1, 128, 1) swizzle(128)
+// @tensormap key_rows key dims(128, num_heads, seq_len, batch) box(64, 1, 128, 1) swizzle(128)
+// @tensormap value_rows value dims(128, num_heads, seq_len, batch) box(64, 1, 128, 1) swizzle(128)
+// @launch attention_forward<<<dim3(cdiv(seq_len, 128), num_heads, batch), 384, 164992>>>(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads)
 // clang-format on
 //
 // Design notes (why, for whoever optimises this next):
@@ -40,16 +45,18 @@
 //   nor a transposed V is ever written.
 // - Shared memory tiles use the 128-byte swizzle wgmma reads: a 128 x 128 tile is two 64-column
 //   halves of 128-byte rows, and 16-byte chunk c of row r sits at chunk c ^ (r % 8) of its row,
-//   8 rows (1024 bytes) per swizzle atom. The producer's cp.async copies write that layout
-//   directly (each thread copies a fixed chunk column, so its swizzle is one XOR computed once).
+//   8 rows (1024 bytes) per swizzle atom. The tensor maps' 128-byte swizzle writes that layout
+//   directly: a tile is two boxes, one per 64-column half.
 //   Descriptors: Q and K are K-major (stride between 8-row groups 1024 bytes; a k16 step is +32
 //   bytes inside the atom); V is MN-major (8-key groups 1024 bytes apart, the second 64-column
 //   half 16384 bytes on).
 // - Producer and consumers meet at mbarriers: per stage a "full" barrier for the key tile and
-//   one for the value tile (each producer thread's copies arrive on it when they land:
-//   cp.async.mbarrier.arrive.noinc) and an "empty" one each that the eight consumer warps
-//   arrive on once their wgmmas have read the tile. The consumer fences the async proxy
-//   (fence.proxy.async) after its wait, before its wgmmas read what cp.async wrote. setmaxnreg
+//   one for the value tile (the producer thread arrives once, telling it the tile's 32 KiB to
+//   expect, and the two boxes' bytes complete it as they land: mbarrier.arrive.expect_tx) and
+//   an "empty" one each that the eight consumer warps arrive on once their wgmmas have read
+//   the tile. The consumer still fences the async proxy (fence.proxy.async) after its wait, as
+//   the cp.async design had to (the TMA writes through the async proxy; not yet measured
+//   without). setmaxnreg
 //   gives the producer 56 registers and each consumer thread 224: the block starts at 168 a
 //   thread (64512 of 65536), and the consumers' increase (256 x 56) must not exceed what the
 //   producer gives back (128 x 112), or setmaxnreg.inc waits forever; a persistent variant at
@@ -67,19 +74,21 @@
 //   exponent, p = 2^(s * scale * log2(e) - m * scale * log2(e)) (one FFMA and one MUFU.EX2 a
 //   score). Row sums are kept per thread (a quarter of the row's columns) and reduced across
 //   the quad at the end; row maxima are reduced every tile (2 shuffles).
-// - Tails: rows at or past seq_len are zero-filled by cp.async without reading memory; keys
+// - Tails: rows at or past seq_len lie outside the tensor map's extent, which the TMA writes as
+//   zeros without reading memory; keys
 //   past the end get a score of -inf (only the last key tile checks), so they weigh exactly 0
 //   and their zero values add nothing; query rows past the end are computed on zeros and not
 //   stored.
 // - Measured on the H200 (bench/results/h200_reference_variants_attention.json): 1.33x the
 //   speed of the earlier design (both warpgroups loading and computing in step at one block
-//   barrier a tile); three stages instead of two change nothing. Side by side with the
-//   libraries in one run (h200_parity.json) it is still 1.05-1.14x behind the faster of
-//   FlashInfer's FlashAttention-3 kernel and cuDNN's. What they do that this does not: a
-//   persistent grid whose producer loads the next tile's query and keys while the consumers
-//   finish the epilogue (FLUX's 864 blocks are 6.5 waves of 132, each block paying its start
-//   and its epilogue), TMA loads instead of 128 producer threads issuing cp.async, and wider key
-//   tiles (FlashAttention-3 takes 176 keys a tile at head size 128).
+//   barrier a tile); three stages instead of two change nothing. Loading the tiles by TMA
+//   instead of 128 producer threads issuing cp.async made it 1.05-1.06x faster on every visible
+//   case (h200_reference_variants_tma.json, 2026-12-04). Side by side with the libraries
+//   (h200_parity.json) the remaining gap to the faster of FlashInfer's FlashAttention-3 kernel
+//   and cuDNN's is what they do that this does not: a persistent grid whose producer loads the
+//   next tile's query and keys while the consumers finish the epilogue (FLUX's 864 blocks are
+//   6.5 waves of 132, each block paying its start and its epilogue), and wider key tiles
+//   (FlashAttention-3 takes 176 keys a tile at head size 128).
 
 #include <cuda_bf16.h>
 
@@ -102,17 +111,21 @@ __device__ __forceinline__ unsigned shared_address(const void* pointer) {
   return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
 }
 
-// 16-byte global -> shared copy that bypasses L1. With `valid` false nothing is read (src-size
-// 0) and the 16 bytes are zero-filled; `source` must still be a mapped address.
-__device__ __forceinline__ void copy_async_16(unsigned destination, const void* source,
-                                              bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source),
-               "r"(valid ? 16 : 0));
+// One arrival on `bar` that also expects `bytes` of bulk copies to complete on it.
+__device__ __forceinline__ void arrive_expecting(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
 }
 
-// The barrier at `bar` gets one arrival once every copy this thread issued before has landed.
-__device__ __forceinline__ void arrive_when_copied(unsigned bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+// The box of `map` at coordinates (c0, c1, c2, c3) into shared memory at `destination`, counted
+// on `bar` as its bytes land. Elements outside the tensor's extents are written as zeros.
+__device__ __forceinline__ void load_box(unsigned destination, const CUtensorMap& map, int c0,
+                                         int c1, int c2, int c3, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(destination),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
 }
 
 __device__ __forceinline__ void barrier_init(unsigned bar, unsigned count) {
@@ -136,7 +149,9 @@ __device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity) {
   } while (!done);
 }
 
-// Tiles written through the generic proxy (cp.async), read by wgmma through the async proxy.
+// Orders this thread's earlier shared-memory accesses (generic proxy) before wgmma's reads
+// (async proxy). The TMA writes the tiles through the async proxy itself; the fence stays from
+// the cp.async design (measured with it, see the design notes).
 __device__ __forceinline__ void fence_for_wgmma() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -149,22 +164,6 @@ __device__ __forceinline__ void named_sync(int id) {
 
 __device__ __forceinline__ void named_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
-}
-
-// Copies rows [first_row, first_row + 128) of one head into the swizzled tile at `tile` with the
-// 128 producer threads: thread t copies chunk t % 16 of rows t / 16 + 8 k.
-__device__ __forceinline__ void load_tile(unsigned tile, const __nv_bfloat16* head, int first_row,
-                                          int seq_len, long long row_stride, int thread) {
-  const int chunk = thread % 16;
-  const int row = thread / 16;  // 0 .. 7: every row it copies has this row % 8
-  const unsigned swizzled = (chunk / 8) * kHalfBytes + row * 128 + (((chunk % 8) ^ row) << 4);
-  const __nv_bfloat16* source = head + (first_row + row) * row_stride + chunk * 8;
-#pragma unroll
-  for (int k = 0; k < kBlockKV / 8; ++k) {
-    const bool valid = first_row + row + 8 * k < seq_len;
-    copy_async_16(tile + swizzled + k * 8 * 128, valid ? source : head, valid);
-    source += 8 * row_stride;
-  }
 }
 
 // A wgmma shared-memory descriptor with the 128-byte swizzle: start address, leading and stride
@@ -272,9 +271,10 @@ __device__ __forceinline__ unsigned pack_bf16(float low, float high) {
 // Launch: grid (cdiv(seq_len, 128), num_heads, batch), 384 threads, 164992 bytes of dynamic
 // shared memory.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    attention_forward(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ query,
-                      const __nv_bfloat16* __restrict__ key,
-                      const __nv_bfloat16* __restrict__ value, float scale, int seq_len,
+    attention_forward(__nv_bfloat16* __restrict__ out,
+                      const __grid_constant__ CUtensorMap query_rows,
+                      const __grid_constant__ CUtensorMap key_rows,
+                      const __grid_constant__ CUtensorMap value_rows, float scale, int seq_len,
                       int num_heads) {
   extern __shared__ __align__(16) unsigned char shared_storage[];
   const unsigned base = (shared_address(shared_storage) + kSwizzleAtomBytes - 1) &
@@ -292,10 +292,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   auto v_tile = [&](int s) { return base + (2 + 2 * s) * kTileBytes; };
 
   if (threadIdx.x == 0) {
-    barrier_init(full_q, 128);
+    barrier_init(full_q, 1);
     for (int s = 0; s < kStages; ++s) {
-      barrier_init(full_k(s), 128);
-      barrier_init(full_v(s), 128);
+      barrier_init(full_k(s), 1);
+      barrier_init(full_v(s), 1);
       barrier_init(empty_k(s), 8);  // one arrival per consumer warp
       barrier_init(empty_v(s), 8);
     }
@@ -313,20 +313,23 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     // Producer: the query tile, then every key and value tile through the stages.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
-    const int thread = static_cast<int>(threadIdx.x);
-    load_tile(q_tile, query + head_offset, q0, seq_len, row_stride, thread);
-    arrive_when_copied(full_q);
+    if (threadIdx.x != 0) return;
+    const int head = static_cast<int>(blockIdx.y);
+    const int sample = static_cast<int>(blockIdx.z);
+    const auto load = [&](unsigned tile, const CUtensorMap& rows, int first_row, unsigned bar) {
+      arrive_expecting(bar, kTileBytes);
+      load_box(tile, rows, 0, head, first_row, sample, bar);
+      load_box(tile + kHalfBytes, rows, 64, head, first_row, sample, bar);
+    };
+    load(q_tile, query_rows, q0, full_q);
     for (int tile = 0; tile < kv_tiles; ++tile) {
       const int s = tile % kStages;
       const unsigned reuse = ((tile / kStages) + 1) & 1;  // parity of the consumers' release
       if (tile >= kStages) barrier_wait(empty_k(s), reuse);
-      load_tile(k_tile(s), key + head_offset, tile * kBlockKV, seq_len, row_stride, thread);
-      arrive_when_copied(full_k(s));
+      load(k_tile(s), key_rows, tile * kBlockKV, full_k(s));
       if (tile >= kStages) barrier_wait(empty_v(s), reuse);
-      load_tile(v_tile(s), value + head_offset, tile * kBlockKV, seq_len, row_stride, thread);
-      arrive_when_copied(full_v(s));
+      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s));
     }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
 

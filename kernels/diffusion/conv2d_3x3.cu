@@ -19,41 +19,52 @@
 // the fly (never materialised). Pixel m + (r - 1) * width + (s - 1) is the neighbour at tap
 // (r, s) when it lies inside the image, so a row's gather is one offset per tap.
 //
-// Launch plan: two kernels over the same tiling. A block computes a BM x 160 tile of out with
+// Launch plan: one tiling, three ways to fill it. A block computes a BM x 160 tile of out with
 // two consumer warpgroups, warpgroup g the rows [g BM / 2, (g + 1) BM / 2), as BM / 128
 // wgmma.m64n160k16 accumulators (80 fp32 registers each per thread). K advances 64 at a time
 // (one tap, 64 channels; the nine taps of a slice of 64 channels one after another) through a
 // ring of shared-memory stages; the grid is one block per output tile, column tiles fastest
 // (blocks resident together read the same input rows).
-// - conv2d_3x3_specialized<256, 4, 1> (512 threads) where 256-row tiles still fill the 132
-//   SMs: two producer warpgroups gather the stages with cp.async and signal each on an
-//   mbarrier, the two consumers multiply and release them, and neither side waits for the
-//   other's whole block.
-// - conv2d_3x3_specialized<256, 4, 2> where 256-row tiles fill only half of them (the 32 x 32
-//   layers: 64 tiles): two blocks a tile, a 2-block cluster, each summing half of K; rank 1
-//   leaves its fp32 partial sums in its shared memory and rank 0 adds them through
-//   distributed shared memory before the one rounding.
+// - conv2d_3x3_tma<256, 4, 1> (512 threads) where 256-row tiles still fill the 132 SMs and the
+//   TMA's boxes fit (in_channels % 64 == 0, tiles of whole image rows: every SDXL layer but
+//   conv_in): one producer thread loads each stage as two bulk tensor copies (the @tensormap
+//   maps input_rows and weight_taps) and the two consumer warpgroups multiply and release them,
+//   meeting at mbarriers, neither side waiting for the other's whole block.
+// - conv2d_3x3_tma<256, 4, 2> where 256-row tiles fill only half of them (the 32 x 32 layers:
+//   64 tiles): two blocks a tile, a 2-block cluster, each summing half of K; rank 1 leaves its
+//   fp32 partial sums in its shared memory and rank 0 adds them through distributed shared
+//   memory before the one rounding.
+// - conv2d_3x3_specialized<256, 4, 1 or 2>: the same two launches for layers the boxes do not
+//   fit (channel counts that are multiples of 8 but not of 64, images whose rows do not tile
+//   256), its stages gathered by two producer warpgroups with cp.async.
 // - conv2d_3x3_kernel<128, 5> (256 threads) for smaller problems: both warpgroups copy and
 //   multiply in step, one block barrier a K tile; and conv2d_3x3_kernel<128, 4, false> for
 //   channel counts that are not multiples of 8 (conv_in's 4), whose loads go element by
 //   element.
 //
 //   case                   M       BM x BN     blocks   waves on 132 SMs   kernel
-//   128 x 128 x 320 -> 320  32768  256 x 160   256      1.94               specialized
-//   64 x 64 x 640 -> 640     8192  256 x 160   128      0.97               specialized
-//   64 x 64 x 320 -> 640     8192  256 x 160   128      0.97               specialized
-//   32 x 32 x 1280 -> 1280   2048  256 x 160   2 x 64   0.97               K split in two
-//   32 x 32 x 640 -> 1280    2048  256 x 160   2 x 64   0.97               K split in two
+//   128 x 128 x 320 -> 320  32768  256 x 160   256      1.94               tma
+//   64 x 64 x 640 -> 640     8192  256 x 160   128      0.97               tma
+//   64 x 64 x 320 -> 640     8192  256 x 160   128      0.97               tma
+//   32 x 32 x 1280 -> 1280   2048  256 x 160   2 x 64   0.97               tma, K split in two
+//   32 x 32 x 640 -> 1280    2048  256 x 160   2 x 64   0.97               tma, K split in two
 //
 // 160 columns divide every SDXL width (320, 640, 1280) and make each case's grid a whole
-// number of waves (97 % of the 132 SMs busy). Both specialised launches take 209 KiB of
+// number of waves (97 % of the 132 SMs busy). The four 256-row launches take 209 KiB of
 // shared memory. The in-step 128-row tile takes 5 stages rather than 6 so that the carveout
 // leaves 60 KiB of L1 for the activation rows its nine taps share (below).
 //
 // clang-format off
-// @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 128)
+// @tensormap input_rows input dims(in_channels, width, height, batch) box(64, width, 256 / width, 1) swizzle(128)
+// @tensormap weight_taps weight dims(in_channels, 9, out_channels) box(64, 1, 160) swizzle(128)
+// @launch if (in_channels % 64 == 0 && 256 % width == 0 && height * width % 256 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 128)
+//     conv2d_3x3_tma<256, 4, 1><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 512, 214144>>>(out, input_rows, weight_taps, bias, batch, height, width, in_channels, out_channels)
+// @launch if (in_channels % 64 == 0 && 256 % width == 0 && height * width % 256 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 64)
+//     conv2d_3x3_tma<256, 4, 2><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160) * 2, 512, 214144>>>(out, input_rows, weight_taps, bias, batch, height, width, in_channels, out_channels)
+// @cluster conv2d_3x3_tma<256, 4, 2> (2, 1, 1)
+// @launch if (!(in_channels % 64 == 0 && 256 % width == 0 && height * width % 256 == 0) && in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 128)
 //     conv2d_3x3_specialized<256, 4, 1><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160), 512, 214144>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
-// @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 64)
+// @launch if (!(in_channels % 64 == 0 && 256 % width == 0 && height * width % 256 == 0) && in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 128 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) >= 64)
 //     conv2d_3x3_specialized<256, 4, 2><<<cdiv(batch * height * width, 256) * cdiv(out_channels, 160) * 2, 512, 214144>>>(out, input, weight, bias, batch, height, width, in_channels, out_channels)
 // @cluster conv2d_3x3_specialized<256, 4, 2> (2, 1, 1)
 // @launch if (in_channels % 8 == 0 && cdiv(batch * height * width, 256) * cdiv(out_channels, 160) < 64)
@@ -93,11 +104,18 @@
 //   A producer thread copies 8 A rows and 5 B rows a stage; which taps of its A rows are
 //   padding is worked out once, nine bits a row. setmaxnreg gives the producers 56 registers
 //   and the consumers 200 (two m64n160 accumulators are 160): 256 x 56 + 256 x 200 = 65536.
+// - The TMA kernel (conv2d_3x3_tma) is the specialised pipeline with one producer thread: per
+//   K tile it tells the stage's "full" barrier how many bytes to expect (mbarrier.arrive
+//   .expect_tx) and issues the two boxes, whose bytes complete the barrier as they land. The
+//   tensor map's 128-byte swizzle writes each box exactly as the wgmma descriptors read it, the
+//   shift by the tap is a change of box coordinates (negative or past the image reads as
+//   zeros), and the copies bypass L1 and the registers of 256 producer threads.
 // - Measured on the H200 (h200_reference_variants_conv2d.json, h200_parity.json): the
 //   specialised kernel is 1.15-1.17x the in-step one on the 256-row tiles; on the 32 x 32
 //   layers the K split is 1.07x the in-step 128-row tiles at 1280 input channels and even
-//   (0.99) at 640. Against the faster of cuDNN and torch.compile that is 0.94-1.09x on the
-//   64- and 128-pixel layers and 1.17-1.20x on the 32 x 32 ones.
+//   (0.99) at 640. The TMA kernel is 1.17-1.26x the specialised one on every SDXL layer
+//   (h200_reference_variants_tma.json, 2026-12-04), which took the 32 x 32 layers from
+//   1.17-1.21x the faster of cuDNN and torch.compile to parity (h200_parity.json).
 // - Arithmetic intensity from L2: a 256 x 160 tile moves 53 KiB per 5.2 MFLOP (97 FLOP/byte,
 //   about 10 TB/s of L2 traffic at the tensor cores' peak), 128 x 160 36 KiB per 2.6 MFLOP
 //   (71 FLOP/byte, 14 TB/s at peak) if every copy came from L2. The activations do not all:
@@ -112,8 +130,9 @@
 //   consumer reads its A rows (2 KiB per m64) and all of B (5 KiB) per m64, under 90 bytes per
 //   clock at peak, within the SM's 128.
 // - Padding costs nothing: a neighbour outside the image (the halo), a pixel past M or a
-//   channel past C_in is a cp.async with source size 0, which reads nothing and writes zeros;
-//   zero rows and columns add nothing to the sums. Rows past M and columns past C_out are not
+//   channel past C_in is a cp.async with source size 0, which reads nothing and writes zeros
+//   (for the TMA, a box element outside the tensor's extents); zero rows and columns add
+//   nothing to the sums. Rows past M and columns past C_out are not
 //   stored.
 // - The 32 x 32 layers (M = 2048) have 64 tiles of 256 x 160: a wave of 128 blocks needs K
 //   split in two. The partial sums (160 KiB a block) go through the stages, which are free
@@ -123,19 +142,21 @@
 //   producers stay for both barriers (barrier.cluster counts every thread of the cluster).
 //   cuDNN runs these layers on 128 x 128 tiles with the K loop split across blocks ("segment
 //   k"), 120 blocks for 160 tiles.
-// - Where the rest of the time goes (a one-off probe, read by hand, not a committed
-//   benchmark): timed apart, the specialised kernel's copies alone and its multiplies alone
-//   each take well over half of the whole, and together they overlap poorly, on every layer.
+// - Where the time went before the TMA (a one-off probe of the cp.async kernel, read by hand,
+//   not a committed benchmark): timed apart, its copies alone and its multiplies alone each
+//   took well over half of the whole, and together they overlapped poorly, on every layer.
 //   Gathering each channel slice's input rows once per tap column (a window of kBlockM + 2 width
 //   rows, the three tap rows read from it at offsets of one image row: a third to a half fewer
 //   activation copies) was no faster; neither were .cg activation copies or one producer
-//   warpgroup instead of two. Nsight Compute shows cuDNN's kernels bypassing L1 (TMA
-//   loads, by all signs) with the tensor cores 69-79 % busy, where this kernel's are about 55 %
-//   busy. TMA needs a tensor map, which device code cannot make: tensormap.replace sets the
-//   documented fields, but a map built that way from zeros differs from cuTensorMapEncodeTiled's in
-//   bytes that no field covers. The launch plan's @tensormap now passes host-built maps (to
-//   agents too): bench/gpu/conv2d_3x3_tma.cu is this kernel with its stages filled by the TMA
-//   (one thread, two boxes a K tile), a variant of bench/gpu/variants.py.
+//   warpgroup instead of two. Nsight Compute showed cuDNN's kernels bypassing L1 (TMA loads, by
+//   all signs) with the tensor cores 69-79 % busy, where the cp.async kernel's were about 55 %
+//   busy. A tensor map cannot be made in device code (tensormap.replace sets the documented
+//   fields, but a map built that way from zeros differs from cuTensorMapEncodeTiled's in bytes
+//   that no field covers), hence the launch plan's @tensormap: host-built maps for each call.
+// - Not tried yet: a producer of one warp instead of two warpgroups of which one thread works
+//   (the registers and the 256 idle threads would go to a third consumer warpgroup or to larger
+//   tiles), and clusters of blocks on neighbouring row tiles of one column tile, each weight box
+//   loaded once and multicast to all of them.
 
 #include <cuda_bf16.h>
 
@@ -216,6 +237,32 @@ __device__ __forceinline__ void barrier_arrive(unsigned bar) {
 // The barrier at `bar` gets one arrival once every copy this thread issued before has landed.
 __device__ __forceinline__ void arrive_when_copied(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// One arrival on `bar` that also expects `bytes` of bulk copies to complete on it.
+__device__ __forceinline__ void arrive_expecting(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// The box of `map` at coordinates (c0, c1, c2[, c3]) into shared memory at `destination`,
+// counted on `bar` as it lands.
+__device__ __forceinline__ void load_box(unsigned destination, const CUtensorMap& map, int c0,
+                                         int c1, int c2, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(destination),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void load_box(unsigned destination, const CUtensorMap& map, int c0,
+                                         int c1, int c2, int c3, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(destination),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
 }
 
 // Every thread of both blocks of the cluster: shared-memory writes before it are visible to
@@ -800,4 +847,45 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
   };
   run_specialized<kBlockM, kStages, kSplit>(out, bias, batch, height, width, in_channels,
                                             out_channels, kProducerThreads, produce);
+}
+
+// conv2d_3x3_specialized with its stages filled by the tensor memory accelerator (same sums,
+// same tiling, same launch), for the layers whose boxes fit: in_channels % 64 == 0 and tiles of
+// whole rows of one image (width divides kBlockM and kBlockM divides height * width), every
+// SDXL layer but conv_in. Per K tile one producer thread issues two bulk tensor copies: a box of
+// the input (64 channels of the tile's kBlockM / width image rows, shifted by the tap; the TMA
+// reads the halo outside the image as zeros) and a box of the weight (64 channels of one tap of
+// 160 output channels), both landing in the 128-byte swizzle the consumers' wgmma descriptors
+// read; the stage's "full" barrier completes when their bytes have arrived.
+//
+// input_rows: input as [batch][height][width][in_channels], box (64, width, kBlockM / width, 1);
+// weight_taps: weight as [out_channels][9][in_channels], box (64, 1, 160); both 128-byte
+// swizzled (the @tensormap directives above).
+template <int kBlockM, int kStages, int kSplit>
+__global__ void __launch_bounds__(kProducerThreads + 256, 1)
+    conv2d_3x3_tma(__nv_bfloat16* __restrict__ out, const __grid_constant__ CUtensorMap input_rows,
+                   const __grid_constant__ CUtensorMap weight_taps,
+                   const __nv_bfloat16* __restrict__ bias, int batch, int height, int width,
+                   int in_channels, int out_channels) {
+  const auto produce = [&](const Pipeline& pipeline, int thread) {
+    if (thread != 0) return;
+    const int image_pixels = height * width;
+    const int image = pipeline.m0 / image_pixels;
+    const int first_row = pipeline.m0 % image_pixels / width;
+    for (int k_tile = pipeline.k_begin; k_tile < pipeline.k_end; ++k_tile) {
+      const int step = k_tile - pipeline.k_begin;
+      const int s = step % kStages;
+      if (step >= kStages) barrier_wait(pipeline.empty(s), ((step / kStages) + 1) & 1);
+      const int slice = k_tile / 9;
+      const int tap = k_tile - slice * 9;
+      const unsigned full = pipeline.full(s);
+      arrive_expecting(full, (kBlockM + kBlockN) * kRowBytes);
+      load_box(pipeline.stage(s), input_rows, slice * kBlockK, tap % 3 - 1, first_row + tap / 3 - 1,
+               image, full);
+      load_box(pipeline.stage(s) + kBlockM * kRowBytes, weight_taps, slice * kBlockK, tap,
+               pipeline.n0, full);
+    }
+  };
+  run_specialized<kBlockM, kStages, kSplit>(out, bias, batch, height, width, in_channels,
+                                            out_channels, 1, produce);
 }
