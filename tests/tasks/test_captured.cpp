@@ -20,8 +20,10 @@ using namespace crucible::tasks;
 
 namespace {
 
-const std::filesystem::path kCases =
-    std::filesystem::path(CRUCIBLE_SOURCE_DIR) / "tasks" / "capture" / "cases" / "stories260K";
+const std::filesystem::path kCaptures =
+    std::filesystem::path(CRUCIBLE_SOURCE_DIR) / "tasks" / "capture" / "cases";
+const std::filesystem::path kCases = kCaptures / "stories260K";
+const std::filesystem::path kOcrCases = kCaptures / "pp_ocrv4";
 
 // A safetensors file from a header text and a data section.
 std::string safetensors_bytes(const std::string& header, const std::string& data) {
@@ -45,19 +47,40 @@ std::string error_of(const std::string& header, const std::string& data) {
   return parsed.error().message;
 }
 
-std::vector<std::filesystem::path> committed_groups() {
+std::vector<std::filesystem::path> committed_groups(const std::filesystem::path& folder) {
   std::vector<std::filesystem::path> paths;
-  for (const auto& entry : std::filesystem::directory_iterator(kCases)) {
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
     if (entry.path().extension() == ".safetensors") paths.push_back(entry.path());
   }
   std::sort(paths.begin(), paths.end());
   return paths;
 }
 
+// Every tensor of a loaded group is in its file with the recorded shape, dtype and sha256;
+// returns how many there were.
+std::size_t check_tensors(const CapturedGroup& group) {
+  std::size_t tensors = 0;
+  REQUIRE_FALSE(group.cases.empty());
+  for (const CapturedCase& c : group.cases) {
+    for (const CapturedTensorRecord& r : c.tensors) {
+      const CapturedTensor* t = group.file.find(r.name);
+      REQUIRE(t != nullptr);
+      // Independent of load_captured's own check: the bytes hash to the recorded sha256.
+      CHECK(core::sha256_hex(std::string_view(reinterpret_cast<const char*>(t->bytes.data()),
+                                              t->bytes.size())) == r.sha256);
+      CHECK(t->shape == r.shape);
+      CHECK(t->dtype == r.dtype);
+      CHECK(std::int64_t(t->bytes.size()) == t->numel() * std::int64_t(dtype_size(t->dtype)));
+      ++tensors;
+    }
+  }
+  return tensors;
+}
+
 }  // namespace
 
 TEST_CASE("captured: every committed stories260K group loads and agrees with its provenance") {
-  const auto paths = committed_groups();
+  const auto paths = committed_groups(kCases);
   REQUIRE(paths.size() == 17);
   std::size_t tensors = 0;
   for (const auto& path : paths) {
@@ -66,22 +89,28 @@ TEST_CASE("captured: every committed stories260K group loads and agrees with its
     REQUIRE_MESSAGE(group.ok(), (group.ok() ? "" : group.error().message));
     CHECK(group->model == "stories260K");
     CHECK((group->phase == "prefill") != group->step.has_value());
-    REQUIRE_FALSE(group->cases.empty());
-    for (const CapturedCase& c : group->cases) {
-      for (const CapturedTensorRecord& r : c.tensors) {
-        const CapturedTensor* t = group->file.find(r.name);
-        REQUIRE(t != nullptr);
-        // Independent of load_captured's own check: the bytes hash to the recorded sha256.
-        CHECK(core::sha256_hex(std::string_view(reinterpret_cast<const char*>(t->bytes.data()),
-                                                t->bytes.size())) == r.sha256);
-        CHECK(t->shape == r.shape);
-        CHECK(t->dtype == r.dtype);
-        CHECK(std::int64_t(t->bytes.size()) == t->numel() * std::int64_t(dtype_size(t->dtype)));
-        ++tensors;
-      }
-    }
+    tensors += check_tensors(*group);
   }
   CHECK(tensors > 100);
+}
+
+TEST_CASE("captured: the committed PP-OCRv4 groups load and agree with their provenance") {
+  const auto paths = committed_groups(kOcrCases);
+  REQUIRE(paths.size() == 2);
+  for (const auto& path : paths) {
+    CAPTURE(path.string());
+    auto group = load_captured(path);
+    REQUIRE_MESSAGE(group.ok(), (group.ok() ? "" : group.error().message));
+    CHECK(group->model.rfind("PP-OCRv4 ", 0) == 0);
+    CHECK(group->phase == "forward");
+    CHECK_FALSE(group->step.has_value());
+    CHECK(group->cases.size() == 5);
+    // input, weight, bias and out of each of the five calls, all bf16.
+    CHECK(check_tensors(*group) == 20);
+    for (const CapturedCase& c : group->cases) {
+      for (const CapturedTensorRecord& r : c.tensors) CHECK(r.dtype == core::DType::kBF16);
+    }
+  }
 }
 
 TEST_CASE("captured: index tensors are int64 and int32 and activations bf16, as the tasks use") {
