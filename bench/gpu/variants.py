@@ -8,12 +8,11 @@ the task's reference, so its per-case time sits next to the reference's in one r
 
 The variants are the ones whose figures the reference sources quote (bench/results/
 h200_reference_variants.json): the partition size of paged_decode_attention, the quotient of
-dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, and the
-block sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's
-stages gathered by cp.async instead of the tensor memory accelerator, and diffusion/attention
-without the proxy fence the cp.async design needed. Each is a textual substitution in today's
-source; a substitution that no longer applies is an error, not
-a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
+dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, the block
+sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, and conv2d_3x3's stages
+gathered by cp.async instead of the tensor memory accelerator. Each is a textual substitution
+in today's source; a substitution that no longer applies is an error, not a silent no-op.
+`--tasks ID ...` keeps the variants of those tasks only.
 """
 import json
 import pathlib
@@ -76,9 +75,6 @@ CONV_CP_ASYNC = [
 ]
 
 
-# diffusion/attention's consumers without fence.proxy.async before their wgmmas: the tiles come
-# by TMA, which writes through the async proxy that wgmma reads through.
-DIT = "kernels/diffusion/attention.cu"
 
 
 def block_size(threads, *tiles):
@@ -160,8 +156,6 @@ VARIANTS = [
                       "* batch);")]),
     ("diffusion/conv2d_3x3", CONV, "reference", []),
     ("diffusion/conv2d_3x3", CONV, "cp_async_stages", CONV_CP_ASYNC),
-    ("diffusion/attention", DIT, "reference", []),
-    ("diffusion/attention", DIT, "without_proxy_fence", [("    fence_for_wgmma();\n", "")]),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),

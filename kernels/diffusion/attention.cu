@@ -55,9 +55,10 @@
 //   expect, and the two boxes' bytes complete it as they land: mbarrier.arrive.expect_tx) and
 //   an "empty" one each that the eight consumer warps arrive on once their wgmmas have read
 //   the tile. The consumer still fences the async proxy (fence.proxy.async) after its wait, as
-//   the cp.async design had to (the TMA writes through the async proxy; not yet measured
-//   without). setmaxnreg
-//   gives the producer 56 registers and each consumer thread 224: the block starts at 168 a
+//   the cp.async design had to; the TMA writes through the async proxy itself, and without the
+//   fence the kernel measured the same (0.998-1.001x on every visible case, 2026-12-04).
+//   setmaxnreg gives the producer 56 registers and each consumer thread 224: the block starts
+//   at 168 a
 //   thread (64512 of 65536), and the consumers' increase (256 x 56) must not exceed what the
 //   producer gives back (128 x 112), or setmaxnreg.inc waits forever; a persistent variant at
 //   64 / 224 hung so (h200_reference_variants_attention.json).
@@ -84,11 +85,11 @@
 //   barrier a tile); three stages instead of two change nothing. Loading the tiles by TMA
 //   instead of 128 producer threads issuing cp.async made it 1.05-1.06x faster on every visible
 //   case (h200_reference_variants_tma.json, 2026-12-04). Side by side with the libraries
-//   (h200_parity.json) the remaining gap to the faster of FlashInfer's FlashAttention-3 kernel
-//   and cuDNN's is what they do that this does not: a persistent grid whose producer loads the
-//   next tile's query and keys while the consumers finish the epilogue (FLUX's 864 blocks are
-//   6.5 waves of 132, each block paying its start and its epilogue), and wider key tiles
-//   (FlashAttention-3 takes 176 keys a tile at head size 128).
+//   (h200_parity.json) it is then 1.04-1.09x the faster of FlashInfer's FlashAttention-3 kernel
+//   and cuDNN's (1.05-1.14x before); what they do that this does not: a persistent grid whose
+//   producer loads the next tile's query and keys while the consumers finish the epilogue (FLUX's
+//   864 blocks are 6.5 waves of 132, each block paying its start and its epilogue), and wider key
+//   tiles (FlashAttention-3 takes 176 keys a tile at head size 128).
 
 #include <cuda_bf16.h>
 
@@ -151,7 +152,7 @@ __device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity) {
 
 // Orders this thread's earlier shared-memory accesses (generic proxy) before wgmma's reads
 // (async proxy). The TMA writes the tiles through the async proxy itself; the fence stays from
-// the cp.async design (measured with it, see the design notes).
+// the cp.async design (it costs nothing measurable, see the design notes).
 __device__ __forceinline__ void fence_for_wgmma() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }

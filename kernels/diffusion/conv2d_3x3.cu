@@ -114,8 +114,10 @@
 //   specialised kernel is 1.15-1.17x the in-step one on the 256-row tiles; on the 32 x 32
 //   layers the K split is 1.07x the in-step 128-row tiles at 1280 input channels and even
 //   (0.99) at 640. The TMA kernel is 1.17-1.26x the specialised one on every SDXL layer
-//   (h200_reference_variants_tma.json, 2026-12-04), which took the 32 x 32 layers from
-//   1.17-1.21x the faster of cuDNN and torch.compile to parity (h200_parity.json).
+//   (h200_reference_variants_tma.json, 2026-12-04; the cp.async stages are 0.79-0.85x of it,
+//   h200_reference_variants_dec04.json). Against the faster of cuDNN and torch.compile in one
+//   run (h200_parity.json) that took the 32 x 32 layers from 1.17-1.21x to 0.99-1.02x and the
+//   64- and 128-pixel layers from 0.94-1.10x to 0.75-0.90x.
 // - Arithmetic intensity from L2: a 256 x 160 tile moves 53 KiB per 5.2 MFLOP (97 FLOP/byte,
 //   about 10 TB/s of L2 traffic at the tensor cores' peak), 128 x 160 36 KiB per 2.6 MFLOP
 //   (71 FLOP/byte, 14 TB/s at peak) if every copy came from L2. The activations do not all:

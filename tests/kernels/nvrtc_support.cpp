@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/text_file.hpp"
+#include "sandbox/compile_job.hpp"
 
 namespace crucible::kernels_test {
 
@@ -81,6 +82,7 @@ Compiled compile(const std::string& source, const std::string& name,
   std::vector<std::string> options = include_options();
   options.push_back(std::string("--gpu-architecture=") + CRUCIBLE_TEST_ARCH);
   options.push_back("--std=c++17");
+  options.push_back(std::string("--pre-include=") + kPreludeName);
   return compile_with_options(source, name, options, kernels);
 }
 
@@ -89,7 +91,11 @@ Compiled compile_with_options(const std::string& source, const std::string& name
                               const std::vector<std::string>& kernels) {
   Compiled out;
   nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, source.c_str(), name.c_str(), 0, nullptr, nullptr) !=
+  // The compile worker's prelude is available as a header under kPreludeName; compile() pre-
+  // includes it, as the worker does.
+  const char* header_sources[] = {sandbox::compile_prelude().c_str()};
+  const char* header_names[] = {kPreludeName};
+  if (nvrtcCreateProgram(&program, source.c_str(), name.c_str(), 1, header_sources, header_names) !=
       NVRTC_SUCCESS) {
     out.log = "nvrtcCreateProgram failed";
     return out;

@@ -21,13 +21,19 @@ struct Compiled {
   std::vector<std::string> lowered;  // per requested kernel, when ok
 };
 
-// Compiles `source` for CRUCIBLE_TEST_ARCH with the CUDA and CCCL include paths, asking for the
-// lowered names of `kernels`.
+// The name under which compile_with_options offers the compile worker's prelude
+// (sandbox::compile_prelude()) as a header.
+inline constexpr const char* kPreludeName = "crucible_prelude.cuh";
+
+// Compiles `source` for CRUCIBLE_TEST_ARCH with the CUDA and CCCL include paths and the compile
+// worker's prelude pre-included (as the server compiles it), asking for the lowered names of
+// `kernels`.
 Compiled compile(const std::string& source, const std::string& name,
                  const std::vector<std::string>& kernels);
 
-// Compiles `source` with exactly `options` (nothing added), asking for the lowered names of
-// `kernels` (none: the program is compiled as it stands).
+// Compiles `source` with exactly `options` (nothing added; the prelude is there to include but
+// not pre-included), asking for the lowered names of `kernels` (none: the program is compiled as
+// it stands).
 Compiled compile_with_options(const std::string& source, const std::string& name,
                               const std::vector<std::string>& options,
                               const std::vector<std::string>& kernels);
