@@ -627,6 +627,20 @@ struct Pipeline {
   }
 };
 
+// A producer's loop: for every K tile k of the block, waits until the consumers have released
+// stage k % kStages (from the second round of the ring on), then fill(stage, slice, tap) with
+// the tile's 64-channel slice and 3x3 tap.
+template <int kStages, class Fill>
+__device__ __forceinline__ void for_each_k_tile(const Pipeline& pipeline, Fill fill) {
+  for (int k_tile = pipeline.k_begin; k_tile < pipeline.k_end; ++k_tile) {
+    const int step = k_tile - pipeline.k_begin;
+    const int s = step % kStages;
+    if (step >= kStages) barrier_wait(pipeline.empty(s), ((step / kStages) + 1) & 1);
+    const int slice = k_tile / 9;
+    fill(s, slice, k_tile - slice * 9);
+  }
+}
+
 // The body of the warp-specialised kernel: two producer warpgroups that fill every K tile into
 // a kStages-deep ring of shared-memory stages (`produce(pipeline, thread)`, each stage's "full"
 // barrier expecting `full_arrivals` arrivals) and two consumer warpgroups that multiply them,
@@ -819,12 +833,7 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
     const __nv_bfloat16* b_first =
         weight + static_cast<long long>(n0 + first_row) * 9 * in_channels;
 
-    for (int k_tile = pipeline.k_begin; k_tile < pipeline.k_end; ++k_tile) {
-      const int step = k_tile - pipeline.k_begin;
-      const int s = step % kStages;
-      if (step >= kStages) barrier_wait(pipeline.empty(s), ((step / kStages) + 1) & 1);
-      const int slice = k_tile / 9;
-      const int tap = k_tile - slice * 9;
+    for_each_k_tile<kStages>(pipeline, [&](int s, int slice, int tap) {
       const int channel = slice * kBlockK + chunk * kChunkElems;
       const bool channel_in = channel < in_channels;
       const long long neighbour = static_cast<long long>(tap / 3 - 1) * width + (tap % 3 - 1);
@@ -844,7 +853,7 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
                          valid ? b_source + j * b_step : weight, valid);
       }
       arrive_when_copied(pipeline.full(s));
-    }
+    });
     asm volatile("cp.async.wait_all;\n" ::: "memory");
   };
   run_specialized<kBlockM, kStages, kSplit>(out, bias, batch, height, width, in_channels,
@@ -874,19 +883,14 @@ __global__ void __launch_bounds__(kProducerThreads + 256, 1)
     const int image_pixels = height * width;
     const int image = pipeline.m0 / image_pixels;
     const int first_row = pipeline.m0 % image_pixels / width;
-    for (int k_tile = pipeline.k_begin; k_tile < pipeline.k_end; ++k_tile) {
-      const int step = k_tile - pipeline.k_begin;
-      const int s = step % kStages;
-      if (step >= kStages) barrier_wait(pipeline.empty(s), ((step / kStages) + 1) & 1);
-      const int slice = k_tile / 9;
-      const int tap = k_tile - slice * 9;
+    for_each_k_tile<kStages>(pipeline, [&](int s, int slice, int tap) {
       const unsigned full = pipeline.full(s);
       arrive_expecting(full, (kBlockM + kBlockN) * kRowBytes);
       load_box(pipeline.stage(s), input_rows, slice * kBlockK, tap % 3 - 1, first_row + tap / 3 - 1,
                image, full);
       load_box(pipeline.stage(s) + kBlockM * kRowBytes, weight_taps, slice * kBlockK, tap,
                pipeline.n0, full);
-    }
+    });
   };
   run_specialized<kBlockM, kStages, kSplit>(out, bias, batch, height, width, in_channels,
                                             out_channels, 1, produce);
