@@ -9,10 +9,11 @@ the task's reference, so its per-case time sits next to the reference's in one r
 The variants are the ones whose figures the reference sources quote (bench/results/
 h200_reference_variants.json): the partition size of paged_decode_attention, the quotient of
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, the block
-sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, and conv2d_3x3's stages
-gathered by cp.async instead of the tensor memory accelerator. Each is a textual substitution
-in today's source; a substitution that no longer applies is an error, not a silent no-op.
-`--tasks ID ...` keeps the variants of those tasks only.
+sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's stages
+gathered by cp.async instead of the tensor memory accelerator, and the sampler's passes with a
+load ahead. Each is a textual substitution in today's source; a substitution that no
+longer applies is an error, not a silent no-op. `--tasks ID ...` keeps the variants of those
+tasks only.
 """
 import json
 import pathlib
@@ -80,6 +81,55 @@ CONV_CP_ASYNC = [
 def block_size(threads, *tiles):
     """kThreads and every launch's tile: (text, new text) pairs."""
     return [(THREADS, f"constexpr int kThreads = {threads};"), *tiles]
+
+
+# llm/top_k_top_p_sampling_from_logits's histogram and collection passes with the next chunk's
+# load issued before the current chunk's work (for_each_chunk below). As compiled today (nvdisasm
+# of the reference), each iteration of those loops issues its chunk's loads at its top and uses
+# them at once, with no later chunk's load in flight during the shared-memory atomics and stores:
+# a round trip to L2 a chunk. Both passes take ~25 us of a batch-1 row against ~6 us for the max
+# pass over the same logits, whose loop the compiler unrolls with several loads in flight
+# (h200_sampling_steps.json). Not yet measured: the device was not lent when it was written.
+SAMPLING = "kernels/llm/top_k_top_p_sampling_from_logits.cu"
+SAMPLING_CHUNKS = """// Runs body(base, v) over a warp's segment [begin, end), 128 logits (4 a lane, loaded by
+// load(base, v, valid)) at a time, in order, the next chunk's load issued before the body runs.
+template <class Load, class Body>
+__device__ __forceinline__ void for_each_chunk(int begin, int end, const Load& load, Body&& body) {
+  if (begin >= end) return;
+  float v[4];
+  int valid;
+  load(begin, v, valid);
+  for (int base = begin; base < end; base += 128) {
+    float next[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (base + 128 < end) load(base + 128, next, valid);
+    body(base, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = next[j];
+  }
+}
+
+}  // namespace
+
+// logits: [batch_size, vocab_size];"""
+
+
+def sampling_loop(indent):
+    """The head of a pass over the warp's segment, at `indent`."""
+    return (f"{indent}for (int base = seg_begin; base < seg_end; base += 128) {{\n"
+            f"{indent}  float v[4];\n{indent}  int valid;\n{indent}  load_chunk(base, v, valid);\n")
+
+
+SAMPLING_LOAD_AHEAD = [
+    ("}  // namespace\n\n// logits: [batch_size, vocab_size];", SAMPLING_CHUNKS),
+    ("  float z_row[1] = {0.0f};\n" + sampling_loop("  "),
+     "  float z_row[1] = {0.0f};\n"
+     "  for_each_chunk(seg_begin, seg_end, load_chunk, [&](int, const float(&v)[4]) {\n"),
+    ("    }\n  }\n  block_sums(z_row, s);", "    }\n  });\n  block_sums(z_row, s);"),
+    ("    int stored = 0;\n" + sampling_loop("    "),
+     "    int stored = 0;\n"
+     "    for_each_chunk(seg_begin, seg_end, load_chunk, [&](int base, const float(&v)[4]) {\n"),
+    ("      stored += chunk_total;\n    }\n", "      stored += chunk_total;\n    });\n"),
+]
 
 
 VARIANTS = [
@@ -156,6 +206,8 @@ VARIANTS = [
                       "* batch);")]),
     ("diffusion/conv2d_3x3", CONV, "reference", []),
     ("diffusion/conv2d_3x3", CONV, "cp_async_stages", CONV_CP_ASYNC),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "load_ahead", SAMPLING_LOAD_AHEAD),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),
