@@ -10,10 +10,10 @@ The variants are the ones whose figures the reference sources quote (bench/resul
 h200_reference_variants.json): the partition size of paged_decode_attention, the quotient of
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, the block
 sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's stages
-gathered by cp.async instead of the tensor memory accelerator, and the sampler's passes with a
-load ahead. Each is a textual substitution in today's source; a substitution that no
-longer applies is an error, not a silent no-op. `--tasks ID ...` keeps the variants of those
-tasks only.
+gathered by cp.async instead of the tensor memory accelerator, diffusion/attention with three
+stages, and the sampler's passes with a load ahead. Each is a textual substitution in today's
+source; a substitution that no longer applies is an error, not a silent no-op. `--tasks ID ...`
+keeps the variants of those tasks only.
 """
 import json
 import pathlib
@@ -132,6 +132,15 @@ SAMPLING_LOAD_AHEAD = [
 ]
 
 
+# diffusion/attention with three stages of key and value tiles instead of two (7 tiles of 32 KiB:
+# 230528 bytes of shared memory, within the 232448 a block may have). With cp.async producers a
+# third stage changed nothing (h200_reference_variants_attention.json); the TMA producer is one
+# thread, so the stages are now filled as fast as the memory system allows.
+DIT = "kernels/diffusion/attention.cu"
+DIT_THREE_STAGES = [("constexpr int kStages = 2;", "constexpr int kStages = 3;"),
+                    ("164992", "230528")]
+
+
 VARIANTS = [
     ("llm/paged_decode_attention", ATTENTION, "reference", []),
     ("llm/paged_decode_attention", ATTENTION, "two_waves_for_one_sequence",
@@ -206,6 +215,8 @@ VARIANTS = [
                       "* batch);")]),
     ("diffusion/conv2d_3x3", CONV, "reference", []),
     ("diffusion/conv2d_3x3", CONV, "cp_async_stages", CONV_CP_ASYNC),
+    ("diffusion/attention", DIT, "reference", []),
+    ("diffusion/attention", DIT, "three_stages", DIT_THREE_STAGES),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "load_ahead", SAMPLING_LOAD_AHEAD),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
