@@ -264,6 +264,32 @@ def model_check(folder, facts):
     return out
 
 
+def merge_keyed_rows(previous, rows, key, facts, keep=lambda row: True):
+    """Rows of a run over part of a table (a filtered hack suite, some tasks' variants) merged
+    into the committed rows: a row the run measured replaces the committed one with its key, the
+    committed rows it did not measure stay (those `keep` accepts), and every row says the date
+    of the run that measured it."""
+    measured = {row[key] for row in rows}
+    kept = [{"date": previous.get("date"), **row} for row in previous.get("rows", [])
+            if row[key] not in measured and keep(row)]
+    return kept + [{"date": facts["date"], **row} for row in rows]
+
+
+def merge_run(previous, document, key, facts, keep=lambda row: True):
+    """`document` (one run's table) with the rows of `previous` (the committed table) it did not
+    measure, and `runs`: this run, then the earlier runs whose rows are still in the table."""
+    merged = dict(document)
+    merged["rows"] = merge_keyed_rows(previous, document["rows"], key, facts, keep)
+    earlier = previous.get("runs") or [{"date": previous.get("date"),
+                                        "command": previous.get("command")}]
+    dates = {row["date"] for row in merged["rows"]}
+    merged["runs"] = ([{"date": facts["date"], "command": document.get("command"),
+                        key + "s": sorted({row[key] for row in document["rows"]})}]
+                      + [run for run in earlier if run.get("date") in dates
+                         and run.get("date") != facts["date"]])
+    return merged
+
+
 def merge_anchor_rows(previous, rows, facts):
     """Rows of a parity run over some anchors only (parity.py --anchors) merged into the committed
     rows of the same cases: those anchors' times, errors and kernel counts replace the earlier
@@ -316,17 +342,59 @@ def main():
     eval_rows = ([json.loads(line) for line in eval_path.read_text().splitlines()]
                  if eval_path.exists() else [])
     outputs = {}
+
+    def committed(name):
+        path = args.out / name
+        return json.loads(path.read_text()) if path.exists() else None
+
     if (folder / "test_gpu_corpus.txt").exists():
         outputs["h200_gpu_suite.json"] = corpus(folder, facts)
+    elif (folder / "test_kernels_gpu.txt").exists() and committed("h200_gpu_suite.json"):
+        # test_kernels_gpu alone (CRUCIBLE_GPU_TASKS narrows it to some tasks): its tasks'
+        # oracle comparisons go into the committed suite's table, the rest stays.
+        suite = committed("h200_gpu_suite.json")
+        oracles = oracle_summary(folder)
+        table = suite.get("references_against_oracles") or {}
+        tasks = dict(table.get("tasks") or {})
+        tasks.update({task: {**entry, "date": facts["date"]}
+                      for task, entry in oracles.get("tasks", {}).items()})
+        suite["references_against_oracles"] = {
+            **table, "tasks": tasks,
+            "runs": (table.get("runs") or []) + [{"date": facts["date"],
+                                                  "summary": oracles.get("summary", ""),
+                                                  "tasks": sorted(oracles.get("tasks", {}))}]}
+        outputs["h200_gpu_suite.json"] = suite
     if (folder / "test_hacks.txt").exists():
-        outputs["h200_hack_suite.json"] = hacks(folder, facts, eval_rows)
+        run = hacks(folder, facts, eval_rows)
+        previous = committed("h200_hack_suite.json")
+        if previous:
+            # A run over some hacks (CRUCIBLE_HACKS) replaces their rows; a hack whose file is
+            # gone leaves the table.
+            hack_files = pathlib.Path(__file__).resolve().parents[2] / "examples" / "hacks"
+            run = merge_run(previous, run, "hack", facts,
+                            keep=lambda row: (hack_files / (row["hack"] + ".cu")).exists())
+            run["caught"] = sum(row["caught"] for row in run["rows"])
+            run["hacks"] = len(run["rows"])
+            if not run["legitimate_kernels"]:
+                run["legitimate_kernels"] = previous.get("legitimate_kernels", {})
+        outputs["h200_hack_suite.json"] = run
     if list(folder.glob("gpu_bench_cap*.json")):
         outputs["h200_gpu_bench.json"] = bench(folder, facts)
     if (folder / "replay.json").exists():
         outputs["h200_replay.json"] = replay(folder, facts, eval_rows)
     variants_path = folder / "variants_eval" / "results.jsonl"
     if variants_path.exists():
-        outputs["h200_reference_variants.json"] = variants(variants_path, facts)
+        run = variants(variants_path, facts)
+        previous = committed("h200_reference_variants.json")
+        # A run over some tasks' variants (VARIANT_TASKS) replaces their rows only.
+        outputs["h200_reference_variants.json"] = (
+            merge_run(previous, run, "sample_id", facts) if previous else run)
+    if (folder / "sampling_steps.json").exists():
+        outputs["h200_sampling_steps.json"] = {
+            "benchmark": "llm/top_k_top_p_sampling_from_logits reference, time per step "
+                         "(clock64 stamps in an instrumented copy, bench/gpu/sampling_steps.py)",
+            **facts, "command": "bench/gpu/device_run.sh steps",
+            **json.loads((folder / "sampling_steps.json").read_text())}
     if (folder / "parity.json").exists():
         parity = {**json.loads((folder / "parity.json").read_text()), **facts}
         # A run over some tasks (or some of their cases) replaces those rows and keeps the others'.

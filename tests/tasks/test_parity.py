@@ -6,8 +6,10 @@ output, `prepare` and `check` run there too, and library kernels run where CUDA 
 Run: python3 -m pytest -q -rs tests/tasks/test_parity.py (CTest: test_parity_anchors).
 """
 import importlib.util
+import json
 import math
 import pathlib
+import sys
 import tomllib
 
 import pytest
@@ -284,3 +286,91 @@ def test_kernel_stages_labels_the_exported_reference_plan(path, tmp_path, monkey
     launches = module.plan(task["visible_cases"][0]["symbols"])
     labels = stages.stage_labels(launch["kernel"] for launch in launches)
     assert launches and len(set(labels)) == len(labels)
+
+
+def _collect_into(tmp_path, files, committed):
+    """Runs collect_results.py's main on a results folder holding `files` (name -> text), with
+    `committed` (name -> document) as the committed tables; returns the tables it wrote."""
+    results, out = tmp_path / "results", tmp_path / "committed"
+    results.mkdir()
+    out.mkdir()
+    (results / "gpu.txt").write_text("name, driver_version\nNVIDIA H200, 580.159.04\n")
+    (results / "date.txt").write_text("2026-12-05T10:00:00Z\n")
+    for name, text in files.items():
+        path = results / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for name, document in committed.items():
+        (out / name).write_text(json.dumps(document))
+    collect = _load_bench_script("collect_results")
+    argv = sys.argv
+    sys.argv = ["collect_results.py", str(results), "--out", str(out)]
+    try:
+        collect.main()
+    finally:
+        sys.argv = argv
+    return {path.name: json.loads(path.read_text()) for path in out.glob("*.json")}
+
+
+def test_a_run_over_some_hacks_replaces_only_their_rows(tmp_path):
+    committed = {"h200_hack_suite.json": {
+        "date": "2026-12-01T00:00:00Z", "command": "full run", "caught": 2, "hacks": 3,
+        "legitimate_kernels": {"correct": {"statuses": {"ok": 1}}},
+        "rows": [
+            {"hack": "conv3x3_tap_partials_in_bf16", "task": "diffusion/conv2d_3x3",
+             "status": "ok", "reward": 0.5, "caught": False},
+            {"hack": "gdr_scan_bf16_state", "task": "ssm/chunk_gated_delta_rule",
+             "status": "incorrect", "reward": -0.5, "caught": True},
+            {"hack": "a_hack_since_deleted", "task": "llm/rms_norm", "status": "incorrect",
+             "reward": -0.5, "caught": True}]}}
+    table = ("hack                         task                     expected        status"
+             "            reward  message\n"
+             "conv3x3_tap_partials_in_bf16 diffusion/conv2d_3x3     incorrect       incorrect"
+             "         -0.500  case sdxl_128px_320 (run 1): output 'out' differs\n"
+             "[doctest] test cases:  1 |  1 passed | 0 failed | 0 skipped\n")
+    written = _collect_into(tmp_path, {"test_hacks.txt": table}, committed)
+    suite = written["h200_hack_suite.json"]
+    rows = {row["hack"]: row for row in suite["rows"]}
+    # The re-run hack has its new status and date, the other stays with its own date, the
+    # deleted one is gone, and the counts are the table's.
+    assert set(rows) == {"conv3x3_tap_partials_in_bf16", "gdr_scan_bf16_state"}
+    assert rows["conv3x3_tap_partials_in_bf16"]["caught"] is True
+    assert rows["conv3x3_tap_partials_in_bf16"]["date"] == "2026-12-05T10:00:00Z"
+    assert rows["gdr_scan_bf16_state"]["date"] == "2026-12-01T00:00:00Z"
+    assert suite["caught"] == 2 and suite["hacks"] == 2
+    assert suite["legitimate_kernels"] == {"correct": {"statuses": {"ok": 1}}}
+    assert [run["date"] for run in suite["runs"]] == ["2026-12-05T10:00:00Z",
+                                                      "2026-12-01T00:00:00Z"]
+    assert suite["runs"][0]["hacks"] == ["conv3x3_tap_partials_in_bf16"]
+
+
+def test_a_run_over_some_variants_and_kernel_tasks_keeps_the_rest(tmp_path):
+    committed = {
+        "h200_reference_variants.json": {
+            "date": "2026-12-01T00:00:00Z",
+            "rows": [{"sample_id": "llm/moe_sum#blocks_of_64", "cases": []},
+                     {"sample_id": "diffusion/attention#three_stages", "cases": []}]},
+        "h200_gpu_suite.json": {
+            "date": "2026-12-01T00:00:00Z", "rows": [{"kernel": "correct.cu"}],
+            "references_against_oracles": {"summary": "old", "tasks": {
+                "llm/rms_norm": {"comparisons": 40, "max_abs_error": 0.01},
+                "diffusion/conv2d_3x3": {"comparisons": 10, "max_abs_error": 300.0}}}}}
+    variant = {"sample_id": "diffusion/attention#three_stages", "status": "ok",
+               "result": {"timing": {"cases": [{"case": "flux_768x768", "speedup": 1.02,
+                                                "candidate": {"median_ns": 100.0},
+                                                "reference": {"median_ns": 102.0}}]}}}
+    oracle_lines = ("diffusion/conv2d_3x3  conv2d_3x3.cu  h_captured_ocr_fuse  out  max |error| 16\n"
+                    "checked 1 (source, case) pairs; 0 left out for size\n")
+    written = _collect_into(tmp_path, {"variants_eval/results.jsonl": json.dumps(variant) + "\n",
+                                       "test_kernels_gpu.txt": oracle_lines}, committed)
+    rows = {row["sample_id"]: row for row in written["h200_reference_variants.json"]["rows"]}
+    assert set(rows) == {"llm/moe_sum#blocks_of_64", "diffusion/attention#three_stages"}
+    assert rows["diffusion/attention#three_stages"]["cases"][0]["speedup"] == 1.02
+    assert rows["llm/moe_sum#blocks_of_64"]["date"] == "2026-12-01T00:00:00Z"
+    suite = written["h200_gpu_suite.json"]
+    # The corpus did not run: its rows stay; the one task test_kernels_gpu checked is replaced.
+    assert suite["rows"] == [{"kernel": "correct.cu"}]
+    oracles = suite["references_against_oracles"]["tasks"]
+    assert oracles["llm/rms_norm"] == {"comparisons": 40, "max_abs_error": 0.01}
+    assert oracles["diffusion/conv2d_3x3"] == {"comparisons": 1, "max_abs_error": 16.0,
+                                               "date": "2026-12-05T10:00:00Z"}
