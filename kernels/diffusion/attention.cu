@@ -58,10 +58,9 @@
 //   the cp.async design had to; the TMA writes through the async proxy itself, and without the
 //   fence the kernel measured the same (0.998-1.001x on every visible case, 2026-12-04).
 //   setmaxnreg gives the producer 56 registers and each consumer thread 224: the block starts
-//   at 168 a
-//   thread (64512 of 65536), and the consumers' increase (256 x 56) must not exceed what the
-//   producer gives back (128 x 112), or setmaxnreg.inc waits forever; a persistent variant at
-//   64 / 224 hung so (h200_reference_variants_attention.json).
+//   at 168 a thread (64512 of 65536), and the consumers' increase (256 x 56) must not exceed
+//   what the producer gives back (128 x 112), or setmaxnreg.inc waits forever; a persistent
+//   variant at 64 / 224 hung so (h200_reference_variants_attention.json).
 // - Ping-pong: two named barriers hand the tensor cores from one consumer to the other. A
 //   consumer waits for its turn, issues tile t's Q K^T and tile t - 1's P V (16 wgmmas), hands
 //   the turn over and then runs tile t's softmax while the other consumer's wgmmas run; it
@@ -75,11 +74,10 @@
 //   exponent, p = 2^(s * scale * log2(e) - m * scale * log2(e)) (one FFMA and one MUFU.EX2 a
 //   score). Row sums are kept per thread (a quarter of the row's columns) and reduced across
 //   the quad at the end; row maxima are reduced every tile (2 shuffles).
-// - Tails: rows at or past seq_len lie outside the tensor map's extent, which the TMA writes as
-//   zeros without reading memory; keys
-//   past the end get a score of -inf (only the last key tile checks), so they weigh exactly 0
-//   and their zero values add nothing; query rows past the end are computed on zeros and not
-//   stored.
+// - Tails: rows at or past seq_len lie outside the tensor maps' extent, which the TMA writes as
+//   zeros without reading memory; keys past the end get a score of -inf (only the last key tile
+//   checks), so they weigh exactly 0 and their zero values add nothing; query rows past the end
+//   are computed on zeros and not stored.
 // - Measured on the H200 (bench/results/h200_reference_variants_attention.json): 1.33x the
 //   speed of the earlier design (both warpgroups loading and computing in step at one block
 //   barrier a tile); three stages instead of two change nothing. Loading the tiles by TMA

@@ -134,8 +134,7 @@
 // - Padding costs nothing: a neighbour outside the image (the halo), a pixel past M or a
 //   channel past C_in is a cp.async with source size 0, which reads nothing and writes zeros
 //   (for the TMA, a box element outside the tensor's extents); zero rows and columns add
-//   nothing to the sums. Rows past M and columns past C_out are not
-//   stored.
+//   nothing to the sums. Rows past M and columns past C_out are not stored.
 // - The 32 x 32 layers (M = 2048) have 64 tiles of 256 x 160: a wave of 128 blocks needs K
 //   split in two. The partial sums (160 KiB a block) go through the stages, which are free
 //   by then: rank 1's consumers first wait for each other (named barrier 1, so that neither
