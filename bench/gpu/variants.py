@@ -11,9 +11,10 @@ h200_reference_variants.json): the partition size of paged_decode_attention, the
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, the block
 sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's stages
 gathered by cp.async instead of the tensor memory accelerator, diffusion/attention with three
-stages, and the sampler's passes with a load ahead. Each is a textual substitution in today's
-source; a substitution that no longer applies is an error, not a silent no-op. `--tasks ID ...`
-keeps the variants of those tasks only.
+stages and on a persistent grid (bench/gpu/attention_persistent.cu), and the sampler's passes
+with a load ahead. Each is a textual substitution in today's source; a substitution that no
+longer applies is an error, not a silent no-op. `--tasks ID ...` keeps the variants of those
+tasks only.
 """
 import json
 import pathlib
@@ -141,6 +142,28 @@ DIT_THREE_STAGES = [("constexpr int kStages = 2;", "constexpr int kStages = 3;")
                     ("164992", "230528")]
 
 
+# diffusion/attention on a persistent grid (bench/gpu/attention_persistent.cu in place of the
+# reference's kernel): min(work tiles, 132) blocks, the producer loading the next work tile's
+# query and first keys while the consumers finish the last one. flux_768x768 is 528 work tiles,
+# exactly 4 waves, and still the furthest behind (1.09x cuDNN): each block's start and epilogue,
+# once per 22 key tiles there, are the suspects. The prefill kernel's persistent variant was
+# slower (0.918x), but its causal tiles are unequal; these are all the same length.
+DIT_KERNEL = "// out, query, key, value: [batch, seq_len, num_heads, 128] bf16, row-major, 256-byte"
+
+
+def attention_persistent():
+    """The substitutions of the diffusion/attention persistent variant."""
+    source = (ROOT / DIT).read_text()
+    kernel = source[source.index(DIT_KERNEL):]
+    return [
+        ("// @launch attention_forward<<<dim3(cdiv(seq_len, 128), num_heads, batch), 384, 164992>>>"
+         "(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads)",
+         "// @launch attention_forward<<<min(cdiv(seq_len, 128) * num_heads * batch, 132), 384, "
+         "164992>>>(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads, batch)"),
+        (kernel, (ROOT / "bench/gpu/attention_persistent.cu").read_text()),
+    ]
+
+
 VARIANTS = [
     ("llm/paged_decode_attention", ATTENTION, "reference", []),
     ("llm/paged_decode_attention", ATTENTION, "two_waves_for_one_sequence",
@@ -217,6 +240,7 @@ VARIANTS = [
     ("diffusion/conv2d_3x3", CONV, "cp_async_stages", CONV_CP_ASYNC),
     ("diffusion/attention", DIT, "reference", []),
     ("diffusion/attention", DIT, "three_stages", DIT_THREE_STAGES),
+    ("diffusion/attention", DIT, "persistent", attention_persistent()),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "load_ahead", SAMPLING_LOAD_AHEAD),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
