@@ -11,10 +11,10 @@ h200_reference_variants.json): the partition size of paged_decode_attention, the
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, the block
 sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's stages
 gathered by cp.async instead of the tensor memory accelerator, diffusion/attention with three
-stages and on a persistent grid (bench/gpu/attention_persistent.cu), and the sampler's passes
-with a load ahead. Each is a textual substitution in today's source; a substitution that no
-longer applies is an error, not a silent no-op. `--tasks ID ...` keeps the variants of those
-tasks only.
+stages and on a persistent grid (bench/gpu/attention_persistent.cu), flash_attn_varlen_prefill's
+whole key tiles loaded page by page by TMA, and the sampler's passes with a load ahead. Each is
+a textual substitution in today's source; a substitution that no longer applies is an error,
+not a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
 """
 import json
 import pathlib
@@ -164,6 +164,110 @@ def attention_persistent():
     ]
 
 
+# llm/flash_attn_varlen_prefill with the key and value tiles that lie wholly inside what the
+# block's queries see loaded by TMA, one box per page and 64-column half (the tensor maps view
+# each cache as pages of block_size rows: dims (128, num_kv_heads, block_size, num_blocks)), where
+# pages tile the 128-key tile on 1024-byte boundaries (block_size a multiple of 8 dividing 128:
+# every case but those of other block sizes); the last tile, cut by kv_end, keeps the cp.async
+# gather with its zero fill. For those tiles the lookup writes each row's block id instead of its
+# offset, and producer thread 0 issues the boxes (announcing 32 KiB on the stage's barrier) while
+# the other 127 arrive plainly: the "full" barriers keep their 128 arrivals. The design notes
+# name the per-row gather as the producer's bottleneck, and TMA was worth 1.05-1.06x to
+# diffusion/attention, the same schedule.
+PREFILL = "kernels/llm/flash_attn_varlen_prefill.cu"
+PREFILL_MAPS = (
+    "// @tensormap key_pages key_cache dims(128, num_kv_heads, block_size, num_blocks) "
+    "box(64, 1, min(block_size, 128), 1) swizzle(128)\n"
+    "// @tensormap value_pages value_cache dims(128, num_kv_heads, block_size, num_blocks) "
+    "box(64, 1, min(block_size, 128), 1) swizzle(128)\n")
+PREFILL_TMA = [
+    ("// @launch prefill_attention<<<", PREFILL_MAPS + "// @launch prefill_attention<<<"),
+    ("(out, query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale, num_seqs, "
+     "num_heads, num_kv_heads, block_size, max_blocks_per_seq)\n",
+     "(out, query, key_cache, value_cache, key_pages, value_pages, block_tables, cu_seqlens_q, "
+     "seq_lens, scale, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq)\n"),
+    ("                      const __nv_bfloat16* __restrict__ value_cache,\n",
+     "                      const __nv_bfloat16* __restrict__ value_cache,\n"
+     "                      const __grid_constant__ CUtensorMap key_pages,\n"
+     "                      const __grid_constant__ CUtensorMap value_pages,\n"),
+    ("// Named barriers 1 and 2 of the two consumers' turns",
+     "// One arrival on `bar` that also expects `bytes` of bulk copies to complete on it.\n"
+     "__device__ __forceinline__ void arrive_expecting(unsigned bar, unsigned bytes) {\n"
+     "  asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n\" ::\"r\"(bar), "
+     "\"r\"(bytes)\n               : \"memory\");\n}\n\n"
+     "// The box of `map` at (c0, c1, c2, c3) into shared memory at `destination`, on `bar`.\n"
+     "__device__ __forceinline__ void load_box(unsigned destination, const CUtensorMap& map, int "
+     "c0,\n                                         int c1, int c2, int c3, unsigned bar) {\n"
+     "  asm volatile(\n"
+     "      \"cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes\"\n"
+     "      \" [%0], [%1, {%2, %3, %4, %5}], [%6];\\n\" ::\"r\"(destination),\n"
+     "      \"l\"(reinterpret_cast<unsigned long long>(&map)), \"r\"(c0), \"r\"(c1), \"r\"(c2), "
+     "\"r\"(c3), \"r\"(bar)\n      : \"memory\");\n}\n\n"
+     "// Named barriers 1 and 2 of the two consumers' turns"),
+    ("      const int j = tile * kBlockKV + thread;\n"
+     "      offsets[s * kBlockKV + thread] =\n"
+     "          j < kv_end\n",
+     "      const int j = tile * kBlockKV + thread;\n"
+     "      // A tile wholly inside kv_end comes by TMA: its rows' block ids instead of offsets.\n"
+     "      const bool boxes = paged_boxes && (tile + 1) * kBlockKV <= kv_end;\n"
+     "      offsets[s * kBlockKV + thread] =\n"
+     "          boxes ? static_cast<long long>(table[j / block_size])\n"
+     "          : j < kv_end\n"),
+    ("      if (tile >= kStages) barrier_wait(empty_k(s), reuse);\n"
+     "      load_tile(k_tile(s), key_cache, thread, [&](int k) {\n"
+     "        const long long offset = tile_offsets[8 * k];\n"
+     "        return offset >= 0 ? key_cache + offset : nullptr;\n"
+     "      });\n"
+     "      arrive_when_copied(full_k(s));\n"
+     "      if (tile >= kStages) barrier_wait(empty_v(s), reuse);\n"
+     "      load_tile(v_tile(s), value_cache, thread, [&](int k) {\n"
+     "        const long long offset = tile_offsets[8 * k];\n"
+     "        return offset >= 0 ? value_cache + offset : nullptr;\n"
+     "      });\n"
+     "      arrive_when_copied(full_v(s));\n",
+     "      // Thread 0 announces the tile's bytes and issues a box per page and half; the others\n"
+     "      // arrive plainly, so the barrier still counts 128 arrivals.\n"
+     "      const auto load_pages = [&](unsigned destination, const CUtensorMap& pages,\n"
+     "                                  unsigned bar) {\n"
+     "        if (thread != 0) {\n"
+     "          barrier_arrive(bar);\n"
+     "          return;\n"
+     "        }\n"
+     "        arrive_expecting(bar, kTileBytes);\n"
+     "        for (int page = 0; page < kBlockKV / block_size; ++page) {\n"
+     "          const int block = static_cast<int>(offsets[s * kBlockKV + page * block_size]);\n"
+     "          const unsigned at = destination + page * block_size * 128;\n"
+     "          load_box(at, pages, 0, kv_head, 0, block, bar);\n"
+     "          load_box(at + kHalfBytes, pages, 64, kv_head, 0, block, bar);\n"
+     "        }\n"
+     "      };\n"
+     "      if (tile >= kStages) barrier_wait(empty_k(s), reuse);\n"
+     "      if (boxes) {\n"
+     "        load_pages(k_tile(s), key_pages, full_k(s));\n"
+     "      } else {\n"
+     "        load_tile(k_tile(s), key_cache, thread, [&](int k) {\n"
+     "          const long long offset = tile_offsets[8 * k];\n"
+     "          return offset >= 0 ? key_cache + offset : nullptr;\n"
+     "        });\n"
+     "        arrive_when_copied(full_k(s));\n"
+     "      }\n"
+     "      if (tile >= kStages) barrier_wait(empty_v(s), reuse);\n"
+     "      if (boxes) {\n"
+     "        load_pages(v_tile(s), value_pages, full_v(s));\n"
+     "      } else {\n"
+     "        load_tile(v_tile(s), value_cache, thread, [&](int k) {\n"
+     "          const long long offset = tile_offsets[8 * k];\n"
+     "          return offset >= 0 ? value_cache + offset : nullptr;\n"
+     "        });\n"
+     "        arrive_when_copied(full_v(s));\n"
+     "      }\n"),
+    ("    const int row = thread / 16;  // this thread copies rows row + 8 k of every tile\n",
+     "    const int row = thread / 16;  // this thread copies rows row + 8 k of every tile\n"
+     "    // Pages that tile a key tile on 1024-byte boundaries, as the 128-byte swizzle needs.\n"
+     "    const bool paged_boxes = block_size % 8 == 0 && kBlockKV % block_size == 0;\n"),
+]
+
+
 VARIANTS = [
     ("llm/paged_decode_attention", ATTENTION, "reference", []),
     ("llm/paged_decode_attention", ATTENTION, "two_waves_for_one_sequence",
@@ -241,6 +345,8 @@ VARIANTS = [
     ("diffusion/attention", DIT, "reference", []),
     ("diffusion/attention", DIT, "three_stages", DIT_THREE_STAGES),
     ("diffusion/attention", DIT, "persistent", attention_persistent()),
+    ("llm/flash_attn_varlen_prefill", PREFILL, "reference", []),
+    ("llm/flash_attn_varlen_prefill", PREFILL, "tma_pages", PREFILL_TMA),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "load_ahead", SAMPLING_LOAD_AHEAD),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
