@@ -11,7 +11,7 @@ h200_reference_variants.json): the partition size of paged_decode_attention, the
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, the block
 sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's stages
 gathered by cp.async instead of the tensor memory accelerator, diffusion/attention with three
-stages and on a persistent grid (bench/gpu/attention_persistent.cu), flash_attn_varlen_prefill's
+stages and on a persistent grid, flash_attn_varlen_prefill's
 whole key tiles loaded page by page by TMA, and the sampler's passes with a load ahead. Each is
 a textual substitution in today's source; a substitution that no longer applies is an error,
 not a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
@@ -142,26 +142,102 @@ DIT_THREE_STAGES = [("constexpr int kStages = 2;", "constexpr int kStages = 3;")
                     ("164992", "230528")]
 
 
-# diffusion/attention on a persistent grid (bench/gpu/attention_persistent.cu in place of the
-# reference's kernel): min(work tiles, 132) blocks, the producer loading the next work tile's
-# query and first keys while the consumers finish the last one. flux_768x768 is 528 work tiles,
-# exactly 4 waves, and still the furthest behind (1.09x cuDNN): each block's start and epilogue,
-# once per 22 key tiles there, are the suspects. The prefill kernel's persistent variant was
-# slower (0.918x), but its causal tiles are unequal; these are all the same length.
-DIT_KERNEL = "// out, query, key, value: [batch, seq_len, num_heads, 128] bf16, row-major, 256-byte"
-
-
-def attention_persistent():
-    """The substitutions of the diffusion/attention persistent variant."""
-    source = (ROOT / DIT).read_text()
-    kernel = source[source.index(DIT_KERNEL):]
-    return [
-        ("// @launch attention_forward<<<dim3(cdiv(seq_len, 128), num_heads, batch), 384, 164992>>>"
-         "(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads)",
-         "// @launch attention_forward<<<min(cdiv(seq_len, 128) * num_heads * batch, 132), 384, "
-         "164992>>>(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads, batch)"),
-        (kernel, (ROOT / "bench/gpu/attention_persistent.cu").read_text()),
-    ]
+# diffusion/attention on a persistent grid: min(work tiles, 132) blocks each take every
+# gridDim.x-th work tile (128 query rows of one sample and head, q tiles fastest); the stages and
+# their barrier phases run on across work tiles (g counts the block's key tiles), the query tile
+# gets an "empty" barrier the consumers release after a work tile's last scores (and the last
+# value stage is released too), so the producer loads the next work tile's query and keys while
+# the consumers finish the last one; the consumers' turns restart with each work tile as the
+# reference's do once. flux_768x768 is 528 work tiles, exactly 4 waves, and still the furthest
+# behind (1.09x cuDNN): each block's start and epilogue, once per 22 key tiles there, are the
+# suspects. The prefill kernel's persistent variant was slower (0.918x), but its causal tiles
+# are unequal; these are all the same length.
+DIT_PERSISTENT = [
+    ("// @launch attention_forward<<<dim3(cdiv(seq_len, 128), num_heads, batch), 384, 164992>>>"
+     "(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads)",
+     "// @launch attention_forward<<<min(cdiv(seq_len, 128) * num_heads * batch, 132), 384, "
+     "164992>>>(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads, batch)"),
+    ("// Launch: grid (cdiv(seq_len, 128), num_heads, batch), 384 threads,",
+     "// Launch (persistent): grid min(cdiv(seq_len, 128) * num_heads * batch, 132), 384 threads,"),
+    ("                      const __grid_constant__ CUtensorMap value_rows, float scale, int "
+     "seq_len,\n                      int num_heads) {",
+     "                      const __grid_constant__ CUtensorMap value_rows, float scale, int "
+     "seq_len,\n                      int num_heads, int batch) {"),
+    ("  auto empty_v = [&](int s) { return barriers + 8 * (1 + 3 * kStages + s); };\n",
+     "  auto empty_v = [&](int s) { return barriers + 8 * (1 + 3 * kStages + s); };\n"
+     "  const unsigned empty_q = barriers + 8 * (1 + 4 * kStages);\n"),
+    ("      barrier_init(empty_v(s), 8);\n    }\n",
+     "      barrier_init(empty_v(s), 8);\n    }\n    barrier_init(empty_q, 8);\n"),
+    ("  const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;\n"
+     "  const long long row_stride = static_cast<long long>(num_heads) * kHeadDim;\n"
+     "  const long long head_offset =\n"
+     "      (static_cast<long long>(blockIdx.z) * seq_len * num_heads + blockIdx.y) * kHeadDim;\n"
+     "  const int kv_tiles = (seq_len + kBlockKV - 1) / kBlockKV;\n",
+     "  const long long row_stride = static_cast<long long>(num_heads) * kHeadDim;\n"
+     "  const int kv_tiles = (seq_len + kBlockKV - 1) / kBlockKV;\n"
+     "  const int q_tiles = (seq_len + kBlockQ - 1) / kBlockQ;\n"
+     "  const int work_tiles = q_tiles * num_heads * batch;\n"),
+    ("    const int head = static_cast<int>(blockIdx.y);\n"
+     "    const int sample = static_cast<int>(blockIdx.z);\n",
+     "    int round = 0;\n"
+     "    for (int work = blockIdx.x; work < work_tiles; work += gridDim.x, ++round) {\n"
+     "    const int q0 = work % q_tiles * kBlockQ;\n"
+     "    const int head = work / q_tiles % num_heads;\n"
+     "    const int sample = work / q_tiles / num_heads;\n"),
+    ("    load(q_tile, query_rows, q0, full_q);\n"
+     "    for (int tile = 0; tile < kv_tiles; ++tile) {\n"
+     "      const int s = tile % kStages;\n"
+     "      const unsigned reuse = ((tile / kStages) + 1) & 1;  // parity of the consumers' release\n"
+     "      if (tile >= kStages) barrier_wait(empty_k(s), reuse);\n",
+     "    if (round > 0) barrier_wait(empty_q, (round - 1) & 1);\n"
+     "    load(q_tile, query_rows, q0, full_q);\n"
+     "    for (int tile = 0; tile < kv_tiles; ++tile) {\n"
+     "      const int g = round * kv_tiles + tile;  // the block's key tiles so far\n"
+     "      const int s = g % kStages;\n"
+     "      const unsigned reuse = ((g / kStages) + 1) & 1;  // parity of the consumers' release\n"
+     "      if (g >= kStages) barrier_wait(empty_k(s), reuse);\n"),
+    ("      if (tile >= kStages) barrier_wait(empty_v(s), reuse);\n"
+     "      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s));\n    }\n    return;\n",
+     "      if (g >= kStages) barrier_wait(empty_v(s), reuse);\n"
+     "      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s));\n    }\n    }\n    return;\n"),
+    ("  float o[64];\n  float s[64];\n  unsigned p[kBlockKV / 16][4];\n",
+     "  float o[64];\n  float s[64];\n  unsigned p[kBlockKV / 16][4];\n"
+     "  int round = 0;\n"
+     "  for (int work = blockIdx.x; work < work_tiles; work += gridDim.x, ++round) {\n"
+     "  const int q0 = work % q_tiles * kBlockQ;\n"
+     "  const long long head_offset =\n"
+     "      (static_cast<long long>(work / q_tiles / num_heads) * seq_len * num_heads +\n"
+     "       work / q_tiles % num_heads) * kHeadDim;\n"
+     "  const int g0 = round * kv_tiles;  // the block's key tiles before this work tile's\n"),
+    ("  barrier_wait(full_q, 0);\n", "  barrier_wait(full_q, round & 1);\n"),
+    ("    const unsigned k = k_tile(tile % kStages);\n",
+     "    const unsigned k = k_tile((g0 + tile) % kStages);\n"),
+    ("    const unsigned v = v_tile(tile % kStages);\n",
+     "    const unsigned v = v_tile((g0 + tile) % kStages);\n"),
+    ("    barrier_wait(full_k(0), 0);\n",
+     "    barrier_wait(full_k(g0 % kStages), (g0 / kStages) & 1);\n"),
+    ("    release(empty_k(0));\n", "    release(empty_k(g0 % kStages));\n"),
+    ("    const int stage = tile % kStages;\n"
+     "    const int previous = (tile - 1) % kStages;\n"
+     "    barrier_wait(full_k(stage), (tile / kStages) & 1);\n"
+     "    barrier_wait(full_v(previous), ((tile - 1) / kStages) & 1);\n",
+     "    const int g = g0 + tile;\n"
+     "    const int stage = g % kStages;\n"
+     "    const int previous = (g - 1) % kStages;\n"
+     "    barrier_wait(full_k(stage), (g / kStages) & 1);\n"
+     "    barrier_wait(full_v(previous), ((g - 1) / kStages) & 1);\n"),
+    ("  // The last tile's values.\n  {\n    const int last = kv_tiles - 1;\n",
+     "  // Every score of this work tile is done: the producer may load the next query tile.\n"
+     "  release(empty_q);\n"
+     "  // The last tile's values.\n  {\n    const int last = g0 + kv_tiles - 1;\n"),
+    ("    issue_values(last);\n", "    issue_values(kv_tiles - 1);\n"),
+    ("    wgmma_wait<0>();\n    hold(o);\n  }\n\n  // Epilogue",
+     "    wgmma_wait<0>();\n    hold(o);\n    release(empty_v(last % kStages));\n  }\n\n  // Epilogue"),
+    ("            pack_bf16(o[4 * i + 2 * r] * inverse, o[4 * i + 2 * r + 1] * inverse);\n"
+     "      }\n    }\n  }\n}\n",
+     "            pack_bf16(o[4 * i + 2 * r] * inverse, o[4 * i + 2 * r + 1] * inverse);\n"
+     "      }\n    }\n  }\n  }\n}\n"),
+]
 
 
 # llm/flash_attn_varlen_prefill with the key and value tiles that lie wholly inside what the
@@ -344,7 +420,7 @@ VARIANTS = [
     ("diffusion/conv2d_3x3", CONV, "cp_async_stages", CONV_CP_ASYNC),
     ("diffusion/attention", DIT, "reference", []),
     ("diffusion/attention", DIT, "three_stages", DIT_THREE_STAGES),
-    ("diffusion/attention", DIT, "persistent", attention_persistent()),
+    ("diffusion/attention", DIT, "persistent", DIT_PERSISTENT),
     ("llm/flash_attn_varlen_prefill", PREFILL, "reference", []),
     ("llm/flash_attn_varlen_prefill", PREFILL, "tma_pages", PREFILL_TMA),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
