@@ -48,8 +48,17 @@
 //   deeper, the candidates overflowed and rows took the global-memory path). With the exact
 //   masses every row of the visible cases fits (a host model of steps 1-2 on their
 //   distributions: at most about 1400 candidates, 102 a warp), so the small batches' time is
-//   not that path; where it goes is still to be measured (per-step clock stamps). Splitting a
-//   row over a cluster is the likely remedy.
+//   not that path. Where it goes (bench/gpu/sampling_steps.py, clock stamps per step, H200,
+//   h200_sampling_steps.json), a batch-1 row of 128k logits in a 96 us kernel: max pass 5.7 us,
+//   histogram pass 25.4, cutoff 1.9, collection 25.9, top-k threshold 15.2, top-p threshold
+//   15.5, draw 1.8. The histogram and collection passes read the same logits as the max pass
+//   at a fifth of its speed: as compiled, each chunk's loads are used right after they are
+//   issued, behind the previous chunk's shared-memory atomics or stores (variants.py's
+//   load_ahead issues the next chunk's first). Also tried and slower: the histogram over 8 nats
+//   (0.10-0.19x from batch 8: p = 0.95 nuclei no longer fit) and threshold searches in which
+//   every warp sums every candidate against 7 pivots of its own, 5 steps instead of 11 (the
+//   search here is 1.05-1.81x faster, h200_reference_variants_dec04.json). Splitting a row over
+//   a cluster remains the larger remedy.
 
 namespace {
 
