@@ -331,11 +331,11 @@ def merge_anchor_rows(previous, rows, facts):
     return merged
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=pathlib.Path)
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     facts = gpu_facts(args.results)
     folder = args.results
     eval_path = folder / "eval_run" / "results.jsonl"

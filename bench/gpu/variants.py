@@ -251,6 +251,15 @@ DIT_PERSISTENT = [
 # name the per-row gather as the producer's bottleneck, and TMA was worth 1.05-1.06x to
 # diffusion/attention, the same schedule.
 PREFILL = "kernels/llm/flash_attn_varlen_prefill.cu"
+
+
+def tma_helpers():
+    """diffusion/attention's bulk-copy helpers (arrive_expecting, load_box), for a variant of
+    another reference that loads by TMA."""
+    source = (ROOT / "kernels/diffusion/attention.cu").read_text()
+    start = source.index("// One arrival on `bar` that also expects")
+    return source[start:source.index("__device__ __forceinline__ void barrier_init", start)]
+
 PREFILL_MAPS = (
     "// @tensormap key_pages key_cache dims(128, num_kv_heads, block_size, num_blocks) "
     "box(64, 1, min(block_size, 128), 1) swizzle(128)\n"
@@ -267,19 +276,7 @@ PREFILL_TMA = [
      "                      const __grid_constant__ CUtensorMap key_pages,\n"
      "                      const __grid_constant__ CUtensorMap value_pages,\n"),
     ("// Named barriers 1 and 2 of the two consumers' turns",
-     "// One arrival on `bar` that also expects `bytes` of bulk copies to complete on it.\n"
-     "__device__ __forceinline__ void arrive_expecting(unsigned bar, unsigned bytes) {\n"
-     "  asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n\" ::\"r\"(bar), "
-     "\"r\"(bytes)\n               : \"memory\");\n}\n\n"
-     "// The box of `map` at (c0, c1, c2, c3) into shared memory at `destination`, on `bar`.\n"
-     "__device__ __forceinline__ void load_box(unsigned destination, const CUtensorMap& map, int "
-     "c0,\n                                         int c1, int c2, int c3, unsigned bar) {\n"
-     "  asm volatile(\n"
-     "      \"cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes\"\n"
-     "      \" [%0], [%1, {%2, %3, %4, %5}], [%6];\\n\" ::\"r\"(destination),\n"
-     "      \"l\"(reinterpret_cast<unsigned long long>(&map)), \"r\"(c0), \"r\"(c1), \"r\"(c2), "
-     "\"r\"(c3), \"r\"(bar)\n      : \"memory\");\n}\n\n"
-     "// Named barriers 1 and 2 of the two consumers' turns"),
+     tma_helpers() + "// Named barriers 1 and 2 of the two consumers' turns"),
     ("      const int j = tile * kBlockKV + thread;\n"
      "      offsets[s * kBlockKV + thread] =\n"
      "          j < kv_end\n",

@@ -9,7 +9,6 @@ import importlib.util
 import json
 import math
 import pathlib
-import sys
 import tomllib
 
 import pytest
@@ -302,13 +301,7 @@ def _collect_into(tmp_path, files, committed):
         path.write_text(text)
     for name, document in committed.items():
         (out / name).write_text(json.dumps(document))
-    collect = _load_bench_script("collect_results")
-    argv = sys.argv
-    sys.argv = ["collect_results.py", str(results), "--out", str(out)]
-    try:
-        collect.main()
-    finally:
-        sys.argv = argv
+    _load_bench_script("collect_results").main([str(results), "--out", str(out)])
     return {path.name: json.loads(path.read_text()) for path in out.glob("*.json")}
 
 
