@@ -220,6 +220,33 @@ def throughput(path, facts):
             "goals": goals}
 
 
+def multi_gpu(path, facts):
+    """bench/gpu/multi_gpu.py's figures with the goals of issue 23: each two-GPU configuration at
+    >= 1.9x the one-GPU steps/s, the same speedup on either GPU, and steady steps beside a hang
+    or a crash on the other GPU as fast as alone."""
+    data = json.loads(path.read_text())
+    rows = (data.get("mix") or {}).get("configurations") or []
+    goals = {"steps_per_s_over_one_gpu": {
+        row["configuration"]: {"value": row.get("steps_per_s_over_one_gpu"), "goal": 1.9,
+                               "met": (row.get("steps_per_s_over_one_gpu") or 0) >= 1.9}
+        for row in rows[1:]}}
+    rescore = data.get("rescore") or {}
+    if "speedup_ratio_b_over_a" in rescore:
+        goals["cross_gpu_speedup_ratio"] = {"value": rescore["speedup_ratio_b_over_a"],
+                                            "cv_per_gpu": {
+                                                gpu: (row.get("speedup_spread") or {}).get("cv")
+                                                for gpu, row in rescore["per_gpu"].items()}}
+    faults = data.get("faults")
+    if isinstance(faults, dict):
+        goals["steady_p50_over_alone"] = {name: faults[name].get("p50_over_alone")
+                                          for name in ("beside_hang", "beside_crash")
+                                          if name in faults}
+    return {**data, **facts, "measured_at": data.get("date"),
+            "gpu_seen_by_driver": data.get("gpu"),
+            "command": "bench/gpu/device_run.sh multigpu: " + data.get("command", ""),
+            "goals": goals}
+
+
 def model_check(folder, facts):
     """`device_run.sh model`: per model, every sample's op status and speedup and what the model
     check measured (step times, step speedup and its interval, the op's share and in-place
@@ -442,6 +469,11 @@ def main(argv=None):
         outputs["h200_fault_latency.json"] = {
             **json.loads((folder / "fault_latency.json").read_text()), **facts,
             "command": "bench/gpu/device_run.sh faults (bench/gpu/fault_latency.py)"}
+    if (folder / "multi_gpu.json").exists():
+        figures = multi_gpu(folder / "multi_gpu.json", facts)
+        name = "h200x2_multi_gpu.json" if len(figures.get("gpus", [])) == 2 else \
+            "h200_multi_gpu_baseline.json"
+        outputs[name] = figures
     if list(folder.glob("model_*.jsonl")):
         outputs["h200_model_check.json"] = model_check(folder, facts)
     if (folder / "export_op.json").exists():

@@ -2,7 +2,7 @@
 # Runs the GPU suites, benchmarks and the logged-run replay on the GPU machine, from the
 # repository root, with the binaries carried in .bundle/ (see bench/README.md).
 #   device_run.sh [tests] [bench] [ncu] [trajectory] [parity] [variants] [throughput] [faults]
-#                 [exportop] [model] [steps]   (default: all but steps)
+#                 [exportop] [model] [steps] [multigpu]   (default: all but steps and multigpu)
 # Figures and logs go to $OUT; everything is also packed into $OUT/results.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/crucible-out}
@@ -137,6 +137,22 @@ if want faults; then
   python3 bench/gpu/fault_latency.py --samples > "$R/faults.jsonl"
   run timeout 200 $B/crucible eval "$R/faults.jsonl" -o "$R/faults_eval" -j 1 2>&1 | tail -2
   python3 bench/gpu/fault_latency.py --results "$R/faults_eval/results.jsonl" --json "$R/fault_latency.json"
+fi
+if want multigpu; then
+  # The training mix through one server on both GPUs and two servers behind a Pool, against one
+  # GPU; one kernel rescored on each GPU; steady steps beside a hang and a crash (issue 23). The
+  # Python client's packages travel as wheels (bench/gpu/fetch_wheels.sh .whl client).
+  step "multi-GPU: the training mix on ${MULTI_GPU_GPUS:-0,1}"
+  if ! python3 -c "import zmq, msgpack" 2> /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/client-site .whl/pyzmq-*.whl .whl/msgpack-*.whl
+    export PYTHONPATH=/tmp/client-site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  CRUCIBLE_LIBRARY_PATH="$libs" PYTHONUNBUFFERED=1 timeout ${MULTI_GPU_TIMEOUT:-540} python3 bench/gpu/multi_gpu.py \
+    $B/crucible --gpus "${MULTI_GPU_GPUS:-0,1}" --count "${MULTI_GPU_COUNT:-200}" \
+    --in-flight "${MULTI_GPU_IN_FLIGHT:-64}" --rescore "${MULTI_GPU_RESCORE:-20}" \
+    --fault-steps "${MULTI_GPU_FAULT_STEPS:-15}" --work "$R/multi_gpu" \
+    --json "$R/multi_gpu.json" 2>&1 | tee "$R/multi_gpu.txt" | tail -40
+  find "$R/multi_gpu" -name compile-cache -prune -exec rm -rf {} + 2>/dev/null || true
 fi
 if want exportop; then
   # `crucible export-op`: references exported as PyTorch ops, held to the PyTorch composites.

@@ -7,10 +7,20 @@
 #   mamba_ssm 2.3.2.post1: ssm/mamba_chunk_scan and ssm/selective_state_update (through
 #     bench/gpu/mamba_ssm_triton.py). Published as a source package only; built
 #     without its CUDA extension (MAMBA_SKIP_CUDA_BUILD) it is its Triton ops in Python.
-# Usage: bench/gpu/fetch_wheels.sh [DEST]   (default .whl)
+# With `client`: the Python client's two packages instead, pyzmq and msgpack, built for that
+# machine's CPython 3.12 (bench/gpu/multi_gpu.py drives its servers through crucible_client.Pool).
+# Usage: bench/gpu/fetch_wheels.sh [DEST] [client]   (default .whl)
 set -euo pipefail
 dest=${1:-.whl}
 mkdir -p "$dest"
+if [ "${2:-}" = client ]; then
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_26_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$dest" \
+    pyzmq==27.3.0 msgpack==1.2.4
+  ls -l "$dest"
+  exit 0
+fi
 python3 -m pip download -q --no-deps --only-binary=:all: -d "$dest" \
   flash-linear-attention==0.6.0 fla-core==0.6.0
 if ! ls "$dest"/mamba_ssm-2.3.2.post1-*.whl > /dev/null 2>&1; then

@@ -352,7 +352,8 @@ def test_a_run_over_some_variants_and_kernel_tasks_keeps_the_rest(tmp_path):
                "result": {"timing": {"cases": [{"case": "flux_768x768", "speedup": 1.02,
                                                 "candidate": {"median_ns": 100.0},
                                                 "reference": {"median_ns": 102.0}}]}}}
-    oracle_lines = ("diffusion/conv2d_3x3  conv2d_3x3.cu  h_captured_ocr_fuse  out  max |error| 16\n"
+    oracle_lines = ("diffusion/conv2d_3x3  conv2d_3x3.cu  h_captured_ocr_fuse  out  "
+                    "max |error| 16\n"
                     "checked 1 (source, case) pairs; 0 left out for size\n")
     written = _collect_into(tmp_path, {"variants_eval/results.jsonl": json.dumps(variant) + "\n",
                                        "test_kernels_gpu.txt": oracle_lines}, committed)
@@ -367,3 +368,34 @@ def test_a_run_over_some_variants_and_kernel_tasks_keeps_the_rest(tmp_path):
     assert oracles["llm/rms_norm"] == {"comparisons": 40, "max_abs_error": 0.01}
     assert oracles["diffusion/conv2d_3x3"] == {"comparisons": 1, "max_abs_error": 16.0,
                                                "date": "2026-12-05T10:00:00Z"}
+
+
+def test_a_multi_gpu_run_is_named_after_its_gpus_and_held_to_its_goals(tmp_path):
+    rows = [{"configuration": "one GPU, one server", "steps_per_s_over_one_gpu": 1.0},
+            {"configuration": "two GPUs, one server", "steps_per_s_over_one_gpu": 1.95},
+            {"configuration": "two GPUs, two servers, Pool", "steps_per_s_over_one_gpu": 1.7}]
+    two = {"command": "multi_gpu.py crucible", "date": "2026-12-05T10:01:00Z", "gpu": "NVIDIA H200",
+           "gpus": ["0", "1"], "mix": {"configurations": rows},
+           "rescore": {"speedup_ratio_b_over_a": 1.004,
+                       "per_gpu": {"0": {"speedup_spread": {"cv": 0.003}},
+                                   "1": {"speedup_spread": {"cv": 0.004}}}},
+           "faults": {"alone": {}, "beside_hang": {"p50_over_alone": 1.02},
+                      "beside_crash": {"p50_over_alone": 1.1}}}
+    written = _collect_into(tmp_path, {"multi_gpu.json": json.dumps(two)}, {})
+    figures = written["h200x2_multi_gpu.json"]
+    assert figures["goals"]["steps_per_s_over_one_gpu"] == {
+        "two GPUs, one server": {"value": 1.95, "goal": 1.9, "met": True},
+        "two GPUs, two servers, Pool": {"value": 1.7, "goal": 1.9, "met": False}}
+    assert figures["goals"]["cross_gpu_speedup_ratio"] == {
+        "value": 1.004, "cv_per_gpu": {"0": 0.003, "1": 0.004}}
+    assert figures["goals"]["steady_p50_over_alone"] == {"beside_hang": 1.02,
+                                                         "beside_crash": 1.1}
+    assert figures["date"] == "2026-12-05T10:00:00Z" and figures["driver"] == "580.159.04"
+    assert figures["command"] == "bench/gpu/device_run.sh multigpu: multi_gpu.py crucible"
+    # One GPU: the baseline of the same benchmark, under a name of its own.
+    one = {**two, "gpus": ["0"], "mix": {"configurations": rows[:1]}, "rescore": {},
+           "faults": "needs two GPUs"}
+    (tmp_path / "one").mkdir()
+    written = _collect_into(tmp_path / "one", {"multi_gpu.json": json.dumps(one)}, {})
+    assert set(written) == {"h200_multi_gpu_baseline.json"}
+    assert written["h200_multi_gpu_baseline.json"]["goals"] == {"steps_per_s_over_one_gpu": {}}
