@@ -12,7 +12,8 @@ dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile hei
 sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's stages
 gathered by cp.async instead of the tensor memory accelerator, diffusion/attention with three
 stages and on a persistent grid, flash_attn_varlen_prefill's
-whole key tiles loaded page by page by TMA, and the sampler's passes with a load ahead. Each is
+whole key tiles loaded page by page by TMA, and the sampler's passes with a load ahead and its
+rows split over a thread-block cluster at small batches. Each is
 a textual substitution in today's source; a substitution that no longer applies is an error,
 not a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
 """
@@ -132,6 +133,178 @@ SAMPLING_LOAD_AHEAD = [
     ("      stored += chunk_total;\n    }\n", "      stored += chunk_total;\n    });\n"),
 ]
 
+
+# The sampler with a row split over a thread-block cluster at small batches: 8 blocks a row up to
+# 16 rows, 4 up to 33, 2 up to 66 (about one wave of 132 SMs), one block beyond. Warp w's segment
+# of the row is cut into one piece per block, in rank order; every block runs the max and
+# histogram passes over its pieces and sums its peers' results through distributed shared memory
+# (in rank order, so every block reaches the same cutoff bit for bit); each collects its pieces'
+# candidates, and the first block appends its peers' lists to its own (vocabulary order) and runs
+# the thresholds and the draw alone. Rows without filters, or whose candidates do not fit, are
+# the first block's alone after the max (the global-memory path, as in the reference).
+SAMPLING_LAUNCH = ("// @launch top_k_top_p_sampling_kernel<<<batch_size, 512>>>(logits, "
+                   "uniform_samples, top_k, top_p, samples, vocab_size)")
+SAMPLING_ARGS = "(logits, uniform_samples, top_k, top_p, samples, vocab_size)"
+
+
+def sampling_cluster_launches():
+    lines = []
+    for size, low, high in ((8, 0, 16), (4, 16, 33), (2, 33, 66), (1, 66, None)):
+        bound = f"batch_size > {low}" + (f" && batch_size <= {high}" if high else "")
+        lines.append(f"// @launch if ({bound}) top_k_top_p_sampling_kernel<{size}><<<batch_size"
+                     f"{f' * {size}' if size > 1 else ''}, 512>>>{SAMPLING_ARGS}")
+        if size > 1:
+            lines.append(f"// @cluster top_k_top_p_sampling_kernel<{size}> ({size}, 1, 1)")
+    return "\n".join(lines)
+
+
+SAMPLING_CLUSTER_HELPERS = """// What the blocks of a cluster exchange (the cluster variant).
+struct ClusterShared {
+  float value;                          // the block's max
+  float z;                              // the block's part of a top-p-only row's mass
+  int total_count[kWarps][kBuckets];    // the row's histogram, summed over the cluster
+  float total_mass[kWarps][kBuckets];
+};
+static_assert(kWarps * kBuckets == kThreads, "one thread a (warp, bucket) total");
+
+// Every thread of every block of the cluster: shared-memory writes before it are visible to
+// reads after it, in any block.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\\nbarrier.cluster.wait.acquire.aligned;\\n" ::
+                   : "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\\n" : "=r"(rank));
+  return rank;
+}
+
+// `pointer` (this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ unsigned peer_address(const void* pointer, int rank) {
+  unsigned peer;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\\n"
+               : "=r"(peer)
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(pointer))), "r"(rank));
+  return peer;
+}
+
+__device__ __forceinline__ float load_peer(const float* pointer, int rank) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\\n" : "=f"(v) : "r"(peer_address(pointer, rank))
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ int load_peer(const int* pointer, int rank) {
+  int v;
+  asm volatile("ld.shared::cluster.s32 %0, [%1];\\n" : "=r"(v) : "r"(peer_address(pointer, rank))
+               : "memory");
+  return v;
+}
+
+}  // namespace
+
+// logits: [batch_size, vocab_size];"""
+
+SAMPLING_CLUSTER = [
+    (SAMPLING_LAUNCH, sampling_cluster_launches()),
+    ("}  // namespace\n\n// logits: [batch_size, vocab_size];", SAMPLING_CLUSTER_HELPERS),
+    ('extern "C" __global__ void __launch_bounds__(kThreads)\n    top_k_top_p_sampling_kernel(',
+     "template <int kCluster>\n__global__ void __launch_bounds__(kThreads)\n"
+     "    top_k_top_p_sampling_kernel("),
+    ("  __shared__ Shared s;\n",
+     "  __shared__ Shared s;\n  __shared__ ClusterShared cs;\n"
+     "  const int rank = kCluster > 1 ? static_cast<int>(cluster_rank()) : 0;\n"
+     "  const int row_index = static_cast<int>(blockIdx.x) / kCluster;\n"),
+    ("static_cast<size_t>(blockIdx.x) * static_cast<size_t>(vocab_size)",
+     "static_cast<size_t>(row_index) * static_cast<size_t>(vocab_size)"),
+    ("top_k[blockIdx.x]", "top_k[row_index]"),
+    ("top_p[blockIdx.x]", "top_p[row_index]"),
+    ("uniform_samples[blockIdx.x]", "uniform_samples[row_index]"),
+    ("samples[blockIdx.x] = token", "samples[row_index] = token"),
+    ("  const int seg_begin = min(vocab_size, warp * segment);\n"
+     "  const int seg_end = min(vocab_size, seg_begin + segment);\n",
+     "  // This block's piece of it (pieces of whole chunks, in rank order).\n"
+     "  const int piece = (segment / 128 + kCluster - 1) / kCluster * 128;\n"
+     "  const int warp_end = min(vocab_size, warp * segment + segment);\n"
+     "  const int seg_begin = min(warp_end, warp * segment + rank * piece);\n"
+     "  const int seg_end = min(warp_end, seg_begin + piece);\n"),
+    ("  m = block_max(m, s);\n\n  Lists lists{row, vocab_size, segment, nullptr};\n"
+     "  if (!k_active && !p_active) {\n",
+     "  m = block_max(m, s);\n"
+     "  if constexpr (kCluster > 1) {\n"
+     "    if (threadIdx.x == 0) cs.value = m;\n"
+     "    cluster_sync();\n"
+     "    for (int r = 0; r < kCluster; ++r) m = fmaxf(m, load_peer(&cs.value, r));\n"
+     "  }\n\n"
+     "  Lists lists{row, vocab_size, segment, nullptr};\n"
+     "  if (!k_active && !p_active) {\n"
+     "    if constexpr (kCluster > 1) {\n"
+     "      cluster_sync();  // every peer's max read: the others may leave\n"
+     "      if (rank != 0) return;\n"
+     "    }\n"),
+    ("  const float z = z_row[0];\n",
+     "  float z = z_row[0];\n"
+     "  if constexpr (kCluster > 1) {\n"
+     "    // The row's histogram and mass, summed over the cluster in rank order by every block.\n"
+     "    if (threadIdx.x == 0) cs.z = z;\n"
+     "    cluster_sync();\n"
+     "    const int w = threadIdx.x / kBuckets, b = threadIdx.x % kBuckets;\n"
+     "    int total = 0;\n"
+     "    float mass = 0.0f;\n"
+     "    z = 0.0f;\n"
+     "    for (int r = 0; r < kCluster; ++r) {\n"
+     "      total += load_peer(&s.histogram_count[w][b], r);\n"
+     "      mass += load_peer(&s.histogram_mass[w][b], r);\n"
+     "      z += load_peer(&cs.z, r);\n"
+     "    }\n"
+     "    cs.total_count[w][b] = total;\n"
+     "    cs.total_mass[w][b] = mass;\n"
+     "    __syncthreads();\n"
+     "  }\n"
+     "  const auto& histogram_count = kCluster > 1 ? cs.total_count : s.histogram_count;\n"
+     "  const auto& histogram_mass = kCluster > 1 ? cs.total_mass : s.histogram_mass;\n"),
+    ("        warp_counts[w] += s.histogram_count[w][b];\n"
+     "        count += static_cast<float>(s.histogram_count[w][b]);\n"
+     "        mass += s.histogram_mass[w][b];\n",
+     "        warp_counts[w] += histogram_count[w][b];\n"
+     "        count += static_cast<float>(histogram_count[w][b]);\n"
+     "        mass += histogram_mass[w][b];\n"),
+    ("  unsigned int threshold = 0u;\n  if (cutoff >= 0) {\n",
+     "  unsigned int threshold = 0u;\n"
+     "  if constexpr (kCluster > 1) {\n"
+     "    if (cutoff < 0) {  // the whole row from global memory: the first block's work\n"
+     "      cluster_sync();  // every peer's histogram read\n"
+     "      if (rank != 0) return;\n"
+     "    }\n"
+     "  }\n"
+     "  if (cutoff >= 0) {\n"),
+    ("    if (lane == 0) s.count[warp] = stored;\n    __syncthreads();\n    lists.shared = &s;\n",
+     "    if (lane == 0) s.count[warp] = stored;\n"
+     "    __syncthreads();\n"
+     "    if constexpr (kCluster > 1) {\n"
+     "      // The first block appends its peers' lists to its own, in rank order. The cutoff\n"
+     "      // held every warp's summed count within kWarpCapacity.\n"
+     "      cluster_sync();\n"
+     "      if (rank == 0) {\n"
+     "        int total = s.count[warp];\n"
+     "        for (int r = 1; r < kCluster; ++r) {\n"
+     "          const int n = load_peer(&s.count[warp], r);\n"
+     "          for (int i = lane; i < n; i += 32) {\n"
+     "            s.logit[warp][total + i] = load_peer(&s.logit[warp][i], r);\n"
+     "            s.token[warp][total + i] = load_peer(&s.token[warp][i], r);\n"
+     "          }\n"
+     "          total += n;\n"
+     "        }\n"
+     "        __syncwarp();\n"
+     "        if (lane == 0) s.count[warp] = total;\n"
+     "      }\n"
+     "      cluster_sync();  // the peers' lists read: they may leave\n"
+     "      if (rank != 0) return;\n"
+     "    }\n"
+     "    lists.shared = &s;\n"),
+]
 
 # diffusion/attention with three stages of key and value tiles instead of two (7 tiles of 32 KiB:
 # 230528 bytes of shared memory, within the 232448 a block may have). With cp.async producers a
@@ -422,6 +595,9 @@ VARIANTS = [
     ("llm/flash_attn_varlen_prefill", PREFILL, "tma_pages", PREFILL_TMA),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "load_ahead", SAMPLING_LOAD_AHEAD),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows", SAMPLING_CLUSTER),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_load_ahead",
+     SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),
