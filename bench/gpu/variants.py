@@ -13,7 +13,8 @@ sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3
 gathered by cp.async instead of the tensor memory accelerator, diffusion/attention with three
 stages and on a persistent grid, flash_attn_varlen_prefill's
 whole key tiles loaded page by page by TMA, and the sampler's passes with a load ahead and its
-rows split over a thread-block cluster at small batches. Each is
+rows split over a thread-block cluster at small batches, its thresholds read off the sorted
+candidate keys. Each is
 a textual substitution in today's source; a substitution that no longer applies is an error,
 not a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
 """
@@ -304,6 +305,129 @@ SAMPLING_CLUSTER = [
      "      if (rank != 0) return;\n"
      "    }\n"
      "    lists.shared = &s;\n"),
+]
+
+# The sampler's thresholds over the candidates' keys sorted (a bitonic sort of up to 4096 keys in
+# 16 KiB of dynamic shared memory, descending) instead of two 11-step searches over the key space:
+# the top-k threshold is the k-th key, the top-p threshold the last tie group whose exclusive
+# prefix of kept mass (a block scan in sorted order) is below p * Z_K. The same thresholds as the
+# searches (up to the order of the fp32 sums); rows on the global-memory path keep the searches.
+# Applied after the cluster variant's substitutions when combined (its launch lines are edited).
+SAMPLING_SORT_HELPERS = """// The candidates' keys, sorted (the sorted-thresholds variant): at most every list full.
+constexpr int kSortCapacity = kWarps * kWarpCapacity;
+
+// The logit whose key_of is `key` (+0 for the key of zero).
+__device__ __forceinline__ float logit_of(unsigned int key) {
+  return __uint_as_float((key & 0x80000000u) != 0u ? (key & 0x7fffffffu) : ~key);
+}
+
+// Writes the keys of every candidate (the shared lists) to keys[0, n) sorted in descending order
+// and returns n; keys[n, size) hold 0, below the key of any finite logit, size the smallest power
+// of two >= max(n, 64).
+__device__ int sort_candidate_keys(const Shared& s, unsigned int* keys) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  int offset = 0, n = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w == warp) offset = n;
+    n += s.count[w];
+  }
+  for (int i = lane; i < s.count[warp]; i += 32) keys[offset + i] = key_of(s.logit[warp][i]);
+  int size = 64;
+  while (size < n) size <<= 1;
+  for (int i = n + static_cast<int>(threadIdx.x); i < size; i += kThreads) keys[i] = 0u;
+  __syncthreads();
+  for (int k = 2; k <= size; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < size; i += kThreads) {
+        const int partner = i ^ j;
+        if (partner > i) {
+          const unsigned int a = keys[i], b = keys[partner];
+          // Runs of k keys alternate in direction; the last run (k = size) is descending.
+          if ((i & k) == 0 ? a < b : a > b) {
+            keys[i] = b;
+            keys[partner] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  return n;
+}
+
+// What smallest_key_below(lists, base, target, true, m, s) finds, over the sorted keys[0, n):
+// the key starting the last tie group whose exclusive prefix of exp(l - m) over the keys >= base
+// is below target; 0 when the whole kept mass is below it, 0xffffffff when target <= 0.
+__device__ unsigned int top_p_key(const unsigned int* keys, int n, unsigned int base, float target,
+                                  float m, Shared& s) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int per = (n + kThreads - 1) / kThreads;
+  const int begin = min(n, static_cast<int>(threadIdx.x) * per);
+  const int end = min(n, begin + per);
+  float mine = 0.0f;
+  for (int i = begin; i < end; ++i) {
+    if (keys[i] >= base) mine += __expf(logit_of(keys[i]) - m);
+  }
+  // Exclusive prefix of the threads' sums, in thread order.
+  float inclusive = mine;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const float other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += other;
+  }
+  if (lane == 31) s.reduce[warp][0] = inclusive;
+  __syncthreads();
+  float before = inclusive - mine, total = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) before += s.reduce[w][0];
+    total += s.reduce[w][0];
+  }
+  int last = -1;
+  for (int i = begin; i < end && keys[i] >= base; ++i) {
+    if ((i == 0 || keys[i - 1] != keys[i]) && before < target) last = i;
+    before += __expf(logit_of(keys[i]) - m);
+  }
+  __syncthreads();  // every read of s.reduce done
+  last = __reduce_max_sync(0xffffffffu, last);
+  if (lane == 0) s.reduce[warp][0] = __int_as_float(last);
+  __syncthreads();
+  for (int w = 0; w < kWarps; ++w) last = max(last, __float_as_int(s.reduce[w][0]));
+  __syncthreads();
+  if (!(target > 0.0f)) return 0xffffffffu;
+  if (total < target) return 0u;
+  return keys[last];
+}
+
+}  // namespace
+
+// logits: [batch_size, vocab_size];"""
+
+SAMPLING_SORTED = [
+    ("512>>>(logits, uniform_samples", "512, 16384>>>(logits, uniform_samples"),
+    ("}  // namespace\n\n// logits: [batch_size, vocab_size];", SAMPLING_SORT_HELPERS),
+    ("  __shared__ Shared s;\n",
+     "  __shared__ Shared s;\n  extern __shared__ unsigned int sorted_keys[];  // kSortCapacity\n"),
+    ("  float z_k = z;\n  if (k_active) {\n"
+     "    threshold = smallest_key_below(lists, 0u, static_cast<float>(k_raw), false, m, s);\n"
+     "    z_k = kept_mass(lists, threshold, m, s);\n  }\n"
+     "  if (p_active) threshold = smallest_key_below(lists, threshold, p * z_k, true, m, s);\n",
+     "  float z_k = z;\n"
+     "  if (lists.shared != nullptr) {\n"
+     "    const int n = sort_candidate_keys(s, sorted_keys);\n"
+     "    if (k_active) {\n"
+     "      threshold = sorted_keys[min(k_raw, n) - 1];\n"
+     "      z_k = kept_mass(lists, threshold, m, s);\n"
+     "    }\n"
+     "    if (p_active) threshold = top_p_key(sorted_keys, n, threshold, p * z_k, m, s);\n"
+     "  } else {\n"
+     "    if (k_active) {\n"
+     "      threshold = smallest_key_below(lists, 0u, static_cast<float>(k_raw), false, m, s);\n"
+     "      z_k = kept_mass(lists, threshold, m, s);\n"
+     "    }\n"
+     "    if (p_active) threshold = smallest_key_below(lists, threshold, p * z_k, true, m, s);\n"
+     "  }\n"),
 ]
 
 # diffusion/attention with three stages of key and value tiles instead of two (7 tiles of 32 KiB:
@@ -598,6 +722,9 @@ VARIANTS = [
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows", SAMPLING_CLUSTER),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_load_ahead",
      SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "sorted_thresholds", SAMPLING_SORTED),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_sorted_thresholds",
+     SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER + SAMPLING_SORTED),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),
