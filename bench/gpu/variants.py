@@ -309,8 +309,8 @@ SAMPLING_CLUSTER = [
 
 # The sampler's thresholds over the candidates' keys sorted (a bitonic sort of up to 4096 keys in
 # 16 KiB of dynamic shared memory, descending) instead of two 11-step searches over the key space:
-# the top-k threshold is the k-th key, the top-p threshold the last tie group whose exclusive
-# prefix of kept mass (a block scan in sorted order) is below p * Z_K. The same thresholds as the
+# the top-k threshold is the k-th key, the top-p threshold the key of the last entry whose
+# exclusive prefix of kept mass (a block scan in sorted order) is below p * Z_K. The same thresholds as the
 # searches (up to the order of the fp32 sums); rows on the global-memory path keep the searches.
 # Applied after the cluster variant's substitutions when combined (its launch lines are edited).
 SAMPLING_SORT_HELPERS = """// The candidates' keys, sorted (the sorted-thresholds variant): at most every list full.
@@ -357,8 +357,9 @@ __device__ int sort_candidate_keys(const Shared& s, unsigned int* keys) {
 }
 
 // What smallest_key_below(lists, base, target, true, m, s) finds, over the sorted keys[0, n):
-// the key starting the last tie group whose exclusive prefix of exp(l - m) over the keys >= base
-// is below target; 0 when the whole kept mass is below it, 0xffffffff when target <= 0.
+// the key of the last entry whose exclusive prefix of exp(l - m) over the keys >= base is below
+// target (a tie group's first entry has the smallest prefix and the same key); 0 when the whole
+// kept mass is below target, 0xffffffff when target <= 0.
 __device__ unsigned int top_p_key(const unsigned int* keys, int n, unsigned int base, float target,
                                   float m, Shared& s) {
   const int lane = threadIdx.x & 31;
@@ -386,7 +387,7 @@ __device__ unsigned int top_p_key(const unsigned int* keys, int n, unsigned int 
   }
   int last = -1;
   for (int i = begin; i < end && keys[i] >= base; ++i) {
-    if ((i == 0 || keys[i - 1] != keys[i]) && before < target) last = i;
+    if (before < target) last = i;  // within a tie group the key is the same
     before += __expf(logit_of(keys[i]) - m);
   }
   __syncthreads();  // every read of s.reduce done
