@@ -11,12 +11,11 @@ h200_reference_variants.json): the partition size of paged_decode_attention, the
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, the block
 sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's stages
 gathered by cp.async instead of the tensor memory accelerator, diffusion/attention with three
-stages, on a persistent grid and with 176-row key tiles, flash_attn_varlen_prefill's
-whole key tiles loaded page by page by TMA, and the sampler's passes with a load ahead and its
-rows split over a thread-block cluster at small batches, its thresholds read off the sorted
-candidate keys. Each is
-a textual substitution in today's source; a substitution that no longer applies is an error,
-not a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
+stages, on a persistent grid and with 176-row key tiles, flash_attn_varlen_prefill's whole key
+tiles loaded page by page by TMA, and the sampler's passes with a load ahead and its rows split
+over a thread-block cluster at small batches, its thresholds read off the sorted candidate keys.
+Each is a textual substitution in today's source; a substitution that no longer applies is an
+error, not a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
 """
 import json
 import pathlib
