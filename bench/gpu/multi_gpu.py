@@ -412,13 +412,7 @@ def main(argv=None):
                     report["faults"] = "needs two GPUs"
             report["complete"] = True
         finally:
-            report["serve_warnings"] = [line for log in sorted(work.rglob("serve.txt"))
-                                        for line in log.read_text().splitlines()
-                                        if " warn " in line or " error " in line][:20]
-            if args.json:
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(json.dumps(report, indent=2) + "\n")
-                print(f"wrote {args.json}")
+            throughput.finish_report(report, work, args.json)
     return report
 
 

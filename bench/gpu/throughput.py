@@ -333,6 +333,19 @@ def under_load(crucible, server, work, args, tasks):
     return row
 
 
+def finish_report(report, work, json_path):
+    """Adds the servers' first warnings and errors (their serve.txt logs under `work`) to the
+    report and writes it to `json_path`, when given: what was measured is kept even when a run
+    stops early."""
+    report["serve_warnings"] = [line for log in sorted(work.rglob("serve.txt"))
+                                for line in log.read_text().splitlines()
+                                if " warn " in line or " error " in line][:20]
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {json_path}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("crucible", help="the crucible binary")
@@ -434,13 +447,7 @@ def main():
                           flush=True)
         report["complete"] = True
     finally:
-        report["serve_warnings"] = [line for log in sorted(work.rglob("serve.txt"))
-                                    for line in log.read_text().splitlines()
-                                    if " warn " in line or " error " in line][:20]
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(report, indent=2) + "\n")
-            print(f"wrote {args.json}")
+        finish_report(report, work, args.json)
         if temporary:
             temporary.cleanup()
 
