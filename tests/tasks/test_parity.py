@@ -399,3 +399,47 @@ def test_a_multi_gpu_run_is_named_after_its_gpus_and_held_to_its_goals(tmp_path)
     written = _collect_into(tmp_path / "one", {"multi_gpu.json": json.dumps(one)}, {})
     assert set(written) == {"h200_multi_gpu_baseline.json"}
     assert written["h200_multi_gpu_baseline.json"]["goals"] == {"steps_per_s_over_one_gpu": {}}
+
+
+def test_the_parity_summary_takes_each_task_from_its_newest_table(tmp_path):
+    summary = _load_bench_script("parity_summary")
+    old = {"date": "2026-12-01T00:00:00Z", "rows": [
+        {"task": "llm/rms_norm", "case": "decode_1", "library": "eager",
+         "reference_over_library": 1.30}]}
+    new = {"date": "2026-12-04T00:00:00Z",
+           "runs": [{"date": "2026-12-04T00:00:00Z", "tasks": ["llm/moe_sum"]},
+                    {"date": "2026-12-03T00:00:00Z", "tasks": ["llm/rms_norm"]}],
+           "rows": [
+               # Crucible's ratio over the bound, the same-harness one (this run's) under it.
+               {"task": "llm/rms_norm", "case": "decode_1", "library": "torch.compile",
+                "reference_over_library": 1.08, "harness_reference_over_library": 1.01},
+               # The library was timed in a run of its own: that run's same-harness ratio.
+               {"task": "llm/moe_sum", "case": "decode_1", "library": "FlashInfer sum",
+                "reference_over_library": 1.2,
+                "anchor_runs": [{"anchors": ["composite"], "harness_reference_over_library": 2.0},
+                                {"anchors": ["flashinfer"],
+                                 "harness_reference_over_library": 1.06}]},
+               {"task": "llm/moe_sum", "case": "decode_8", "library": "eager",
+                "reference_over_library": 0.9}]}
+    (tmp_path / "h200_parity_old.json").write_text(json.dumps(old))
+    (tmp_path / "h200_parity.json").write_text(json.dumps(new))
+    tables = sorted(str(path) for path in tmp_path.glob("h200_parity*.json"))
+    out = summary.summarize(summary.newest_rows(tables),
+                            ["llm/moe_sum", "llm/rms_norm", "llm/silu_and_mul"], 1.05)
+    assert out["llm/silu_and_mul"] == {"measured": False}
+    rms = out["llm/rms_norm"]
+    assert rms["table"] == "h200_parity.json" and rms["date"] == "2026-12-03T00:00:00Z"
+    assert rms["worst_crucible"] == {"ratio": 1.08, "case": "decode_1", "library": "torch.compile"}
+    assert rms["over_bound_crucible"] == ["decode_1"] and rms["over_bound_like_for_like"] == []
+    moe = out["llm/moe_sum"]
+    assert moe["worst_like_for_like"] == {"ratio": 1.06, "case": "decode_1",
+                                          "library": "FlashInfer sum"}
+    assert moe["over_bound_like_for_like"] == ["decode_1"] and moe["cases"] == 2
+
+
+def test_the_parity_summary_reads_the_committed_tables():
+    out = _load_bench_script("parity_summary").main([])
+    measured = [task for task, row in out.items() if row["measured"]]
+    assert len(measured) >= 40
+    for task in measured:
+        assert out[task]["worst_crucible"] is not None, task
