@@ -12,10 +12,11 @@ dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile hei
 sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's stages
 gathered by cp.async instead of the tensor memory accelerator, diffusion/attention with three
 stages, on a persistent grid and with 176-row key tiles, flash_attn_varlen_prefill's whole key
-tiles loaded page by page by TMA, and the sampler's passes with a load ahead and its rows split
-over a thread-block cluster at small batches, its thresholds read off the sorted candidate keys.
-Each is a textual substitution in today's source; a substitution that no longer applies is an
-error, not a silent no-op. `--tasks ID ...` keeps the variants of those tasks only.
+tiles loaded page by page by TMA and its short segments with the group's query heads in one tile,
+and the sampler's passes with a load ahead and its rows split over a thread-block cluster at small
+batches, its thresholds read off the sorted candidate keys. Each is a textual substitution in
+today's source; a substitution that no longer applies is an error, not a silent no-op. `--tasks ID
+...` keeps the variants of those tasks only.
 """
 import json
 import pathlib
@@ -76,8 +77,6 @@ CONV_CP_ASYNC = [
     ("(out, input_rows, weight_taps, bias, ", "(out, input, weight, bias, "),
     ("// @cluster conv2d_3x3_tma<256, 4, 2> (2, 1, 1)\n", ""),
 ]
-
-
 
 
 def block_size(threads, *tiles):
@@ -735,6 +734,49 @@ PREFILL_TMA = [
 ]
 
 
+# flash_attn_varlen_prefill with the query heads of a kv head packed into one tile for short
+# query segments (q_len * group <= 128: decode rows, short chunks), as FlashInfer's and
+# FlashAttention-3's "pack GQA" do: row r of such a tile is query row r / group of head
+# (kv head * group + r % group), the block of the group's first head does the work and the others
+# return at once. A decode row then costs one block walking its keys per kv head instead of one
+# per query head (mixed_step_llama's 32 decode rows: 256 blocks instead of 1024, each doing the
+# same 128-row tensor-core work for 4 useful rows instead of 1). Longer segments are unchanged.
+PREFILL_PACKED_GQA = [
+    ("  const int context = seq_lens[seq];\n",
+     "  const int group = num_heads / num_kv_heads;\n"
+     "  // Short segments: every head of the kv head's group in one tile, its first head's block.\n"
+     "  const bool packed = q_len * group <= kBlockQ;\n"
+     "  if (packed && static_cast<int>(blockIdx.x) % group != 0) return;\n"
+     "  const int context = seq_lens[seq];\n"),
+    ("  const int rows = min(kBlockQ, q_len - q0);  // query rows of this tile inside the sequence\n"
+     "  // Keys this tile's rows can see: up to the position of its last row.\n"
+     "  const int kv_end = position0 + q0 + rows;\n",
+     "  // Query rows of this tile inside the sequence, and the query positions they are.\n"
+     "  const int positions = packed ? q_len : min(kBlockQ, q_len - q0);\n"
+     "  const int rows = packed ? q_len * group : positions;\n"
+     "  // Keys this tile's rows can see: up to the position of its last row.\n"
+     "  const int kv_end = position0 + q0 + positions;\n"),
+    ("      return row + 8 * k < rows ? q_rows + (row + 8 * k) * row_stride : nullptr;\n",
+     "      const int r = row + 8 * k;\n"
+     "      if (r >= rows) return static_cast<const __nv_bfloat16*>(nullptr);\n"
+     "      return packed ? q_rows + (r / group) * row_stride + (r % group) * kHeadDim\n"
+     "                    : q_rows + r * row_stride;\n"),
+    ("  const int first_row = position0 + q0 + consumer * 64 + warp * 16 + lane / 4;\n"
+     "  const int row_position[2] = {first_row, first_row + 8};\n",
+     "  const int first_row = consumer * 64 + warp * 16 + lane / 4;\n"
+     "  const int row_position[2] = {\n"
+     "      position0 + q0 + (packed ? first_row / group : first_row),\n"
+     "      position0 + q0 + (packed ? (first_row + 8) / group : first_row + 8)};\n"),
+    ("      __nv_bfloat16* const destination =\n"
+     "          out_rows + static_cast<long long>(row) * row_stride + (lane % 4) * 2;\n",
+     "      __nv_bfloat16* const destination =\n"
+     "          out_rows +\n"
+     "          (packed ? static_cast<long long>(row / group) * row_stride + (row % group) * kHeadDim\n"
+     "                  : static_cast<long long>(row) * row_stride) +\n"
+     "          (lane % 4) * 2;\n"),
+]
+
+
 VARIANTS = [
     ("llm/paged_decode_attention", ATTENTION, "reference", []),
     ("llm/paged_decode_attention", ATTENTION, "two_waves_for_one_sequence",
@@ -815,6 +857,9 @@ VARIANTS = [
     ("diffusion/attention", DIT, "wide_key_tiles", DIT_WIDE_TILES),
     ("llm/flash_attn_varlen_prefill", PREFILL, "reference", []),
     ("llm/flash_attn_varlen_prefill", PREFILL, "tma_pages", PREFILL_TMA),
+    ("llm/flash_attn_varlen_prefill", PREFILL, "packed_gqa", PREFILL_PACKED_GQA),
+    ("llm/flash_attn_varlen_prefill", PREFILL, "tma_pages_packed_gqa",
+     PREFILL_TMA + PREFILL_PACKED_GQA),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "load_ahead", SAMPLING_LOAD_AHEAD),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows", SAMPLING_CLUSTER),
