@@ -525,32 +525,40 @@ TEST_CASE("http front: bodies over --max-frame-bytes are refused 413, announced 
   options.limits.max_source_bytes = 16 * 1024;
   FrontedServer server(options);
 
+  // The server answers 413 and closes while the client may still be writing the body; a client
+  // whose write lost that race sees a reset instead of the reply (on a loaded machine), so it
+  // tries again, on a new connection: the reply must come.
+  const auto until_answered = [](const auto& post) {
+    auto result = post();
+    for (int attempt = 1; attempt < 5 && !result; ++attempt) result = post();
+    return result;
+  };
   {
-    auto client = server.client();
+    // Announced: Content-Length is over the limit.
     const std::string body(64 * 1024 + 1, ' ');
-    check_error(client.Post("/step", body, "application/json"), 413, "too_large", "65536");
+    check_error(until_answered([&] {
+                  auto client = server.client();
+                  return client.Post("/step", body, "application/json");
+                }),
+                413, "too_large", "65536");
   }
   {
-    // No Content-Length: the body is counted as it arrives. The server answers 413 and closes
-    // while the client may still be writing; a client whose write lost that race sees a reset
-    // instead of the reply (on a loaded machine), so it tries again: the reply must come.
-    auto post_chunked = [&] {
-      auto client = server.client();
-      std::size_t sent = 0;
-      return client.Post(
-          "/score",
-          [&](std::size_t, httplib::DataSink& sink) {
-            const std::string piece(8192, ' ');
-            sink.write(piece.data(), piece.size());
-            sent += piece.size();
-            if (sent >= 128 * 1024) sink.done();
-            return true;
-          },
-          "application/json");
-    };
-    auto chunked = post_chunked();
-    for (int attempt = 1; attempt < 5 && !chunked; ++attempt) chunked = post_chunked();
-    check_error(chunked, 413, "too_large", "65536");
+    // No Content-Length: the body is counted as it arrives.
+    check_error(until_answered([&] {
+                  auto client = server.client();
+                  std::size_t sent = 0;
+                  return client.Post(
+                      "/score",
+                      [&](std::size_t, httplib::DataSink& sink) {
+                        const std::string piece(8192, ' ');
+                        sink.write(piece.data(), piece.size());
+                        sent += piece.size();
+                        if (sent >= 128 * 1024) sink.done();
+                        return true;
+                      },
+                      "application/json");
+                }),
+                413, "too_large", "65536");
   }
   {
     // Within the body limit, but its frame is not: floats take 9 bytes in msgpack, 4 here.
