@@ -137,3 +137,17 @@ def test_the_driver_runs_against_real_servers(tmp_path, monkeypatch):
     assert set(k.split("->")[0] for k in faults["beside_crash"]["faults"]["kind_to_status"]) <= {
         "trap", "bad_address"}
     assert faults["beside_crash"]["server_delta"]["scores"] >= 2
+
+
+@pytest.mark.skipif(not os.environ.get("CRUCIBLE_BIN"), reason="CRUCIBLE_BIN is not set")
+def test_one_gpu_runs_the_baseline_alone(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    report = multi_gpu.main([os.environ["CRUCIBLE_BIN"], "--no-gpu-selection", "--gpus", "0",
+                             "--count", "6", "--in-flight", "3", "--rescore", "1",
+                             "--fault-steps", "1", "--work", str(tmp_path / "work")])
+    assert report["complete"] and report["gpus"] == ["0"]
+    assert [row["configuration"] for row in report["mix"]["configurations"]] == [
+        "one GPU, one server"]
+    assert list(report["rescore"]["per_gpu"]) == ["0"]
+    assert "speedup_ratio_b_over_a" not in report["rescore"]
+    assert report["faults"] == "needs two GPUs"
