@@ -108,7 +108,7 @@ fi
 if want variants; then
   step "reference design variants, each against its reference"
   python3 bench/gpu/variants.py ${VARIANT_TASKS:+--tasks $VARIANT_TASKS} > "$R/variants.jsonl"
-  # VARIANT_TIME_CAP_MS shortens each timing case (the default: serve's, 1 s); VARIANT_TIMEOUT
+  # VARIANT_TIME_CAP_MS shortens each timing case (eval's default: 1 s); VARIANT_TIMEOUT
   # bounds the whole eval.
   run timeout ${VARIANT_TIMEOUT:-300} $B/crucible eval "$R/variants.jsonl" -o "$R/variants_eval" -j 1 \
     ${VARIANT_TIME_CAP_MS:+--time-cap-ms $VARIANT_TIME_CAP_MS} 2>&1 | tail -2
