@@ -452,6 +452,9 @@ CompileOutput Slot::process(const QueuedJob& item, bool* cacheable) {
       // whose heap the compiler exhausted, is replaced.
       const bool exhausted = out.status == StepStatus::kCompileError && ran_out_of_memory(out.log);
       if (exhausted) {
+        // Counted as a restart, as a worker lost at the deadline is: which of the two a
+        // runaway compile meets first depends on the machine's speed and load.
+        ++state_.worker_restarts;
         drop_worker();
         if (out.log.find(kCompileOutOfMemory) == std::string::npos) out.log += kCompileOutOfMemory;
       }
