@@ -32,6 +32,7 @@ Usage: multi_gpu.py CRUCIBLE [--gpus 0,1] [--count 200] [--in-flight 64] [--resc
 CRUCIBLE_LIBRARY_PATH, when set, becomes LD_LIBRARY_PATH for the crucible processes alone.)
 """
 import argparse
+import collections
 import contextlib
 import datetime
 import json
@@ -41,6 +42,7 @@ import shlex
 import signal
 import statistics
 import sys
+import tempfile
 import threading
 import time
 
@@ -67,6 +69,13 @@ def record_of(sample, reply, wall_ms, error=None):
     if isinstance(result.get("speedup"), (int, float)):
         record["speedup"] = result["speedup"]
     return record
+
+
+def timed_score(client, sample, source, seed):
+    """One score request for `sample` through `client`, waited for: its record, timed."""
+    sent = time.monotonic()
+    reply = client.request("score", task=sample["task"], source=source, seed=seed)
+    return record_of(sample, reply, (time.monotonic() - sent) * 1000.0)
 
 
 def timed_device(record):
@@ -167,20 +176,15 @@ def steady_steps(endpoint, text, count, label, seed, timeout_s):
         for i in range(count):
             sample = {"task": STEADY_TASK, "sample_id": f"steady/{label}/{i}",
                       "meta": {"expect": "ok", "kind": "correct"}}
-            sent = time.monotonic()
-            reply = client.request("score", task=STEADY_TASK,
-                                   source=steady_source(text, f"{label}-{i}"), seed=seed + i)
-            records.append(record_of(sample, reply, (time.monotonic() - sent) * 1000.0))
+            records.append(timed_score(client, sample, steady_source(text, f"{label}-{i}"),
+                                       seed + i))
     return records
 
 
 def steady_summary(records):
-    statuses, devices = {}, {}
-    for record in records:
-        statuses[record["status"]] = statuses.get(record["status"], 0) + 1
-        device = str(timed_device(record))
-        devices[device] = devices.get(device, 0) + 1
-    return {"steps": len(records), "statuses": statuses, "timed_on_gpu": devices,
+    statuses = collections.Counter(record["status"] for record in records)
+    devices = collections.Counter(str(timed_device(record)) for record in records)
+    return {"steps": len(records), "statuses": dict(statuses), "timed_on_gpu": dict(devices),
             "latency": throughput.latency([r["wall_ms"] for r in records]),
             "speedup_spread": throughput.speedup_spread([r.get("speedup") for r in records])}
 
@@ -203,10 +207,7 @@ class FaultStream:
                     kind, source = self.make(i)
                     sample = {"task": STEADY_TASK, "sample_id": f"fault/{kind}/{i}",
                               "meta": {"kind": kind}}
-                    sent = time.monotonic()
-                    reply = client.request("score", task=STEADY_TASK, source=source, seed=i)
-                    self.records.append(record_of(sample, reply,
-                                                  (time.monotonic() - sent) * 1000.0))
+                    self.records.append(timed_score(client, sample, source, i))
                     i += 1
         except Exception as error:  # noqa: BLE001 - reported in the figures, not raised
             self.error = f"{type(error).__name__}: {error}"
@@ -220,11 +221,9 @@ class FaultStream:
         self.thread.join(self.timeout_s)
 
     def summary(self):
-        statuses = {}
-        for record in self.records:
-            key = f"{record['meta']['kind']}->{record['status']}"
-            statuses[key] = statuses.get(key, 0) + 1
-        return {"requests": len(self.records), "kind_to_status": statuses,
+        statuses = collections.Counter(f"{record['meta']['kind']}->{record['status']}"
+                                       for record in self.records)
+        return {"requests": len(self.records), "kind_to_status": dict(statuses),
                 "latency": throughput.latency([r["wall_ms"] for r in self.records]),
                 "error": self.error}
 
@@ -245,9 +244,7 @@ def rescore(servers, gpus, text, count, seed, timeout_s):
             for gpu, client in zip(gpus, clients):
                 sample = {"task": STEADY_TASK, "sample_id": f"rescore/{gpu}/{i}",
                           "meta": {"expect": "ok", "kind": "rescore"}}
-                sent = time.monotonic()
-                reply = client.request("score", task=STEADY_TASK, source=source, seed=seed)
-                per_gpu[gpu].append(record_of(sample, reply, (time.monotonic() - sent) * 1000.0))
+                per_gpu[gpu].append(timed_score(client, sample, source, seed))
     finally:
         for client in clients:
             client.close()
@@ -373,7 +370,6 @@ def main(argv=None):
             work = args.work.resolve()
             work.mkdir(parents=True, exist_ok=True)
         else:
-            import tempfile
             work = pathlib.Path(stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="crucible-multi-gpu-")))
         try:

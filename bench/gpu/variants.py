@@ -24,6 +24,14 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
+
+def span(path, begin, end):
+    """The text of a reference (`path`, from the repository root) from `begin` up to the next
+    `end`: helpers a variant of another reference takes instead of a copy of them."""
+    source = (ROOT / path).read_text()
+    start = source.index(begin)
+    return source[start:source.index(end, start)]
+
 ATTENTION = "kernels/llm/paged_decode_attention.cu"
 SINGLE = ("cdiv(max_blocks_per_seq * block_size * num_seqs * num_kv_heads, "
           "25344 * (num_seqs == 1) + 50688 * (num_seqs > 1)) * 64")
@@ -166,14 +174,14 @@ struct ClusterShared {
 };
 static_assert(kWarps * kBuckets == kThreads, "one thread a (warp, bucket) total");
 
-// Every thread of every block of the cluster: shared-memory writes before it are visible to
-// reads after it, in any block.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\\nbarrier.cluster.wait.acquire.aligned;\\n" ::
-                   : "memory");
-}
-
-__device__ __forceinline__ unsigned cluster_rank() {
+"""
+# conv2d_3x3's cluster barrier and peer address, then what the sampler adds to them.
+SAMPLING_CLUSTER_HELPERS += span(CONV, "// Every thread of every block of the cluster",
+                                 "// The specialised kernel's 256 consumer threads")
+SAMPLING_CLUSTER_HELPERS += span(
+    CONV, "// The address of `address` (this block's shared memory) in block `rank`",
+    "__device__ __forceinline__ void store_shared_f32x4")
+SAMPLING_CLUSTER_HELPERS += """__device__ __forceinline__ unsigned cluster_rank() {
   unsigned rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\\n" : "=r"(rank));
   return rank;
@@ -181,11 +189,7 @@ __device__ __forceinline__ unsigned cluster_rank() {
 
 // `pointer` (this block's shared memory) in block `rank` of the cluster.
 __device__ __forceinline__ unsigned peer_address(const void* pointer, int rank) {
-  unsigned peer;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\\n"
-               : "=r"(peer)
-               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(pointer))), "r"(rank));
-  return peer;
+  return peer_shared_address(static_cast<unsigned>(__cvta_generic_to_shared(pointer)), rank);
 }
 
 __device__ __forceinline__ float load_peer(const float* pointer, int rank) {
@@ -305,11 +309,13 @@ SAMPLING_CLUSTER = [
      "    lists.shared = &s;\n"),
 ]
 
+
 # The sampler's thresholds over the candidates' keys sorted (a bitonic sort of up to 4096 keys in
 # 16 KiB of dynamic shared memory, descending) instead of two 11-step searches over the key space:
 # the top-k threshold is the k-th key, the top-p threshold the key of the last entry whose
-# exclusive prefix of kept mass (a block scan in sorted order) is below p * Z_K. The same thresholds as the
-# searches (up to the order of the fp32 sums); rows on the global-memory path keep the searches.
+# exclusive prefix of kept mass (a block scan in sorted order) is below p * Z_K. The same
+# thresholds as the searches (up to the order of the fp32 sums); rows on the global-memory path
+# keep the searches.
 # Applied after the cluster variant's substitutions when combined (its launch lines are edited).
 SAMPLING_SORT_HELPERS = """// The candidates' keys, sorted (the sorted-thresholds variant): at most every list full.
 constexpr int kSortCapacity = kWarps * kWarpCapacity;
@@ -444,16 +450,16 @@ DIT_THREE_STAGES = [("constexpr int kStages = 2;", "constexpr int kStages = 3;")
 # query tile keeps its 128 rows (32 KiB); two stages of 44 KiB key and value tiles: 214144 bytes.
 # The registers: producer 40, consumers 232 (the consumers' increase, 256 x 64, is what the
 # producer gives back, 128 x 128).
-def wgmma_operands(registers, first_input):
+def wgmma_operands(registers):
     """The `{%0, ..., %N-1}` list of an accumulator of `registers` and its "+f" operands."""
     names = ", ".join(f"%{i}" for i in range(registers))
     outputs = ", ".join(f'"+f"(d[{i}])' for i in range(registers))
-    return "{" + names + "}", outputs, first_input
+    return "{" + names + "}", outputs
 
 
 def dit_wide_scores(columns):
     registers = columns // 2
-    names, outputs, _ = wgmma_operands(registers, registers)
+    names, outputs = wgmma_operands(registers)
     return (f"__device__ __forceinline__ void wgmma_scores(float (&d)[{registers}], "
             "unsigned long long a_desc,\n"
             "                                             unsigned long long b_desc, "
@@ -468,10 +474,8 @@ def dit_wide_scores(columns):
 
 
 def dit_scores_function():
-    source = (ROOT / DIT).read_text()
-    begin = source.index("__device__ __forceinline__ void wgmma_scores(")
-    end = source.index("}\n", source.index('"r"(accumulate));', begin)) + 2
-    return source[begin:end]
+    return span(DIT, "__device__ __forceinline__ void wgmma_scores(",
+                "\n// d (64 x 128 per warpgroup, fp32) += a (64 x 16, registers)")
 
 
 DIT_WIDE_KV = 176
@@ -649,9 +653,9 @@ PREFILL = "kernels/llm/flash_attn_varlen_prefill.cu"
 def tma_helpers():
     """diffusion/attention's bulk-copy helpers (arrive_expecting, load_box), for a variant of
     another reference that loads by TMA."""
-    source = (ROOT / "kernels/diffusion/attention.cu").read_text()
-    start = source.index("// One arrival on `bar` that also expects")
-    return source[start:source.index("__device__ __forceinline__ void barrier_init", start)]
+    return span("kernels/diffusion/attention.cu", "// One arrival on `bar` that also expects",
+                "__device__ __forceinline__ void barrier_init")
+
 
 PREFILL_MAPS = (
     "// @tensormap key_pages key_cache dims(128, num_kv_heads, block_size, num_blocks) "

@@ -266,8 +266,8 @@ __device__ __forceinline__ void load_box(unsigned destination, const CUtensorMap
       : "memory");
 }
 
-// Every thread of both blocks of the cluster: shared-memory writes before it are visible to
-// reads after it, in either block.
+// Every thread of every block of the cluster: shared-memory writes before it are visible to
+// reads after it, in any block.
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
                    : "memory");
