@@ -171,15 +171,17 @@ def replay(folder, facts, eval_rows):
                          "status": r["status"], "speedup": r.get("speedup")} for r in eval_rows]}
 
 
-def variants(path, facts):
+def variants(path, facts, seed=1):
     """Design variants of references scored against the references themselves
     (bench/gpu/variants.py): per case, the variant's and the reference's CUPTI medians from the
-    same interleaved run."""
+    same interleaved run. Rows of an eval with another case seed (VARIANT_SEEDS) are keyed
+    `<sample id>@seed<N>`, beside seed 1's."""
     rows = []
     for line in path.read_text().splitlines():
         record = json.loads(line)
         timing = (record.get("result") or {}).get("timing") or {}
-        rows.append({"sample_id": record["sample_id"], "status": record.get("status"),
+        key = record["sample_id"] + (f"@seed{seed}" if seed != 1 else "")
+        rows.append({"sample_id": key, "seed": seed, "status": record.get("status"),
                      "cases": [{"case": c["case"], "variant_ns": c["candidate"]["median_ns"],
                                 "reference_ns": c["reference"]["median_ns"],
                                 "speedup": c["speedup"]} for c in timing.get("cases", [])]})
@@ -409,13 +411,25 @@ def main(argv=None):
         outputs["h200_gpu_bench.json"] = bench(folder, facts)
     if (folder / "replay.json").exists():
         outputs["h200_replay.json"] = replay(folder, facts, eval_rows)
-    variants_path = folder / "variants_eval" / "results.jsonl"
-    if variants_path.exists():
-        run = variants(variants_path, facts)
+    variant_evals = [(1, folder / "variants_eval" / "results.jsonl")] + sorted(
+        (int(path.parent.name.removeprefix("variants_eval_seed")), path)
+        for path in folder.glob("variants_eval_seed*/results.jsonl"))
+    variant_evals = [(seed, path) for seed, path in variant_evals if path.exists()]
+    if variant_evals:
+        run = variants(variant_evals[0][1], facts, variant_evals[0][0])
+        for seed, path in variant_evals[1:]:
+            run["rows"] += variants(path, facts, seed)["rows"]
         previous = committed("h200_reference_variants.json")
         # A run over some tasks' variants (VARIANT_TASKS) replaces their rows only.
         outputs["h200_reference_variants.json"] = (
             merge_run(previous, run, "sample_id", facts) if previous else run)
+    if (folder / "seed_spread.json").exists():
+        outputs["h200_seed_spread.json"] = {
+            "benchmark": "every reference on several draws of its visible cases "
+                         "(bench/gpu/seed_spread.py): its time's spread across seeds against "
+                         "the two timings of one run, and its status per seed",
+            **facts, "command": "bench/gpu/device_run.sh seeds",
+            **json.loads((folder / "seed_spread.json").read_text())}
     if (folder / "sampling_steps.json").exists():
         outputs["h200_sampling_steps.json"] = {
             "benchmark": "llm/top_k_top_p_sampling_from_logits reference, time per step "

@@ -2,7 +2,8 @@
 # Runs the GPU suites, benchmarks and the logged-run replay on the GPU machine, from the
 # repository root, with the binaries carried in .bundle/ (see bench/README.md).
 #   device_run.sh [tests] [bench] [ncu] [trajectory] [parity] [variants] [throughput] [faults]
-#                 [exportop] [model] [steps] [multigpu]   (default: all but steps and multigpu)
+#                 [exportop] [model] [steps] [seeds] [multigpu]
+#                 (default: all but steps, seeds and multigpu)
 # Figures and logs go to $OUT; everything is also packed into $OUT/results.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/crucible-out}
@@ -107,11 +108,34 @@ if want parity; then
 fi
 if want variants; then
   step "reference design variants, each against its reference"
-  python3 bench/gpu/variants.py ${VARIANT_TASKS:+--tasks $VARIANT_TASKS} > "$R/variants.jsonl"
+  # VARIANT_TASKS and VARIANT_NAMES (e.g. "reference pooled_lists") pick the variants.
+  python3 bench/gpu/variants.py ${VARIANT_TASKS:+--tasks $VARIANT_TASKS} \
+    ${VARIANT_NAMES:+--names $VARIANT_NAMES} > "$R/variants.jsonl"
   # VARIANT_TIME_CAP_MS shortens each timing case (eval's default: 1 s); VARIANT_TIMEOUT
-  # bounds the whole eval.
-  run timeout ${VARIANT_TIMEOUT:-300} $B/crucible eval "$R/variants.jsonl" -o "$R/variants_eval" -j 1 \
-    ${VARIANT_TIME_CAP_MS:+--time-cap-ms $VARIANT_TIME_CAP_MS} 2>&1 | tail -2
+  # bounds each eval. VARIANT_SEEDS scores them again on other draws of the visible cases
+  # (eval --seed; seed 1, the default, goes to variants_eval, seed N to variants_eval_seedN).
+  for seed in ${VARIANT_SEEDS:-1}; do
+    dir=variants_eval; [ "$seed" = 1 ] || dir=variants_eval_seed$seed
+    run timeout ${VARIANT_TIMEOUT:-300} $B/crucible eval "$R/variants.jsonl" -o "$R/$dir" -j 1 \
+      --seed "$seed" ${VARIANT_TIME_CAP_MS:+--time-cap-ms $VARIANT_TIME_CAP_MS} 2>&1 | tail -2
+  done
+fi
+if want seeds; then
+  # Every reference (SEED_TASKS: some) scored as a sample on several draws of its visible cases
+  # (SEEDS, default "1 2 3"; SEED_TIME_CAP_MS per timing case, default 100; SEED_TIMEOUT per
+  # eval, default 240 s), one compile cache for all: bench/gpu/seed_spread.py's summary.
+  step "references on several draws of their visible cases: ${SEEDS:-1 2 3}"
+  CRUCIBLE_LIBRARY_PATH="$libs" python3 bench/gpu/seed_spread.py --references "$R/seed_refs.jsonl" \
+    ${SEED_TASKS:+--tasks $SEED_TASKS}
+  runs=()
+  for seed in ${SEEDS:-1 2 3}; do
+    run timeout ${SEED_TIMEOUT:-240} $B/crucible eval "$R/seed_refs.jsonl" -o "$R/seeds/$seed" \
+      -j 1 --seed "$seed" --time-cap-ms "${SEED_TIME_CAP_MS:-100}" \
+      --compile-cache "$R/seeds/cache" 2>&1 | tail -1
+    runs+=("$seed=$R/seeds/$seed/results.jsonl")
+  done
+  python3 bench/gpu/seed_spread.py --json "$R/seed_spread.json" "${runs[@]}" 2>&1 | tail -30
+  rm -rf "$R/seeds/cache"
 fi
 if want steps; then
   step "the sampling reference, step by step"

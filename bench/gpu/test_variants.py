@@ -122,3 +122,60 @@ def test_sorted_thresholds_pick_the_searched_keys():
                       Fraction(1), Fraction(3, 2)):
                 assert _searched_key(keys, weight, base, p * kept) == \
                     _sorted_key(keys, weight, base, p * kept)
+
+
+def _capacity_model():
+    spec = importlib.util.spec_from_file_location("sampling_capacity",
+                                                  HERE / "sampling_capacity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_capacity_model_has_the_kernels_capacities():
+    model = _capacity_model()
+    reference = (ROOT / "kernels/llm/top_k_top_p_sampling_from_logits.cu").read_text()
+    assert f"constexpr int kWarpCapacity = {model.WARP_CAPACITY};" in reference
+    assert f"constexpr int kBuckets = {model.BUCKETS};" in reference
+    assert f"constexpr float kBucketsPerNat = {model.BUCKETS_PER_NAT:.1f}f;" in reference
+    pooled = next(sample["source"] for sample in variants()
+                  if sample["sample_id"].endswith("#pooled_lists"))
+    assert f"constexpr int kCapacity = {model.POOL_CAPACITY};" in pooled
+    # The pool's bytes (a logit and a token id an entry) are the launch's dynamic shared memory.
+    assert f"512, {model.POOL_CAPACITY * 8}>>>" in pooled
+
+
+def test_one_full_warp_overflows_the_reference_but_not_the_pool():
+    model = _capacity_model()
+    vocab = 16 * 1024
+    segment = model.segment(vocab)
+    # Every logit far below the max but 300 within the top half nat, all in warp 3's sixteenth.
+    row = [-100.0] * vocab
+    for i in range(300):
+        row[3 * segment + i] = 10.0
+    hist = model.histogram(row)
+    top_k = model.cutoff(hist, 300, 1.0)
+    assert top_k == {"bucket": 0, "total": 300, "warp_max": 300}
+    assert model.overflows(top_k) == {"per_warp": True, "pooled": False}
+    # The same 300 spread over the warps fit both.
+    row = [-100.0] * vocab
+    for i in range(300):
+        row[(i % 16) * segment + i // 16] = 10.0
+    assert model.overflows(model.cutoff(model.histogram(row), 300, 1.0)) == {
+        "per_warp": False, "pooled": False}
+    # Top-p over a flat row: the nucleus is most of it, more than any pool.
+    flat = model.cutoff(model.histogram([0.0] * vocab), 0, 0.95)
+    assert flat["total"] == vocab and model.overflows(flat)["pooled"]
+
+
+def test_the_pool_holds_the_largest_visible_nuclei():
+    # batch_256_qwen's top-p 0.95 rows (152k logits, std 4) need the most candidates of the
+    # visible cases; sampling_capacity.py's full run draws hundreds of rows, this a dozen.
+    model = _capacity_model()
+    case = next(c for c in model.visible_cases(tomllib.loads(model.TASK.read_text()))
+                if c["case"] == "batch_256_qwen")
+    rng = random.Random(3)
+    totals = [model.cutoff(model.histogram(model.gaussian_row(rng, case["vocab"], case["mean"],
+                                                              case["std"])), 0, 0.95)["total"]
+              for _ in range(12)]
+    assert 1000 < max(totals) < 0.85 * model.POOL_CAPACITY

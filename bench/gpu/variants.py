@@ -18,6 +18,7 @@ batches, its thresholds read off the sorted candidate keys. Each is a textual su
 today's source; a substitution that no longer applies is an error, not a silent no-op. `--tasks ID
 ...` keeps the variants of those tasks only.
 """
+import argparse
 import json
 import pathlib
 import sys
@@ -433,6 +434,55 @@ SAMPLING_SORTED = [
      "    }\n"
      "    if (p_active) threshold = smallest_key_below(lists, threshold, p * z_k, true, m, s);\n"
      "  }\n"),
+]
+
+# The sampler with every warp's candidate list in one pool of 6144 entries (48 KiB of dynamic
+# shared memory) instead of 256 entries a warp: a row takes the global-memory path only when its
+# candidates in all exceed the pool, not when one warp's sixteenth of the row exceeds 256. On the
+# visible cases' distributions a top-p 0.95 row of 152k logits overflows a warp's 256 about 3 % of
+# the time (bench/gpu/sampling_capacity.py), and a call is as slow as its slowest row: the
+# reference's batch_256 time depends on the draw (238 us by crucible, 682 us in the parity
+# harness on other draws of the same distributions, h200_parity.json). Four blocks of 512
+# threads still fit an SM (4 x 53 KiB).
+SAMPLING_POOLED = [
+    ("512>>>(logits, uniform_samples", "512, 49152>>>(logits, uniform_samples"),
+    ("// Candidate logits each warp may keep in shared memory (16 x 256 x 8 bytes = 32 KiB).\n"
+     "constexpr int kWarpCapacity = 256;\n",
+     "// Candidates the block may keep, every warp's list in one pool of dynamic shared memory\n"
+     "// (6144 x 8 bytes = 48 KiB, the launch's third argument): kCapacity logits, then kCapacity\n"
+     "// token ids.\n"
+     "constexpr int kCapacity = 6144;\n"
+     "extern __shared__ float candidate_pool[];\n"
+     "__device__ __forceinline__ float& pool_logit(int i) { return candidate_pool[i]; }\n"
+     "__device__ __forceinline__ int& pool_token(int i) {\n"
+     "  return reinterpret_cast<int*>(candidate_pool + kCapacity)[i];\n"
+     "}\n"),
+    ("  float logit[kWarps][kWarpCapacity];\n  int token[kWarps][kWarpCapacity];\n",
+     "  int begin[kWarps];                  // where each warp's list starts in the pool\n"),
+    ("shared != nullptr ? shared->logit[w][i] : row[w * segment + i]",
+     "shared != nullptr ? pool_logit(shared->begin[w] + i) : row[w * segment + i]"),
+    ("shared != nullptr ? shared->token[w][i] : w * segment + i",
+     "shared != nullptr ? pool_token(shared->begin[w] + i) : w * segment + i"),
+    ("  int cutoff = -1;\n  {\n",
+     "  int cutoff = -1;\n  int list_begin = 0;  // this warp's list in the pool\n  {\n"),
+    ("      bool fits = true;\n", ""),
+    ("        fits = fits && warp_counts[w] <= kWarpCapacity;\n      }\n      if (!fits) break;\n",
+     "      }\n      if (count > static_cast<float>(kCapacity)) break;\n"),
+    ("      if (holds) cutoff = b;\n    }\n  }\n",
+     "      if (holds) cutoff = b;\n    }\n"
+     "    // The lists in warp order: this warp's starts after the candidates of the warps before\n"
+     "    // it (the histogram counted exactly what the collection takes).\n"
+     "#pragma unroll\n"
+     "    for (int w = 0; w < kWarps; ++w) list_begin += w < warp ? warp_counts[w] : 0;\n"
+     "  }\n"),
+    ("        if (take[j]) {\n          s.logit[warp][slot] = v[j];\n"
+     "          s.token[warp][slot] = base + lane * 4 + j;\n",
+     "        if (take[j] && list_begin + slot < kCapacity) {\n"
+     "          pool_logit(list_begin + slot) = v[j];\n"
+     "          pool_token(list_begin + slot) = base + lane * 4 + j;\n"),
+    ("    if (lane == 0) s.count[warp] = stored;\n",
+     "    if (lane == 0) {\n      s.count[warp] = stored;\n      s.begin[warp] = list_begin;\n"
+     "    }\n"),
 ]
 
 # diffusion/attention with three stages of key and value tiles instead of two (7 tiles of 32 KiB:
@@ -872,6 +922,7 @@ VARIANTS = [
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "sorted_thresholds", SAMPLING_SORTED),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_sorted_thresholds",
      SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER + SAMPLING_SORTED),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "pooled_lists", SAMPLING_POOLED),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),
@@ -886,9 +937,13 @@ VARIANTS = [
 
 
 def main():
-    only = sys.argv[sys.argv.index("--tasks") + 1:] if "--tasks" in sys.argv else None
+    args = argparse.ArgumentParser(description="Print the reference design variants as eval "
+                                   "samples (JSONL).")
+    args.add_argument("--tasks", nargs="+", help="only these tasks' variants")
+    args.add_argument("--names", nargs="+", help="only the variants of these names")
+    args = args.parse_args()
     for task, path, name, substitutions in VARIANTS:
-        if only is not None and task not in only:
+        if args.tasks and task not in args.tasks or args.names and name not in args.names:
             continue
         source = (ROOT / path).read_text()
         for old, new in substitutions:

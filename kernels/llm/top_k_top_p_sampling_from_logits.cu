@@ -23,7 +23,7 @@
 // A row with neither filter skips 2-4 and draws from the whole row (two global passes). A row
 // whose filtered set does not fit (a flat distribution with a large nucleus, a large k) runs
 // steps 4 and 5 over the row in global memory instead: correct, but each search step is a pass
-// over the row; the task's visible cases never take that path.
+// over the row; the task's visible cases seldom take that path (see the notes).
 //
 // clang-format off
 // @launch top_k_top_p_sampling_kernel<<<batch_size, 512>>>(logits, uniform_samples, top_k, top_p, samples, vocab_size)
@@ -46,9 +46,15 @@
 //   __match_any_sync, the top-p masses bounded below from the counts instead of summed, with
 //   1024-candidate lists for batches up to 132 (0.12-1.4 ms a call: the looser bound cut
 //   deeper, the candidates overflowed and rows took the global-memory path). With the exact
-//   masses every row of the visible cases fits (a host model of steps 1-2 on their
-//   distributions: at most about 1400 candidates, 102 a warp), so the small batches' time is
-//   not that path. Where it goes (bench/gpu/sampling_steps.py, clock stamps per step, H200,
+//   masses most rows fit, not all: a model of steps 1-2 on the visible cases' distributions
+//   (bench/gpu/sampling_capacity.py, 400 rows a setting) finds top-p 0.95 rows without top-k
+//   needing up to 4300 candidates, over 256 in the fullest warp in 3 % of the draws of 152k
+//   logits. A call is as slow as its slowest row, so batch_256_qwen (32 such rows) takes the
+//   global-memory path for some row in about 62 % of draws: the parity harness timed this
+//   kernel at 682 us on its draw of that case against crucible's 238 us on its own
+//   (h200_parity.json). variants.py's pooled_lists keeps every warp's list in one pool of 6144
+//   entries, which no modelled row overflowed. Batches up to 32 overflow in at most 3.5 % of
+//   draws, so their time is not that path. Where it goes (bench/gpu/sampling_steps.py, clock stamps per step, H200,
 //   h200_sampling_steps.json), a batch-1 row of 128k logits in a 96 us kernel: max pass 5.7 us,
 //   histogram pass 25.4, cutoff 1.9, collection 25.9, top-k threshold 15.2, top-p threshold
 //   15.5, draw 1.8. The histogram and collection passes read the same logits as the max pass

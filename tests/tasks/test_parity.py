@@ -370,6 +370,75 @@ def test_a_run_over_some_variants_and_kernel_tasks_keeps_the_rest(tmp_path):
                                                "date": "2026-12-05T10:00:00Z"}
 
 
+def test_variants_scored_on_other_seeds_sit_beside_seed_one(tmp_path):
+    def record(sample_id, speedup):
+        return json.dumps({"sample_id": sample_id, "status": "ok", "result": {"timing": {
+            "cases": [{"case": "batch_256_qwen", "speedup": speedup,
+                       "candidate": {"median_ns": 100.0},
+                       "reference": {"median_ns": 100.0 * speedup}}]}}}) + "\n"
+    sample = "llm/top_k_top_p_sampling_from_logits#pooled_lists"
+    written = _collect_into(tmp_path, {"variants_eval/results.jsonl": record(sample, 1.0),
+                                       "variants_eval_seed7/results.jsonl": record(sample, 2.9),
+                                       "variants_eval_seed12/results.jsonl": record(sample, 1.1)},
+                            {})
+    rows = {row["sample_id"]: row for row in written["h200_reference_variants.json"]["rows"]}
+    assert set(rows) == {sample, sample + "@seed7", sample + "@seed12"}
+    assert rows[sample]["seed"] == 1 and rows[sample + "@seed7"]["seed"] == 7
+    assert rows[sample + "@seed7"]["cases"][0]["speedup"] == 2.9
+    assert rows[sample + "@seed12"]["cases"][0]["reference_ns"] == pytest.approx(110.0)
+
+
+def _reference_record(sample_id, cases, status="ok"):
+    """An eval record of a reference scored as a sample: cases {name: (reference, candidate)}."""
+    return json.dumps({"sample_id": sample_id, "status": status, "result": {
+        "message": None if status == "ok" else "case batch_8 (run 2): token 7 outside",
+        "timing": {"cases": [{"case": name, "reference": {"median_ns": ref},
+                              "candidate": {"median_ns": cand}, "speedup": ref / cand}
+                             for name, (ref, cand) in cases.items()]}}}) + "\n"
+
+
+def test_seed_spread_flags_a_reference_whose_time_follows_the_draw(tmp_path):
+    spread = _load_bench_script("seed_spread")
+    sampler = "llm/top_k_top_p_sampling_from_logits#reference"
+    norm = "llm/rms_norm#reference"
+    draws = {1: ({"batch_256": (238e3, 240e3), "batch_8": (144e3, 145e3)}, {"d": (5e3, 5.05e3)}),
+             2: ({"batch_256": (682e3, 680e3), "batch_8": (145e3, 144e3)}, {"d": (5.1e3, 5e3)}),
+             3: ({"batch_256": (240e3, 241e3), "batch_8": (143e3, 143e3)}, {"d": (5e3, 5e3)})}
+    pairs = []
+    for seed, (sampler_cases, norm_cases) in draws.items():
+        path = tmp_path / f"{seed}.jsonl"
+        path.write_text(_reference_record(sampler, sampler_cases,
+                                          "incorrect" if seed == 3 else "ok")
+                        + _reference_record(norm, norm_cases))
+        pairs.append(f"{seed}={path}")
+    out = tmp_path / "seed_spread.json"
+    spread.main(["--json", str(out), *pairs])
+    summary = json.loads(out.read_text())
+    rows = {(row["task"], row["case"]): row for row in summary["rows"]}
+    wide = rows[("llm/top_k_top_p_sampling_from_logits", "batch_256")]
+    assert wide["spread"] == pytest.approx(682 / 238, abs=1e-4) and wide["draw_dependent"]
+    assert wide["reference_ns"] == {"1": 238e3, "2": 682e3, "3": 240e3}
+    # 2 % apart across seeds is no draw dependence; the noise is the largest disagreement of one
+    # run's two timings of the same source.
+    assert not rows[("llm/top_k_top_p_sampling_from_logits", "batch_8")]["draw_dependent"]
+    assert not rows[("llm/rms_norm", "d")]["draw_dependent"]
+    assert rows[("llm/rms_norm", "d")]["noise"] == pytest.approx(1 - 5 / 5.1, abs=1e-4)
+    assert summary["draw_dependent"] == ["llm/top_k_top_p_sampling_from_logits batch_256"]
+    # A reference failing its own check on one draw is listed with its message.
+    assert summary["not_ok"] == [{"sample_id": sampler, "seed": 3, "status": "incorrect",
+                                  "message": "case batch_8 (run 2): token 7 outside"}]
+    # A seed's eval without the sample counts as missing, not as agreement.
+    lone = tmp_path / "4.jsonl"
+    lone.write_text(_reference_record(norm, {"d": (5e3, 5e3)}))
+    summary = spread.summarize(spread.load_runs([pairs[0], f"4={lone}"]))
+    assert {"sample_id": sampler, "seed": 4, "status": "missing"} in summary["not_ok"]
+    (tmp_path / "collected").mkdir()
+    written = _collect_into(tmp_path / "collected", {"seed_spread.json": out.read_text()}, {})
+    table = written["h200_seed_spread.json"]
+    assert table["draw_dependent"] == ["llm/top_k_top_p_sampling_from_logits batch_256"]
+    assert table["command"] == "bench/gpu/device_run.sh seeds" and table["seeds"] == [1, 2, 3]
+
+
 def test_a_multi_gpu_run_is_named_after_its_gpus_and_held_to_its_goals(tmp_path):
     rows = [{"configuration": "one GPU, one server", "steps_per_s_over_one_gpu": 1.0},
             {"configuration": "two GPUs, one server", "steps_per_s_over_one_gpu": 1.95},
