@@ -485,6 +485,51 @@ SAMPLING_POOLED = [
      "    }\n"),
 ]
 
+# The pool combined with the cluster variant and the sorted thresholds. Every block of a cluster
+# sums the same histogram, so every block lays its lists out at the same places in its pool (each
+# warp's region holds the cluster's candidates of that warp's segment); the first block appends
+# its peers' lists behind its own in each region. The sorted keys follow the pool in dynamic
+# shared memory (8192 keys, a power of two above the pool's 6144: 80 KiB in all).
+SAMPLING_CLUSTER_POOLED = SAMPLING_CLUSTER[:-1] + [
+    (SAMPLING_CLUSTER[-1][0],
+     SAMPLING_CLUSTER[-1][1]
+     .replace("The cutoff\n      // held every warp's summed count within kWarpCapacity.",
+              "The cutoff\n      // held the row's candidates within kCapacity.")
+     .replace("            s.logit[warp][total + i] = load_peer(&s.logit[warp][i], r);\n"
+              "            s.token[warp][total + i] = load_peer(&s.token[warp][i], r);\n",
+              "            pool_logit(list_begin + total + i) = "
+              "load_peer(&pool_logit(list_begin + i), r);\n"
+              "            pool_token(list_begin + total + i) = "
+              "load_peer(&pool_token(list_begin + i), r);\n"))]
+assert SAMPLING_CLUSTER_POOLED[-1][1] != SAMPLING_CLUSTER[-1][1]
+
+SAMPLING_SORT_HELPERS_POOLED = (
+    SAMPLING_SORT_HELPERS
+    .replace("// The candidates' keys, sorted (the sorted-thresholds variant): at most every list full.\n"
+             "constexpr int kSortCapacity = kWarps * kWarpCapacity;\n",
+             "// The candidates' keys, sorted (the sorted-thresholds variant): a power of two >= the\n"
+             "// pool.\n"
+             "constexpr int kSortCapacity = 8192;\n"
+             "static_assert(kSortCapacity >= kCapacity, \"every candidate's key\");\n")
+    .replace("  for (int i = lane; i < s.count[warp]; i += 32) keys[offset + i] = "
+             "key_of(s.logit[warp][i]);\n",
+             "  for (int i = lane; i < s.count[warp]; i += 32) {\n"
+             "    keys[offset + i] = key_of(pool_logit(s.begin[warp] + i));\n"
+             "  }\n"))
+assert SAMPLING_SORT_HELPERS_POOLED.count("pool_logit") == 1
+assert "kSortCapacity = 8192" in SAMPLING_SORT_HELPERS_POOLED
+
+SAMPLING_SORTED_POOLED = [
+    ("512, 49152>>>(logits, uniform_samples", "512, 81920>>>(logits, uniform_samples"),
+    (SAMPLING_SORTED[1][0], SAMPLING_SORT_HELPERS_POOLED),
+    ("  __shared__ Shared s;\n",
+     "  __shared__ Shared s;\n"
+     "  // The sorted keys (kSortCapacity), after the pool in dynamic shared memory.\n"
+     "  unsigned int* const sorted_keys =\n"
+     "      reinterpret_cast<unsigned int*>(candidate_pool + 2 * kCapacity);\n"),
+    SAMPLING_SORTED[3],
+]
+
 # diffusion/attention with three stages of key and value tiles instead of two (7 tiles of 32 KiB:
 # 230528 bytes of shared memory, within the 232448 a block may have). With cp.async producers a
 # third stage changed nothing (h200_reference_variants_attention.json); the TMA producer is one
@@ -923,6 +968,10 @@ VARIANTS = [
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_sorted_thresholds",
      SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER + SAMPLING_SORTED),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "pooled_lists", SAMPLING_POOLED),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_pooled",
+     SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER_POOLED + SAMPLING_POOLED),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_sorted_thresholds_pooled",
+     SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER_POOLED + SAMPLING_POOLED + SAMPLING_SORTED_POOLED),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),
