@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from . import ops
 from .model import Batch, Model, Recorder, case_name
 from .safetensors_io import (
     SAFETENSORS_TO_CRUCIBLE,
@@ -33,8 +34,16 @@ OPS = (
     "rotary_embedding",
     "reshape_and_cache_flash",
     "paged_decode_attention",
+    "top_k_top_p_sampling_from_logits",
 )
 KV_OPS = ("reshape_and_cache_flash", "paged_decode_attention")
+SAMPLER = "top_k_top_p_sampling_from_logits"
+# The sampler's per-row settings: llm/top_k_top_p_sampling_from_logits's serving mix (neither
+# filter, top-k 50, top-p 0.95, both (20, 0.9), both (100, 0.95), top-p 0.8, top-k 1000, both
+# (50, 0.9)); row b of the logits of step i (the prefill 0, decode step s s + 1) takes entry
+# (i * num_seqs + b) % 8. Top-k 1000000 is off (any k >= vocab).
+SAMPLER_TOP_K = (1000000, 50, 1000000, 20, 100, 1000000, 1000, 50)
+SAMPLER_TOP_P = (1.0, 1.0, 0.95, 0.9, 0.95, 0.8, 1.0, 0.9)
 
 
 @dataclass
@@ -157,6 +166,34 @@ def sample(logits: torch.Tensor, temperature: float, top_k: int, gen: torch.Gene
     return torch.multinomial(probs, 1, generator=gen)[:, 0].tolist()
 
 
+def record_sampler(rec: Recorder, logits: torch.Tensor, step: int, gen: torch.Generator) -> None:
+    """The sampler a serving engine runs on a step's logits, recorded as the task defines it: the
+    float32 logits of every sequence's last token, one uniform draw a row (from `gen`, drawn for
+    every step, recorded or not) and the serving mix's top-k and top-p, and the token the
+    inverse CDF of the filtered distribution gives. The run's own next tokens come from
+    `sample` (its --temperature and --top-k), not from this draw."""
+    rows = logits.shape[0]
+    uniform = torch.rand(rows, generator=gen, dtype=torch.float32)
+    entries = [(step * rows + b) % len(SAMPLER_TOP_K) for b in range(rows)]
+    top_k = torch.tensor([SAMPLER_TOP_K[e] for e in entries], dtype=torch.int32)
+    top_p = torch.tensor([SAMPLER_TOP_P[e] for e in entries], dtype=torch.float32)
+    logits = logits.detach().to("cpu", torch.float32)
+    samples = ops.top_k_top_p_sampling_from_logits(logits, uniform, top_k, top_p)
+    rec.record(
+        SAMPLER,
+        None,
+        "sampler",
+        [
+            ("samples", "out", samples),
+            ("logits", "in", logits),
+            ("uniform_samples", "in", uniform),
+            ("top_k", "in", top_k),
+            ("top_p", "in", top_p),
+        ],
+        {},
+    )
+
+
 def _blocks_needed(lengths: Sequence[int], block_size: int) -> int:
     return sum((n + block_size - 1) // block_size for n in lengths)
 
@@ -207,6 +244,8 @@ def run_capture(model: Model, settings: CaptureSettings) -> CaptureRun:
     rec.label = "prefill"
     step_tokens["prefill"] = [t for p in prompts for t in p]
     logits = engine.step(seqs, "prefill", rec)
+    sampler_gen = torch.Generator().manual_seed(s.seed + 2)
+    record_sampler(rec, logits, 0, sampler_gen)
     generated: List[List[int]] = [[] for _ in seqs]
     for step in range(s.decode_steps + 1):
         for seq, out, tok in zip(seqs, generated, sample(logits, s.temperature, s.top_k, gen)):
@@ -219,6 +258,7 @@ def run_capture(model: Model, settings: CaptureSettings) -> CaptureRun:
         if rec.label:
             step_tokens[label] = [seq.tokens[-1] for seq in seqs]
         logits = engine.step(seqs, "decode", rec, pad_to=s.decode_pad_to)
+        record_sampler(rec, logits, step + 1, sampler_gen)
     rec.label = None
     return CaptureRun(prompts, generated, step_tokens, num_blocks, rec)
 

@@ -138,3 +138,43 @@ def causal_attention(
     scores = scores.masked_fill(mask, -math.inf)
     probs = torch.softmax(scores, dim=-1)
     return torch.einsum("hqk,khd->qhd", probs, vf).to(q.dtype)
+
+
+def top_k_top_p_sampling_from_logits(
+    logits: torch.Tensor,
+    uniform_samples: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+) -> torch.Tensor:
+    """FlashInfer's top_k_top_p_sampling_from_logits (filter order top_k_first) with the uniform
+    draws given, as llm/top_k_top_p_sampling_from_logits defines it, in float64: per row the
+    softmax restricted to the logits of the top-k (ties at the k-th largest kept; k <= 0 or
+    k >= vocab keeps all), then to the smallest set of the most likely of those reaching p of
+    their mass (ties kept together; p >= 1 keeps all), and the token the inverse CDF (vocabulary
+    order) gives at u. logits [batch, vocab] float32; samples [batch] int32."""
+    out = torch.empty(logits.shape[0], dtype=torch.int32)
+    for b in range(logits.shape[0]):
+        row = logits[b].to(torch.float64)
+        vocab = row.shape[0]
+        weight = torch.exp(row - row.max())
+        k, p, u = int(top_k[b]), float(top_p[b]), float(uniform_samples[b])
+        kept = torch.ones(vocab, dtype=torch.bool)
+        if 0 < k < vocab:
+            kept = row >= torch.sort(row, descending=True).values[k - 1]
+        if p < 1.0:
+            target = p * float(weight[kept].sum())
+            levels = torch.unique(row[kept], sorted=True).flip(0)  # distinct logits, descending
+            above = 0.0  # mass of the kept logits strictly above the level
+            nucleus = torch.zeros(vocab, dtype=torch.bool)
+            for level in levels.tolist():
+                if above >= target:
+                    break
+                at = kept & (row == level)
+                nucleus |= at
+                above += float(weight[at].sum())
+            kept = nucleus
+        mass = torch.where(kept, weight, torch.zeros_like(weight))
+        cumulative = torch.cumsum(mass, 0)
+        crossed = torch.nonzero(kept & (cumulative > u * float(cumulative[-1])))
+        out[b] = int(crossed[0]) if crossed.numel() else int(torch.nonzero(kept)[-1])
+    return out

@@ -80,6 +80,35 @@ def paged_attention(q, kc, vc, tables, seq_lens, scale):
     return out
 
 
+def sampled_token(logits, u, k, p):
+    """One row of top-k-then-top-p sampling at draw u, by the task's definition in plain Python
+    floats: the kept set by counting larger logits and summing the mass strictly above each
+    token, then the first token (vocabulary order) whose running kept mass passes u * Z_N."""
+    row = [float(x) for x in logits]
+    top = max(row)
+    w = [math.exp(x - top) for x in row]
+    vocab = len(row)
+    if 0 < k < vocab:
+        in_k = [sum(1 for y in row if y > x) < k for x in row]
+    else:
+        in_k = [True] * vocab
+    if p < 1.0:
+        z_k = sum(wi for wi, kept in zip(w, in_k) if kept)
+        in_n = [kept and sum(wj for y, wj, kj in zip(row, w, in_k) if kj and y > x) < p * z_k
+                for x, kept in zip(row, in_k)]
+    else:
+        in_n = in_k
+    z_n = sum(wi for wi, kept in zip(w, in_n) if kept)
+    running, last = 0.0, None
+    for v in range(vocab):
+        if in_n[v]:
+            running += w[v]
+            last = v
+            if running > u * z_n:
+                return v
+    return last
+
+
 def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, atol_scale: float = 1e-5):
     got = got.to(F64)
     assert got.shape == ref.shape, f"{name}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
@@ -123,6 +152,9 @@ DTYPES = {
     "paged_decode_attention": {"block_tables": torch.int32, "seq_lens": torch.int32,
                                "query": torch.bfloat16, "out": torch.bfloat16},
     "fused_add_rms_norm": {"input": torch.bfloat16, "residual": torch.bfloat16},
+    "top_k_top_p_sampling_from_logits": {"logits": torch.float32, "uniform_samples": torch.float32,
+                                         "top_k": torch.int32, "top_p": torch.float32,
+                                         "samples": torch.int32},
 }
 
 
@@ -157,6 +189,11 @@ def check_case(op: str, where: str, t: Dict[str, torch.Tensor], scalars: Dict) -
                               t["seq_lens"], scalars["scale"])
         assert_close(where, t["out"], ref, atol_scale=1e-4)
         assert math.isclose(scalars["scale"], 1 / math.sqrt(t["query"].shape[2]))
+    elif op == "top_k_top_p_sampling_from_logits":
+        for b in range(t["logits"].shape[0]):
+            want = sampled_token(t["logits"][b].tolist(), float(t["uniform_samples"][b]),
+                                 int(t["top_k"][b]), float(t["top_p"][b]))
+            assert int(t["samples"][b]) == want, f"{where}: row {b} token {int(t['samples'][b])}"
     else:
         raise AssertionError(f"{where}: unknown op {op}")
 

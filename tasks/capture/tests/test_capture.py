@@ -47,7 +47,7 @@ def test_captured_outputs_match_a_float64_recomputation(captured):
 
 def test_committed_captures_match_a_float64_recomputation():
     paths = group_paths(COMMITTED)
-    assert len(paths) == 17, "the committed stories260K set has 17 case groups"
+    assert len(paths) == 20, "the committed stories260K set has 20 case groups"
     total = 0
     for path in paths:
         prov = check_group(path)
@@ -142,3 +142,48 @@ def test_the_oracle_rejects_a_wrong_output(captured):
     t["out"][3, 5] = t["out"][3, 5] * 1.05 + 0.01
     with pytest.raises(AssertionError):
         check_case("silu_and_mul", "tampered", t, {})
+
+
+def test_the_sampler_records_the_serving_mix_and_the_oracle_rejects_another_token(captured):
+    from oracle import check_case
+
+    from tasks.capture.capture import SAMPLER_TOP_K, SAMPLER_TOP_P
+
+    out, _, run = captured
+    tensors, _ = read_safetensors(
+        os.path.join(out, "decode_step0.top_k_top_p_sampling_from_logits.safetensors"))
+    t = {arg: tensors[f"sampler/{arg}"].clone()
+         for arg in ("logits", "uniform_samples", "top_k", "top_p", "samples")}
+    rows = len(run.prompts)
+    assert t["logits"].shape == (rows, 512)
+    # Decode step 0 is the run's second sampling point: its rows take the mix from entry rows.
+    assert t["top_k"].tolist() == [SAMPLER_TOP_K[(rows + b) % 8] for b in range(rows)]
+    assert t["top_p"].tolist() == pytest.approx([SAMPLER_TOP_P[(rows + b) % 8]
+                                                 for b in range(rows)])
+    check_case("top_k_top_p_sampling_from_logits", "ok", t, {})
+    t["samples"][0] = (int(t["samples"][0]) + 1) % 512
+    with pytest.raises(AssertionError):
+        check_case("top_k_top_p_sampling_from_logits", "tampered", t, {})
+
+
+def test_the_sampler_op_agrees_with_the_oracle_on_ties_and_edge_settings():
+    import random
+
+    from oracle import sampled_token
+
+    from tasks.capture.ops import top_k_top_p_sampling_from_logits
+
+    rng = random.Random(5)
+    for _ in range(60):
+        vocab = rng.randint(1, 40)
+        digits = rng.choice([0, 1, 3])  # rounding makes ties
+        logits = torch.tensor([[round(rng.gauss(0, 3), digits) for _ in range(vocab)]])
+        k = rng.choice([0, 1, 2, vocab - 1, vocab, vocab + 5, rng.randint(1, vocab)])
+        p = rng.choice([1e-6, 0.3, 0.9, 0.999, 1.0])  # the task takes p in (0, 1]
+        u = rng.choice([0.0, rng.random(), 1.0])
+        got = top_k_top_p_sampling_from_logits(
+            logits, torch.tensor([u], dtype=torch.float32), torch.tensor([k], dtype=torch.int32),
+            torch.tensor([p], dtype=torch.float32))
+        want = sampled_token(logits[0].tolist(), float(torch.tensor(u, dtype=torch.float32)), k,
+                             float(torch.tensor(p, dtype=torch.float32)))
+        assert int(got[0]) == want, (logits.tolist(), k, p, u)

@@ -136,3 +136,19 @@ TEST_CASE("sampling oracle: greedy rows of a generated case take the row's large
           static_cast<double>(std::max_element(row, row + vocab) - row));
   }
 }
+
+TEST_CASE("sampling oracle: each captured case reads one recorded stories260K sampler call") {
+  // Real next-token logits of a trained model with the draws and settings recorded beside them
+  // (tasks/capture): the cases' symbols give the recorded shapes and the runner builds the
+  // recorded bytes.
+  oracle_test::check_captured_cases(oracle_test::repository_task(kTaskId),
+                                    "top_k_top_p_sampling_from_logits", {}, true);
+}
+
+TEST_CASE("sampling oracle: on every captured case, draws the token the capture tool recorded") {
+  // The capture tool's sampler (tasks/capture/ops.py, float64 over torch) is written apart from
+  // this oracle: the same token on each of the 3 x 4 recorded rows.
+  const std::size_t compared =
+      oracle_test::compare_captured_cases(oracle_test::repository_task(kTaskId), {"samples"});
+  CHECK(compared == 3 * 4);
+}
