@@ -35,8 +35,13 @@ OPS = (
     "reshape_and_cache_flash",
     "paged_decode_attention",
     "top_k_top_p_sampling_from_logits",
+    "dynamic_per_token_scaled_fp8_quant",
+    "fp8_scaled_linear",
 )
-KV_OPS = ("reshape_and_cache_flash", "paged_decode_attention")
+# Ops recorded at the --kv-layers only: the KV-cache ops and the FP8 linear ops, whose caches
+# and weights make them the largest records.
+KV_LAYER_OPS = ("reshape_and_cache_flash", "paged_decode_attention",
+                "dynamic_per_token_scaled_fp8_quant", "fp8_scaled_linear")
 SAMPLER = "top_k_top_p_sampling_from_logits"
 # The sampler's per-row settings: llm/top_k_top_p_sampling_from_logits's serving mix (neither
 # filter, top-k 50, top-p 0.95, both (20, 0.9), both (100, 0.95), top-p 0.8, top-k 1000, both
@@ -81,12 +86,15 @@ class CaptureRecorder(Recorder):
         self.label: Optional[str] = None
         self.groups: Dict[Tuple[str, str], List[CaseRecord]] = {}
 
-    def record(self, op, layer, point, tensors, scalars):
+    def wants(self, op, layer):
         s = self.settings
         if self.label is None or op not in s.ops:
-            return
-        layers = s.kv_layers if op in KV_OPS and s.kv_layers is not None else s.layers
-        if layer is not None and layers is not None and layer not in layers:
+            return False
+        layers = s.kv_layers if op in KV_LAYER_OPS and s.kv_layers is not None else s.layers
+        return layer is None or layers is None or layer in layers
+
+    def record(self, op, layer, point, tensors, scalars):
+        if not self.wants(op, layer):
             return
         copies = [(arg, role, t.detach().to("cpu").clone()) for arg, role, t in tensors]
         self.groups.setdefault((self.label, op), []).append(

@@ -125,6 +125,11 @@ class Recorder:
         "inout" (the value before the call) or "after" (an inout argument's value after the
         call)."""
 
+    def wants(self, op: str, layer: Optional[int]) -> bool:
+        """Whether a call of `op` at `layer` now would be recorded: for records the model
+        computes only to record them."""
+        return False
+
 
 class Model:
     def __init__(self, config: ModelConfig, weights: Dict[str, torch.Tensor], sources: List[Dict]):
@@ -167,6 +172,30 @@ class Model:
         if bias is not None:
             y = y + bias.to(F32)
         return y.to(x.dtype)
+
+    def _record_fp8_linear(
+        self, rec: Recorder, layer: int, point: str, x: torch.Tensor, names: Sequence[str]
+    ) -> None:
+        """What the FP8 W8A8 build of this model runs at a linear layer, recorded beside the bf16
+        linear the model itself runs (nothing here feeds the model): vLLM quantizes the
+        activation per token (dynamic_per_token_scaled_fp8_quant) and multiplies it by the
+        weight quantized per output channel (cutlass_scaled_mm, no bias). `names` are the
+        weights the layer merges (q, k and v into one qkv projection). Skipped where vLLM's
+        kernel cannot run: a dimension not a multiple of 16."""
+        quant, linear = "dynamic_per_token_scaled_fp8_quant", "fp8_scaled_linear"
+        if not (rec.wants(quant, layer) or rec.wants(linear, layer)):
+            return
+        weight = torch.cat([self.w(name + ".weight") for name in names], dim=0)
+        if weight.shape[0] % 16 or weight.shape[1] % 16:
+            return
+        a, a_scales = ops.dynamic_per_token_scaled_fp8_quant(x)
+        rec.record(quant, layer, point,
+                   [("out", "out", a), ("scale", "out", a_scales), ("input", "in", x)], {})
+        b, b_scales = ops.per_channel_fp8_weight(weight)
+        out = ops.fp8_scaled_linear(a, b, a_scales, b_scales)
+        rec.record(linear, layer, point,
+                   [("out", "out", out), ("a", "in", a), ("b", "in", b),
+                    ("a_scales", "in", a_scales), ("b_scales", "in", b_scales)], {})
 
     def _norm(
         self,
@@ -233,6 +262,9 @@ class Model:
         for i in range(c.n_layers):
             p = f"model.layers.{i}."
             h, residual = self._norm(rec, i, "attn_norm", x, residual, p + "input_layernorm.weight")
+            self._record_fp8_linear(rec, i, "qkv_proj", h, [p + "self_attn.q_proj",
+                                                            p + "self_attn.k_proj",
+                                                            p + "self_attn.v_proj"])
             q = self._linear(h, p + "self_attn.q_proj")
             k = self._linear(h, p + "self_attn.k_proj")
             v = self._linear(h, p + "self_attn.v_proj")
@@ -314,6 +346,7 @@ class Model:
                     start += n
                 attn = torch.cat(parts, dim=0)
             attn = attn.reshape(n_tokens, c.n_heads * c.head_size)
+            self._record_fp8_linear(rec, i, "o_proj", attn, [p + "self_attn.o_proj"])
             x = self._linear(attn, p + "self_attn.o_proj")
             h, residual = self._norm(
                 rec, i, "ffn_norm", x, residual, p + "post_attention_layernorm.weight"

@@ -178,3 +178,39 @@ def top_k_top_p_sampling_from_logits(
         crossed = torch.nonzero(kept & (cumulative > u * float(cumulative[-1])))
         out[b] = int(crossed[0]) if crossed.numel() else int(torch.nonzero(kept)[-1])
     return out
+
+
+E4M3_MAX = 448.0  # the largest finite float8 e4m3fn
+
+
+def dynamic_per_token_scaled_fp8_quant(input: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """vLLM dynamic_per_token_scaled_fp8_quant (no scale upper bound): per row scale =
+    max(amax / 448, 1 / (448 * 512)) in float32, out = e4m3(clamp(input / scale, -448, 448))
+    (float32 division, round to nearest even). Returns (out [T, d] float8_e4m3fn, scale [T, 1]
+    float32)."""
+    x = input.to(F32)
+    amax = x.abs().amax(dim=-1, keepdim=True)
+    floor = torch.tensor(1.0 / (E4M3_MAX * 512.0), dtype=F32)
+    scale = torch.maximum(amax / E4M3_MAX, floor)
+    out = (x / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return out, scale
+
+
+def per_channel_fp8_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A weight [out_features, in_features] quantized per output channel as an FP8 W8A8
+    checkpoint stores it: scale[n] = amax of row n / 448 (1 for a zero row), b = e4m3(weight /
+    scale). Returns (b float8_e4m3fn, scale [out_features, 1] float32)."""
+    w = weight.to(F32)
+    amax = w.abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    return (w / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), scale
+
+
+def fp8_scaled_linear(
+    a: torch.Tensor, b: torch.Tensor, a_scales: torch.Tensor, b_scales: torch.Tensor
+) -> torch.Tensor:
+    """vLLM cutlass_scaled_mm(a, b^T, a_scales, b_scales, bfloat16), no bias: the products of the
+    e4m3 values summed exactly (float64), the sum rounded to float32, both scales applied in
+    float32, one rounding to bf16. a [T, K], b [N, K]; out [T, N] bf16."""
+    total = (a.to(torch.float64) @ b.to(torch.float64).t()).to(F32)
+    return (total * a_scales.to(F32) * b_scales.to(F32).t()).to(torch.bfloat16)

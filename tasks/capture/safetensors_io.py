@@ -29,6 +29,7 @@ TORCH_TO_SAFETENSORS = {
     torch.int32: "I32",
     torch.int64: "I64",
     torch.bool: "BOOL",
+    torch.float8_e4m3fn: "F8_E4M3",
 }
 SAFETENSORS_TO_TORCH = {name: dtype for dtype, name in TORCH_TO_SAFETENSORS.items()}
 SAFETENSORS_TO_CRUCIBLE = {
@@ -42,6 +43,7 @@ SAFETENSORS_TO_CRUCIBLE = {
     "I32": "i32",
     "I64": "i64",
     "BOOL": "bool",
+    "F8_E4M3": "fp8_e4m3",
 }
 # The same bit width, for moving raw bytes through numpy-free paths.
 _RAW_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
@@ -57,6 +59,8 @@ def tensor_bytes(tensor: torch.Tensor) -> bytes:
         t = t.to(torch.uint8)
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)  # numpy has no bfloat16; the bits are what is stored
+    if t.dtype == torch.float8_e4m3fn:
+        t = t.view(torch.uint8)  # nor float8
     return t.numpy().tobytes()
 
 

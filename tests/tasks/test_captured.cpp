@@ -81,7 +81,7 @@ std::size_t check_tensors(const CapturedGroup& group) {
 
 TEST_CASE("captured: every committed stories260K group loads and agrees with its provenance") {
   const auto paths = committed_groups(kCases);
-  REQUIRE(paths.size() == 20);
+  REQUIRE(paths.size() == 26);
   std::size_t tensors = 0;
   for (const auto& path : paths) {
     CAPTURE(path.string());

@@ -109,6 +109,46 @@ def sampled_token(logits, u, k, p):
     return last
 
 
+def e4m3(v: float) -> float:
+    """v rounded to the nearest float8 e4m3fn value, ties to even, saturating at 448: steps of
+    2^(e - 3) in [2^e, 2^(e + 1)) for e >= -6, subnormal steps of 2^-9 below 2^-6."""
+    m = min(abs(v), 448.0)
+    if m == 0.0:
+        return 0.0
+    step = 2.0 ** (max(math.floor(math.log2(m)), -6) - 3)
+    q = m / step
+    n = math.floor(q)
+    if q - n > 0.5 or (q - n == 0.5 and n % 2 == 1):
+        n += 1
+    return math.copysign(min(n * step, 448.0), v)
+
+
+def per_token_fp8(x):
+    """dynamic_per_token_scaled_fp8_quant by its definition, row by row: (out as floats, scale)
+    with float32 arithmetic for the scale and the quotient."""
+    f32 = torch.float32
+    outs, scales = [], []
+    for row in x.to(f32):
+        amax = max(abs(float(v)) for v in row)
+        scale = max(float(torch.tensor(amax, dtype=f32) / torch.tensor(448.0, dtype=f32)),
+                    float(torch.tensor(1.0 / (448.0 * 512.0), dtype=f32)))
+        outs.append([e4m3(float(torch.tensor(float(v), dtype=f32) / torch.tensor(scale, dtype=f32)))
+                     for v in row])
+        scales.append(scale)
+    return torch.tensor(outs, dtype=F64), torch.tensor(scales, dtype=F64)[:, None]
+
+
+def scaled_mm(a, b, a_scales, b_scales):
+    """cutlass_scaled_mm in float64: out[t, n] = a_s[t] b_s[n] sum_k a[t, k] b[n, k]."""
+    a, b = a.to(F64).tolist(), b.to(F64).tolist()
+    out = torch.zeros(len(a), len(b), dtype=F64)
+    for t, row in enumerate(a):
+        for n, col in enumerate(b):
+            out[t, n] = sum(x * y for x, y in zip(row, col)) * float(a_scales[t, 0]) * float(
+                b_scales[n, 0])
+    return out
+
+
 def assert_close(name: str, got: torch.Tensor, ref: torch.Tensor, atol_scale: float = 1e-5):
     got = got.to(F64)
     assert got.shape == ref.shape, f"{name}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
@@ -155,6 +195,11 @@ DTYPES = {
     "top_k_top_p_sampling_from_logits": {"logits": torch.float32, "uniform_samples": torch.float32,
                                          "top_k": torch.int32, "top_p": torch.float32,
                                          "samples": torch.int32},
+    "dynamic_per_token_scaled_fp8_quant": {"input": torch.bfloat16, "out": torch.float8_e4m3fn,
+                                           "scale": torch.float32},
+    "fp8_scaled_linear": {"a": torch.float8_e4m3fn, "b": torch.float8_e4m3fn,
+                          "a_scales": torch.float32, "b_scales": torch.float32,
+                          "out": torch.bfloat16},
 }
 
 
@@ -194,6 +239,14 @@ def check_case(op: str, where: str, t: Dict[str, torch.Tensor], scalars: Dict) -
             want = sampled_token(t["logits"][b].tolist(), float(t["uniform_samples"][b]),
                                  int(t["top_k"][b]), float(t["top_p"][b]))
             assert int(t["samples"][b]) == want, f"{where}: row {b} token {int(t['samples'][b])}"
+    elif op == "dynamic_per_token_scaled_fp8_quant":
+        out, scale = per_token_fp8(t["input"])
+        assert torch.equal(t["scale"].to(F64), scale), f"{where}: scale"
+        assert torch.equal(t["out"].to(F64), out), f"{where}: out"
+    elif op == "fp8_scaled_linear":
+        assert t["a"].shape[1] == t["b"].shape[1] and t["b"].shape[0] % 16 == 0
+        ref = scaled_mm(t["a"], t["b"], t["a_scales"], t["b_scales"])
+        assert_close(where, t["out"], ref)
     else:
         raise AssertionError(f"{where}: unknown op {op}")
 

@@ -47,7 +47,7 @@ def test_captured_outputs_match_a_float64_recomputation(captured):
 
 def test_committed_captures_match_a_float64_recomputation():
     paths = group_paths(COMMITTED)
-    assert len(paths) == 20, "the committed stories260K set has 20 case groups"
+    assert len(paths) == 26, "the committed stories260K set has 26 case groups"
     total = 0
     for path in paths:
         prov = check_group(path)
@@ -187,3 +187,43 @@ def test_the_sampler_op_agrees_with_the_oracle_on_ties_and_edge_settings():
         want = sampled_token(logits[0].tolist(), float(torch.tensor(u, dtype=torch.float32)), k,
                              float(torch.tensor(p, dtype=torch.float32)))
         assert int(got[0]) == want, (logits.tolist(), k, p, u)
+
+
+def test_fp8_records_quantize_the_models_own_weights_and_activations(captured, stories):
+    from oracle import check_case, e4m3
+
+    out, _, _ = captured
+    linear, _ = read_safetensors(os.path.join(out, "prefill.fp8_scaled_linear.safetensors"))
+    quant, _ = read_safetensors(
+        os.path.join(out, "prefill.dynamic_per_token_scaled_fp8_quant.safetensors"))
+    norm, _ = read_safetensors(os.path.join(out, "prefill.rms_norm.safetensors"))
+    # The qkv projection's weight is q, k and v stacked, each row quantized by its own amax.
+    p = "model.layers.1.self_attn."
+    weight = torch.cat([stories.w(p + n + ".weight") for n in ("q_proj", "k_proj", "v_proj")])
+    b, b_scales = linear["layer1.qkv_proj/b"], linear["layer1.qkv_proj/b_scales"]
+    assert b.shape == weight.shape
+    for n in (0, 37, weight.shape[0] - 1):
+        row = weight[n].double()
+        scale = float(torch.tensor(float(row.abs().max()), dtype=torch.float32) / 448.0)
+        assert float(b_scales[n, 0]) == scale
+        assert b[n].double().tolist() == [
+            e4m3(float(torch.tensor(float(x), dtype=torch.float32) / torch.tensor(
+                scale, dtype=torch.float32))) for x in row]
+    # Its activation is the attention norm's output, quantized per token, and the GEMM reads
+    # exactly what the quantizer wrote.
+    assert torch.equal(quant["layer1.qkv_proj/input"], norm["layer1.attn_norm/out"])
+    assert torch.equal(quant["layer1.qkv_proj/out"].view(torch.uint8),
+                       linear["layer1.qkv_proj/a"].view(torch.uint8))
+    assert torch.equal(quant["layer1.qkv_proj/scale"], linear["layer1.qkv_proj/a_scales"])
+    # A changed byte or output is refused.
+    t = {arg: quant[f"layer1.o_proj/{arg}"].clone() for arg in ("input", "out", "scale")}
+    check_case("dynamic_per_token_scaled_fp8_quant", "ok", t, {})
+    t["out"].view(torch.uint8)[2, 3] ^= 1
+    with pytest.raises(AssertionError):
+        check_case("dynamic_per_token_scaled_fp8_quant", "tampered", t, {})
+    t = {arg: linear[f"layer1.o_proj/{arg}"].clone()
+         for arg in ("a", "b", "a_scales", "b_scales", "out")}
+    check_case("fp8_scaled_linear", "ok", t, {})
+    t["out"][1, 2] = t["out"][1, 2] * 1.1 + 0.05
+    with pytest.raises(AssertionError):
+        check_case("fp8_scaled_linear", "tampered", t, {})

@@ -130,7 +130,7 @@ def test_capture_from_an_hf_mixtral_checkpoint_is_self_consistent(tmp_path):
     out = tmp_path / "cases"
     write_run(model, settings, run_capture(model, settings), str(out))
     paths = group_paths(str(out))
-    assert len(paths) == 13  # the prefill: every op but paged decode (6); decode step 1: all 7
+    assert len(paths) == 17  # the prefill: every op but paged decode (8); decode step 1: all 9
     for path in paths:
         prov = check_group(path)
         assert prov["model"]["name"] == "tiny-mixtral"

@@ -170,3 +170,18 @@ TEST_CASE(
   CHECK(differ == 0);
   MESSAGE(checked << " pairs; " << near_zero << " differ below 2^-11 (both round to e4m3 zero)");
 }
+
+TEST_CASE("fp8 quant oracle: each captured case reads one recorded stories260K activation") {
+  // The inputs of the model's attention projections that an FP8 W8A8 build quantizes
+  // (tasks/capture): recorded shapes, recorded bytes.
+  oracle_test::check_captured_cases(oracle_test::repository_task(kTaskId),
+                                    "dynamic_per_token_scaled_fp8_quant", {}, true);
+}
+
+TEST_CASE("fp8 quant oracle: on every captured case, gives the recorded bytes and scales") {
+  // The capture tool's quantizer (torch's float32 division and e4m3 conversion) is written apart
+  // from this oracle: the same e4m3 bytes and the same float32 scales exactly.
+  const std::size_t compared =
+      oracle_test::compare_captured_cases(oracle_test::repository_task(kTaskId), {"out", "scale"});
+  CHECK(compared == 27 * 64 + 27 + 4 * 64 + 4);
+}

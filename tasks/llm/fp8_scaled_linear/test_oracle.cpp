@@ -213,3 +213,18 @@ TEST_CASE(
   CHECK(worst_need <= tolerance.atol / 2);
   CHECK(hack_failures > static_cast<std::size_t>(tokens * n) / 2);
 }
+
+TEST_CASE("fp8_scaled_linear oracle: each captured case reads one recorded stories260K GEMM") {
+  // The model's activations quantized per token and its weights per channel (tasks/capture):
+  // recorded shapes, recorded bytes.
+  oracle_test::check_captured_cases(oracle_test::repository_task(kTask), "fp8_scaled_linear", {},
+                                    true);
+}
+
+TEST_CASE("fp8_scaled_linear oracle: on every captured case, matches the recorded out") {
+  // The capture tool sums the products in float64 and applies the scales in float32 (written
+  // apart from this oracle): within the task's tolerance on every element.
+  const std::size_t compared =
+      oracle_test::compare_captured_cases(oracle_test::repository_task(kTask));
+  CHECK(compared == 27 * 128 + 4 * 64);
+}
