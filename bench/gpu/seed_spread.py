@@ -39,14 +39,16 @@ def write_references(path, tasks):
 
 
 def load_runs(pairs):
-    """{seed: {sample_id: record}} from SEED=RESULTS arguments."""
+    """{seed: {sample_id: record}} from SEED=RESULTS arguments. An eval that wrote no results
+    (it ran out of time before its first sample) counts as a seed without samples: each is
+    listed as missing there."""
     runs = {}
     for pair in pairs:
         seed, _, path = pair.partition("=")
         if not path:
             sys.exit(f"seed_spread.py: '{pair}' is not SEED=RESULTS")
-        records = [json.loads(line) for line in pathlib.Path(path).read_text().splitlines()
-                   if line.strip()]
+        text = pathlib.Path(path).read_text() if pathlib.Path(path).exists() else ""
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
         runs[int(seed)] = {record["sample_id"]: record for record in records}
     return runs
 

@@ -432,6 +432,8 @@ def test_seed_spread_flags_a_reference_whose_time_follows_the_draw(tmp_path):
     lone.write_text(_reference_record(norm, {"d": (5e3, 5e3)}))
     summary = spread.summarize(spread.load_runs([pairs[0], f"4={lone}"]))
     assert {"sample_id": sampler, "seed": 4, "status": "missing"} in summary["not_ok"]
+    summary = spread.summarize(spread.load_runs([pairs[0], f"5={tmp_path / 'none.jsonl'}"]))
+    assert {"sample_id": norm, "seed": 5, "status": "missing"} in summary["not_ok"]
     (tmp_path / "collected").mkdir()
     written = _collect_into(tmp_path / "collected", {"seed_spread.json": out.read_text()}, {})
     table = written["h200_seed_spread.json"]
