@@ -224,7 +224,7 @@ void parse_parity(Context& ctx, const toml::table& root, Task& task) {
   const toml::table* table = ctx.read.table(root, "parity", "", false);
   if (table == nullptr) return;
   const int before = ctx.problems.count();
-  ctx.read.check_keys(*table, "parity", {"module", "prepare", "check", "anchors"});
+  ctx.read.check_keys(*table, "parity", {"module", "prepare", "check", "canonical", "anchors"});
   Parity parity;
   parity.module = ctx.read.string(*table, "module", "parity", true).value_or("");
   if (!parity.module.empty()) {
@@ -258,6 +258,7 @@ void parse_parity(Context& ctx, const toml::table& root, Task& task) {
   };
   parity.prepare = function(*table, "prepare", "parity", false);
   parity.check = function(*table, "check", "parity", false);
+  parity.canonical = function(*table, "canonical", "parity", false);
 
   const toml::array* anchors = ctx.read.array(*table, "anchors", "parity", true);
   if (anchors != nullptr && anchors->empty()) {
@@ -306,6 +307,11 @@ void parse_parity(Context& ctx, const toml::table& root, Task& task) {
   if (count(ParityKind::kComposite) > 1) {
     ctx.problems.add("parity.anchors", "at most one anchor of kind \"composite\" (got " +
                                            std::to_string(count(ParityKind::kComposite)) + ")");
+  }
+  if (!parity.canonical.empty() && count(ParityKind::kKernel) == 0) {
+    ctx.problems.add("parity.canonical",
+                     "only a \"kernel\" anchor's output is put in the check's order: this table "
+                     "has none");
   }
   if (count(ParityKind::kKernel) > 0 && parity.check.empty()) {
     ctx.problems.add("parity.check",

@@ -198,9 +198,11 @@ struct Parity {
   std::filesystem::path module_path;  // resolved absolute path (checked to exist)
   // Module functions, or empty: `prepare(torch, t, s, sym)` runs once per input copy, untimed,
   // before any call; `check(torch, t, s)` gives the exact outputs a kernel anchor is held to
-  // (required when there is a kernel anchor).
+  // (required when there is a kernel anchor); `canonical(torch, out)` puts a kernel anchor's
+  // output in the check's order, untimed, for ops whose output order is free (top-k).
   std::string prepare;
   std::string check;
+  std::string canonical;
   std::vector<ParityAnchor> anchors;  // at least one; at most one kComposite; names unique
 };
 

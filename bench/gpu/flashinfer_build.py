@@ -3,7 +3,8 @@
 compile side by side, by calling each op once at a small Llama-3-8B shape (bf16, 32 query and 8
 key-value heads of 128, pages of 16): norm (rmsnorm and fused_add_rmsnorm), silu_and_mul, rope,
 paged decode on CUDA cores and on tensor cores, causal paged prefill, non-causal single-sequence
-prefill (diffusion/attention). The modules land in
+prefill (diffusion/attention), the paged-cache append (llm/reshape_and_cache_flash), the
+DeepSeek-V3 router (llm/grouped_topk). The modules land in
 $FLASHINFER_WORKSPACE_BASE, where the parity harness then finds them (a module still building
 when the harness asks for it is waited for: FlashInfer locks its build). Run on the GPU machine
 with the carried package on PYTHONPATH (device_run.sh does both).
@@ -16,7 +17,7 @@ import sys
 import time
 
 MODULES = ("norm", "silu_and_mul", "rope", "decode", "decode_tensor_cores", "prefill",
-           "single_prefill")
+           "single_prefill", "page", "dsv3_routing")
 
 
 def build(name):
@@ -36,6 +37,22 @@ def build(name):
             torch.arange(4, device=dev), torch.randn(4, 32 * 128, device=dev, dtype=bf16),
             torch.randn(4, 8 * 128, device=dev, dtype=bf16), 128,
             torch.randn(16, 128, device=dev), is_neox=True)
+    elif name == "page":
+        import flashinfer.page
+        cache = torch.zeros(2, 4, 16, 8, 128, device=dev, dtype=bf16)
+        rows = torch.randn(5, 8, 128, device=dev, dtype=bf16)
+        flashinfer.page.append_paged_kv_cache(
+            rows, rows, torch.zeros(5, device=dev, dtype=torch.int32),
+            torch.arange(5, device=dev, dtype=torch.int32) * 7, (cache[0], cache[1]),
+            torch.arange(4, device=dev, dtype=torch.int32),
+            torch.tensor([0, 4], device=dev, dtype=torch.int32),
+            torch.tensor([16], device=dev, dtype=torch.int32), kv_layout="NHD")
+    elif name == "dsv3_routing":
+        from flashinfer.fused_moe import fused_topk_deepseek
+        weights = torch.empty(4, 8, device=dev)
+        ids = torch.empty(4, 8, device=dev, dtype=torch.int32)
+        fused_topk_deepseek(torch.randn(4, 256, device=dev), torch.zeros(256, device=dev), 8, 4,
+                            8, 2.5, weights, ids)
     elif name == "single_prefill":
         q = torch.randn(256, 24, 128, device=dev, dtype=bf16)
         flashinfer.single_prefill_with_kv_cache(q, q, q, causal=False, kv_layout="NHD")

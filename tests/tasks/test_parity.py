@@ -106,7 +106,7 @@ def test_every_task_declares_anchors_that_its_module_defines(path):
     assert "parity" in data, f"{path.relative_to(ROOT)} has no [parity] table (docs/tasks.md)"
     table = data["parity"]
     module = _module(path)
-    named = [table[key] for key in ("prepare", "check") if key in table]
+    named = [table[key] for key in ("prepare", "check", "canonical") if key in table]
     named += [anchor["function"] for anchor in table["anchors"]]
     for name in named:
         assert callable(getattr(module, name, None)), \
@@ -166,12 +166,15 @@ def test_composite_writes_every_output_on_the_smallest_case_on_cpu(path, anchor)
             assert bad == 0, f"{spec['name']}: {bad} elements unwritten"
 
 
-def _output(data):
-    """The op's output: its first "out" tensor, or its first "inout" one where it works in
-    place."""
+def _outputs(data, want):
+    """The op's outputs a check's result stands for: its first "out" tensor, or its first
+    "inout" one where it works in place; for a check returning a tuple, every out and inout
+    tensor in order."""
     roles = {spec["name"]: spec["role"] for spec in data["tensors"]}
-    return next((n for n, r in roles.items() if r == "out"), None) or next(
-        n for n, r in roles.items() if r == "inout")
+    if isinstance(want, tuple):
+        return [n for n, r in roles.items() if r in ("out", "inout")]
+    return [next((n for n, r in roles.items() if r == "out"), None) or next(
+        n for n, r in roles.items() if r == "inout")]
 
 
 @pytest.mark.parametrize("path", [p for p in MANIFESTS
@@ -185,15 +188,18 @@ def test_prepare_and_check_give_the_output_shape_on_cpu(path):
     if "prepare" in table:
         getattr(module, table["prepare"])(torch, t, case["scalars"], case["symbols"])
     want = getattr(module, table["check"])(torch, t, case["scalars"])
-    out = _output(data)
-    assert tuple(want.shape) == tuple(t[out].shape)
-    assert bool(torch.isfinite(want).all())
+    outs = _outputs(data, want)
+    wants = want if isinstance(want, tuple) else (want,)
+    assert [tuple(w.shape) for w in wants] == [tuple(t[out].shape) for out in outs]
+    assert all(bool(torch.isfinite(w).all()) for w in wants)
     if "composite" in {anchor["kind"] for anchor in table["anchors"]}:
         # The check and the composite are two writings of one op: they agree, as a kernel must.
         composite = next(a for a in table["anchors"] if a["kind"] == "composite")
         getattr(module, composite["function"])(torch, t, case["scalars"], case["symbols"])
-        excess = (t[out].float() - want).abs() - parity.KERNEL_CHECK_RTOL * want.abs()
-        assert float(excess.max()) <= parity.KERNEL_CHECK_ATOL
+        got = tuple(t[out] for out in outs) if isinstance(want, tuple) else t[outs[0]]
+        if "canonical" in table:  # in the check's order
+            got = getattr(module, table["canonical"])(torch, got)
+        assert parity.kernel_check(got, want)[1] <= parity.KERNEL_CHECK_ATOL
 
 
 @pytest.mark.parametrize("path,anchor", _anchors("kernel"))
@@ -212,8 +218,20 @@ def test_kernel_matches_the_check_on_the_smallest_case(path, anchor):
         got = getattr(module, anchor["function"])(torch, t, case["scalars"], case["symbols"])
     except ModuleNotFoundError as error:  # FlashInfer and FLA are carried to the GPU machine
         pytest.skip(f"'{anchor['name']}' needs {error.name}, which is not installed here")
-    excess = (got.float() - want).abs() - parity.KERNEL_CHECK_RTOL * want.abs()
-    assert float(excess.max()) <= parity.KERNEL_CHECK_ATOL
+    if "canonical" in table:
+        got = getattr(module, table["canonical"])(torch, got)
+    assert parity.kernel_check(got, want)[1] <= parity.KERNEL_CHECK_ATOL
+
+
+def test_a_kernel_check_compares_every_output_of_a_tuple():
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    a, b = torch.ones(3), torch.zeros(2)
+    assert parity.kernel_check((a, b), (a.clone(), b.clone())) == (0.0, 0.0)
+    error, excess = parity.kernel_check((a, b + 0.5), (a, b))
+    assert error == 0.5 and excess == 0.5
+    assert parity.kernel_check(a * 1.005, a)[1] <= 0.0  # within the relative part
+    with pytest.raises(ValueError):  # a kernel returning fewer outputs than the check
+        parity.kernel_check((a,), (a, b))
 
 
 def test_a_run_over_some_anchors_merges_into_the_committed_rows():
