@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Builds the FlashInfer JIT modules the parity anchors call, one process each so that they
 compile side by side, by calling each op once at a small Llama-3-8B shape (bf16, 32 query and 8
-key-value heads of 128, pages of 16): norm (rmsnorm and fused_add_rmsnorm), silu_and_mul, rope,
+key-value heads of 128, pages of 16): norm (rmsnorm and fused_add_rmsnorm; the module also holds
+layernorm and fused_add_rmsnorm_quant), silu_and_mul, gelu_tanh_and_mul, rope,
 paged decode on CUDA cores and on tensor cores, causal paged prefill, non-causal single-sequence
 prefill (diffusion/attention), the paged-cache append (llm/reshape_and_cache_flash), the
 DeepSeek-V3 router (llm/grouped_topk). The modules land in
@@ -16,8 +17,8 @@ import subprocess
 import sys
 import time
 
-MODULES = ("norm", "silu_and_mul", "rope", "decode", "decode_tensor_cores", "prefill",
-           "single_prefill", "page", "dsv3_routing")
+MODULES = ("norm", "silu_and_mul", "gelu_tanh_and_mul", "rope", "decode", "decode_tensor_cores",
+           "prefill", "single_prefill", "page", "dsv3_routing")
 
 
 def build(name):
@@ -32,6 +33,8 @@ def build(name):
         flashinfer.norm.fused_add_rmsnorm(x, torch.randn_like(x), w)
     elif name == "silu_and_mul":
         flashinfer.activation.silu_and_mul(torch.randn(4, 2 * 14336, device=dev, dtype=bf16))
+    elif name == "gelu_tanh_and_mul":
+        flashinfer.activation.gelu_tanh_and_mul(torch.randn(4, 2 * 4304, device=dev, dtype=bf16))
     elif name == "rope":
         flashinfer.rope.apply_rope_with_cos_sin_cache_inplace(
             torch.arange(4, device=dev), torch.randn(4, 32 * 128, device=dev, dtype=bf16),

@@ -237,15 +237,41 @@ KERNEL_CHECK_ATOL = 2e-2
 KERNEL_CHECK_RTOL = 1e-2
 
 
-def kernel_check(got, want):
-    """(largest |error|, largest error beyond KERNEL_CHECK_RTOL of the expected value) of a
-    library kernel's output against the task's check. An op with several outputs (a cache pair)
-    has a check returning a tuple, in the order of the task's out and inout tensors, and a kernel
-    returning one of the same length: every pair is compared."""
+def output_names(tensors, want):
+    """The task tensors a check's result stands for: its first "out" tensor (its first "inout"
+    one where the op works in place), or, for a check returning a tuple, every out and inout
+    tensor in manifest order. `tensors`: the manifest's or the view's tensor tables."""
+    outputs = [spec for spec in tensors if spec["role"] in ("out", "inout")]
+    if isinstance(want, tuple):
+        return [spec["name"] for spec in outputs]
+    first = next((spec for spec in outputs if spec["role"] == "out"), outputs[0])
+    return [first["name"]]
+
+
+def output_rtols(tensors, dtype_tolerance, want):
+    """The relative part of each checked output's allowed distance: KERNEL_CHECK_RTOL, or the
+    task's own rtol for that tensor where it is larger (an fp8 output's one e4m3 step: a kernel
+    rounding on the other side of an e4m3 boundary is not mis-specified). The tensor's own
+    tolerance, else the task's [tolerance] entry for its dtype."""
+    by_name = {spec["name"]: spec for spec in tensors}
+    rtols = []
+    for name in output_names(tensors, want):
+        spec = by_name[name]
+        tolerance = spec.get("tolerance") or (dtype_tolerance or {}).get(spec["dtype"]) or {}
+        rtols.append(max(KERNEL_CHECK_RTOL, float(tolerance.get("rtol", 0.0))))
+    return rtols
+
+
+def kernel_check(got, want, rtols=None):
+    """(largest |error|, largest error beyond the relative part, rtols[i] or KERNEL_CHECK_RTOL,
+    of the expected value) of a library kernel's output against the task's check. An op with
+    several outputs (a cache pair) has a check returning a tuple, in the order of the task's out
+    and inout tensors, and a kernel returning one of the same length: every pair is compared."""
     pairs = list(zip(got, want, strict=True)) if isinstance(want, tuple) else [(got, want)]
+    rtols = rtols or [KERNEL_CHECK_RTOL] * len(pairs)
     error = max((g.float() - w).abs().max().item() for g, w in pairs)
-    excess = max(((g.float() - w).abs() - KERNEL_CHECK_RTOL * w.abs()).max().item()
-                 for g, w in pairs)
+    excess = max(((g.float() - w).abs() - rtol * w.abs()).max().item()
+                 for (g, w), rtol in zip(pairs, rtols, strict=True))
     return error, excess
 
 
@@ -463,7 +489,8 @@ def main():
                         got = run(copies[0])
                         if entry["canonical"] is not None:  # outputs in any order: untimed
                             got = entry["canonical"](torch, got)
-                        error, excess = kernel_check(got, want)
+                        error, excess = kernel_check(
+                            got, want, output_rtols(view["tensors"], None, want))
                         row.setdefault("kernel_max_abs_error", {})[name] = error
                         if not excess <= KERNEL_CHECK_ATOL:
                             raise RuntimeError(f"output differs from the task's check by {error}")

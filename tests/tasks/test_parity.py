@@ -166,17 +166,6 @@ def test_composite_writes_every_output_on_the_smallest_case_on_cpu(path, anchor)
             assert bad == 0, f"{spec['name']}: {bad} elements unwritten"
 
 
-def _outputs(data, want):
-    """The op's outputs a check's result stands for: its first "out" tensor, or its first
-    "inout" one where it works in place; for a check returning a tuple, every out and inout
-    tensor in order."""
-    roles = {spec["name"]: spec["role"] for spec in data["tensors"]}
-    if isinstance(want, tuple):
-        return [n for n, r in roles.items() if r in ("out", "inout")]
-    return [next((n for n, r in roles.items() if r == "out"), None) or next(
-        n for n, r in roles.items() if r == "inout")]
-
-
 @pytest.mark.parametrize("path", [p for p in MANIFESTS
                                   if "check" in _manifest(p).get("parity", {})], ids=_task_id)
 def test_prepare_and_check_give_the_output_shape_on_cpu(path):
@@ -188,7 +177,8 @@ def test_prepare_and_check_give_the_output_shape_on_cpu(path):
     if "prepare" in table:
         getattr(module, table["prepare"])(torch, t, case["scalars"], case["symbols"])
     want = getattr(module, table["check"])(torch, t, case["scalars"])
-    outs = _outputs(data, want)
+    outs = parity.output_names(data["tensors"], want)
+    rtols = parity.output_rtols(data["tensors"], data.get("tolerance"), want)
     wants = want if isinstance(want, tuple) else (want,)
     assert [tuple(w.shape) for w in wants] == [tuple(t[out].shape) for out in outs]
     assert all(bool(torch.isfinite(w).all()) for w in wants)
@@ -199,7 +189,7 @@ def test_prepare_and_check_give_the_output_shape_on_cpu(path):
         got = tuple(t[out] for out in outs) if isinstance(want, tuple) else t[outs[0]]
         if "canonical" in table:  # in the check's order
             got = getattr(module, table["canonical"])(torch, got)
-        assert parity.kernel_check(got, want)[1] <= parity.KERNEL_CHECK_ATOL
+        assert parity.kernel_check(got, want, rtols)[1] <= parity.KERNEL_CHECK_ATOL
 
 
 @pytest.mark.parametrize("path,anchor", _anchors("kernel"))
@@ -220,7 +210,8 @@ def test_kernel_matches_the_check_on_the_smallest_case(path, anchor):
         pytest.skip(f"'{anchor['name']}' needs {error.name}, which is not installed here")
     if "canonical" in table:
         got = getattr(module, table["canonical"])(torch, got)
-    assert parity.kernel_check(got, want)[1] <= parity.KERNEL_CHECK_ATOL
+    rtols = parity.output_rtols(data["tensors"], data.get("tolerance"), want)
+    assert parity.kernel_check(got, want, rtols)[1] <= parity.KERNEL_CHECK_ATOL
 
 
 def test_a_kernel_check_compares_every_output_of_a_tuple():
@@ -232,6 +223,17 @@ def test_a_kernel_check_compares_every_output_of_a_tuple():
     assert parity.kernel_check(a * 1.005, a)[1] <= 0.0  # within the relative part
     with pytest.raises(ValueError):  # a kernel returning fewer outputs than the check
         parity.kernel_check((a,), (a, b))
+    # An output the task holds to one e4m3 step may be a step away, and only that one.
+    fp8 = [{"name": "result", "role": "out", "dtype": "fp8_e4m3"},
+           {"name": "x", "role": "in", "dtype": "bf16"},
+           {"name": "residual", "role": "inout", "dtype": "bf16",
+            "tolerance": {"atol": 0.0, "rtol": 2 ** -7}}]
+    rtols = parity.output_rtols(fp8, {"fp8_e4m3": {"atol": 0.0, "rtol": 0.125}}, (a, b))
+    assert rtols == [0.125, parity.KERNEL_CHECK_RTOL]
+    step = torch.tensor([240.0, 256.0])  # neighbours on e4m3's grid, 1/16 apart
+    assert parity.kernel_check((step[1:], b[:1]), (step[:1], b[:1]), rtols)[1] <= 0.0
+    assert parity.kernel_check((step[1:] * 1.2, b[:1]), (step[:1], b[:1]), rtols)[1] > 0.02
+    assert parity.output_names(fp8, a) == ["result"]
 
 
 def test_a_run_over_some_anchors_merges_into_the_committed_rows():
