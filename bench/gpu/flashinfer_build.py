@@ -5,7 +5,8 @@ key-value heads of 128, pages of 16): norm (rmsnorm and fused_add_rmsnorm; the m
 layernorm and fused_add_rmsnorm_quant), silu_and_mul, gelu_tanh_and_mul, rope,
 paged decode on CUDA cores and on tensor cores, causal paged prefill, non-causal single-sequence
 prefill (diffusion/attention), the paged-cache append (llm/reshape_and_cache_flash), the
-DeepSeek-V3 router (llm/grouped_topk). The modules land in
+DeepSeek-V3 router (llm/grouped_topk), Mamba's selective_state_update at the visible cases'
+configuration (ssm/selective_state_update). The modules land in
 $FLASHINFER_WORKSPACE_BASE, where the parity harness then finds them (a module still building
 when the harness asks for it is waited for: FlashInfer locks its build). Run on the GPU machine
 with the carried package on PYTHONPATH (device_run.sh does both).
@@ -18,7 +19,7 @@ import sys
 import time
 
 MODULES = ("norm", "silu_and_mul", "gelu_tanh_and_mul", "rope", "decode", "decode_tensor_cores",
-           "prefill", "single_prefill", "page", "dsv3_routing")
+           "prefill", "single_prefill", "page", "dsv3_routing", "selective_state_update")
 
 
 def build(name):
@@ -50,6 +51,23 @@ def build(name):
             torch.arange(4, device=dev, dtype=torch.int32),
             torch.tensor([0, 4], device=dev, dtype=torch.int32),
             torch.tensor([16], device=dev, dtype=torch.int32), kv_layout="NHD")
+    elif name == "selective_state_update":
+        # The visible cases' configuration: fp32 state lines, bf16 x, B, C, fp32 dt, A, D and
+        # dt_bias broadcast over head size 64, state size 128 (Mamba-2, Codestral).
+        from flashinfer.mamba import selective_state_update
+        heads, dim, dstate, seqs = 8, 64, 128, 2
+        f32 = torch.float32
+        selective_state_update(
+            torch.zeros(4, heads, dim, dstate, device=dev, dtype=f32),
+            torch.randn(seqs, heads, dim, device=dev, dtype=bf16),
+            torch.rand(seqs, heads, device=dev, dtype=f32)[..., None].expand(seqs, heads, dim),
+            -torch.rand(heads, device=dev, dtype=f32)[:, None, None].expand(heads, dim, dstate),
+            torch.randn(seqs, 1, dstate, device=dev, dtype=bf16),
+            torch.randn(seqs, 1, dstate, device=dev, dtype=bf16),
+            D=torch.ones(heads, device=dev, dtype=f32)[:, None].expand(heads, dim),
+            dt_bias=torch.zeros(heads, device=dev, dtype=f32)[:, None].expand(heads, dim),
+            dt_softplus=True,
+            state_batch_indices=torch.arange(seqs, device=dev, dtype=torch.int32))
     elif name == "dsv3_routing":
         from flashinfer.fused_moe import fused_topk_deepseek
         weights = torch.empty(4, 8, device=dev)

@@ -17,9 +17,11 @@ mkdir -p "$work/pkg"
 for wheel in "$work"/wheels/*.whl; do python3 -m zipfile -e "$wheel" "$work/pkg"; done
 csrc="$work/pkg/flashinfer/data/csrc"
 # The JIT modules of norm, activation, rope, paged KV, decode and prefill attention, sampling
-# (top-k/top-p and their renormalisation) keep their sources and the shared headers/templates;
-# the DeepSeek-V3 router (fused_topk_deepseek) its kernel file, the headers beside it and the
-# TensorRT-LLM utilities it links (nv_internal, 3.4 MB).
+# (top-k/top-p and their renormalisation) and Mamba's selective_state_update keep their sources
+# and the shared headers/templates; the DeepSeek-V3 router (fused_topk_deepseek) its kernel
+# file, the headers beside it and the TensorRT-LLM utilities it links (nv_internal, 3.4 MB).
+# With nvcc 13 and no GPU, the packed tree builds every module the parity anchors use for
+# sm_90a (FLASHINFER_CUDA_ARCH_LIST=9.0a; 5 to 33 s each on two cores).
 keep="$work/keep"
 mkdir -p "$keep/fused_moe"
 cp -r "$csrc/nv_internal" "$keep/"
@@ -27,7 +29,7 @@ cp -r "$csrc/fused_moe/noAuxTcKernels.cu" "$csrc/fused_moe/moeTopKFuncs.cuh" \
   "$csrc/fused_moe/cake_deepseek_fused_routing_launch.cuh" \
   "$csrc/fused_moe/cake_deepseek_fused_routing" "$keep/fused_moe/"
 find "$csrc" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
-find "$csrc" -maxdepth 1 -type f ! -regex '.*/\(norm\|activation\|rope\|page\|batch_decode\|batch_prefill\|single_decode\|single_prefill\|sampling\|renorm\|topk\|cub_topk\|flashinfer_[a-z_]*binding\|tvm_ffi\)[^/]*' \
+find "$csrc" -maxdepth 1 -type f ! -regex '.*/\(norm\|activation\|rope\|page\|batch_decode\|batch_prefill\|single_decode\|single_prefill\|sampling\|renorm\|topk\|cub_topk\|selective_state_update\|flashinfer_[a-z_]*binding\|tvm_ffi\)[^/]*' \
   ! -name '*.h' ! -name '*.cuh' ! -name '*.jinja' -delete
 cp -r "$keep"/* "$csrc/"
 find "$work/pkg/flashinfer/experimental" -type f ! -name '*.py' -delete
