@@ -6,7 +6,8 @@ layernorm and fused_add_rmsnorm_quant), silu_and_mul, gelu_tanh_and_mul, rope,
 paged decode on CUDA cores and on tensor cores, causal paged prefill, non-causal single-sequence
 prefill (diffusion/attention), the paged-cache append (llm/reshape_and_cache_flash), the
 DeepSeek-V3 router (llm/grouped_topk), Mamba's selective_state_update at the visible cases'
-configuration (ssm/selective_state_update). The modules land in
+configuration (ssm/selective_state_update), TensorRT-LLM's XQA decode for query groups of 4 and
+7 (llm/paged_decode_attention). The modules land in
 $FLASHINFER_WORKSPACE_BASE, where the parity harness then finds them (a module still building
 when the harness asks for it is waited for: FlashInfer locks its build). Run on the GPU machine
 with the carried package on PYTHONPATH (device_run.sh does both).
@@ -19,7 +20,8 @@ import sys
 import time
 
 MODULES = ("norm", "silu_and_mul", "gelu_tanh_and_mul", "rope", "decode", "decode_tensor_cores",
-           "prefill", "single_prefill", "page", "dsv3_routing", "selective_state_update")
+           "prefill", "single_prefill", "page", "dsv3_routing", "selective_state_update",
+           "xqa_group_4", "xqa_group_7")
 
 
 def build(name):
@@ -51,6 +53,18 @@ def build(name):
             torch.arange(4, device=dev, dtype=torch.int32),
             torch.tensor([0, 4], device=dev, dtype=torch.int32),
             torch.tensor([16], device=dev, dtype=torch.int32), kv_layout="NHD")
+    elif name.startswith("xqa_group_"):
+        # TensorRT-LLM's XQA decode, one module per query-head group: 4 (Llama-3, Mixtral) and
+        # 7 (Qwen2.5-7B), bf16 with pages of 16 and head size 128, as the visible cases.
+        import flashinfer.xqa
+        group, seqs, pages = int(name.rsplit("_", 1)[1]), 2, 4
+        kv = torch.randn(seqs * pages, 16, 2, 128, device=dev, dtype=bf16)
+        q = torch.randn(seqs, 1, 2 * group, 128, device=dev, dtype=bf16)
+        flashinfer.xqa.xqa(
+            q, kv, kv, torch.arange(seqs * pages, device=dev, dtype=torch.int32).view(seqs, pages),
+            torch.full((seqs, 1), 40, device=dev, dtype=torch.int32).view(torch.uint32),
+            torch.empty_like(q), torch.zeros(64 << 20, dtype=torch.uint8, device=dev),
+            torch.zeros(1 << 20, dtype=torch.uint32, device=dev), 2, 16)
     elif name == "selective_state_update":
         # The visible cases' configuration: fp32 state lines, bf16 x, B, C, fp32 dt, A, D and
         # dt_bias broadcast over head size 64, state size 128 (Mamba-2, Codestral).

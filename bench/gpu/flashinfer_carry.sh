@@ -19,12 +19,13 @@ csrc="$work/pkg/flashinfer/data/csrc"
 # The JIT modules of norm, activation, rope, paged KV, decode and prefill attention, sampling
 # (top-k/top-p and their renormalisation) and Mamba's selective_state_update keep their sources
 # and the shared headers/templates; the DeepSeek-V3 router (fused_topk_deepseek) its kernel
-# file, the headers beside it and the TensorRT-LLM utilities it links (nv_internal, 3.4 MB).
+# file, the headers beside it and the TensorRT-LLM utilities it links (nv_internal, 3.4 MB);
+# TensorRT-LLM's XQA decode attention its folder (0.9 MB).
 # With nvcc 13 and no GPU, the packed tree builds every module the parity anchors use for
 # sm_90a (FLASHINFER_CUDA_ARCH_LIST=9.0a; 5 to 33 s each on two cores).
 keep="$work/keep"
 mkdir -p "$keep/fused_moe"
-cp -r "$csrc/nv_internal" "$keep/"
+cp -r "$csrc/nv_internal" "$csrc/xqa" "$keep/"
 cp -r "$csrc/fused_moe/noAuxTcKernels.cu" "$csrc/fused_moe/moeTopKFuncs.cuh" \
   "$csrc/fused_moe/cake_deepseek_fused_routing_launch.cuh" \
   "$csrc/fused_moe/cake_deepseek_fused_routing" "$keep/fused_moe/"

@@ -125,7 +125,8 @@ def test_the_benchmark_loads_every_task_anchor_by_kind():
     assert anchors["llm/rms_norm"]["composite"].__name__ == "rms_norm"
     assert list(anchors["llm/paged_decode_attention"]["kernels"]) == [
         "FlashAttention-2 varlen", "memory-efficient attention (kv heads repeated)",
-        "FlashInfer paged decode", "FlashInfer paged decode (tensor cores)"]
+        "FlashInfer paged decode", "FlashInfer paged decode (tensor cores)",
+        "TensorRT-LLM XQA (FlashInfer)"]
 
 
 def test_only_limits_the_tasks_loaded():
@@ -139,7 +140,8 @@ def test_names_limit_the_anchors_loaded():
     assert only["llm/rms_norm"]["composite"] is None
     assert list(only["llm/rms_norm"]["kernels"]) == ["FlashInfer rmsnorm"]
     assert list(only["llm/paged_decode_attention"]["kernels"]) == [
-        "FlashInfer paged decode", "FlashInfer paged decode (tensor cores)"]
+        "FlashInfer paged decode", "FlashInfer paged decode (tensor cores)",
+        "TensorRT-LLM XQA (FlashInfer)"]
     composite = parity.load_anchors(only=["llm/rms_norm"], names=["Composite"])
     assert composite["llm/rms_norm"]["composite"] is not None
     assert not composite["llm/rms_norm"]["kernels"]

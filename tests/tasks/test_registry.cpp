@@ -65,7 +65,7 @@ TEST_CASE("llm/rms_norm: measured against PyTorch's composite and FlashInfer's k
 
 TEST_CASE(
     "llm/paged_decode_attention: measured against FlashAttention-2, efficient attention and "
-    "FlashInfer's decode") {
+    "FlashInfer's decode and TensorRT-LLM's XQA") {
   const Task* task = real_registry().find("llm/paged_decode_attention");
   REQUIRE(task != nullptr);
   REQUIRE(task->parity.has_value());
@@ -78,7 +78,8 @@ TEST_CASE(
   }
   CHECK(names == std::vector<std::string>{
                      "FlashAttention-2 varlen", "memory-efficient attention (kv heads repeated)",
-                     "FlashInfer paged decode", "FlashInfer paged decode (tensor cores)"});
+                     "FlashInfer paged decode", "FlashInfer paged decode (tensor cores)",
+                     "TensorRT-LLM XQA (FlashInfer)"});
 }
 
 TEST_CASE("registry: find returns the task by id and nullptr for an unknown id") {

@@ -34,6 +34,15 @@ def prepare(torch, t, s, sym):
     t["_ke"] = t["_k"].repeat_interleave(group, dim=1)[None].contiguous()
     t["_ve"] = t["_v"].repeat_interleave(group, dim=1)[None].contiguous()
     t["_flashinfer"] = _flashinfer_plans(torch, t, s, lens, block)
+    # TensorRT-LLM's XQA decode kernel through FlashInfer reads the task's own cache and block
+    # tables; it takes the lengths as uint32 [seqs, 1] (a reinterpretation of the int32 ones),
+    # the query with a beam axis (a view), an output of the same shape, a workspace and
+    # semaphores that start at zero and that its kernel leaves at zero.
+    device = t["query"].device
+    t["_xqa_seq_lens"] = t["seq_lens"].to(torch.int32).contiguous().view(torch.uint32)[:, None]
+    t["_xqa_out"] = torch.empty_like(t["query"][:, None])
+    t["_xqa_workspace"] = torch.zeros(128 << 20, dtype=torch.uint8, device=device)
+    t["_xqa_semaphores"] = torch.zeros(8 << 20, dtype=torch.uint32, device=device)
 
 
 def _flashinfer_plans(torch, t, s, lens, block):
@@ -122,3 +131,17 @@ def flashinfer_paged_decode(torch, t, s, sym):
 def flashinfer_paged_decode_tensor_cores(torch, t, s, sym):
     # The same call with use_tensor_cores=True (FlashInfer's prefill kernel on one query row).
     return _flashinfer_decode(t, True)
+
+
+def flashinfer_xqa(torch, t, s, sym):
+    # flashinfer.xqa: TensorRT-LLM's XQA decode attention (bf16 query and NHD paged cache, the
+    # task's block tables as its page table); its softmax scale is q_scale / sqrt(head_dim).
+    import flashinfer.xqa  # carried to the GPU machine only; the harness names it when absent
+
+    dims = t["query"].shape[-1]
+    scale = float(s.get("scale", 1.0 / (dims ** 0.5)))
+    flashinfer.xqa.xqa(t["query"][:, None], t["key_cache"], t["value_cache"], t["block_tables"],
+                       t["_xqa_seq_lens"], t["_xqa_out"], t["_xqa_workspace"],
+                       t["_xqa_semaphores"], t["key_cache"].shape[2], t["key_cache"].shape[1],
+                       q_scale=scale * dims ** 0.5, kv_layout="NHD")
+    return t["_xqa_out"][:, 0]
