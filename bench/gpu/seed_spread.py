@@ -105,8 +105,9 @@ def main(argv=None):
     summary = summarize(load_runs(args.runs))
     for row in sorted(summary["rows"], key=lambda r: -r["spread"])[:20]:
         times = " ".join(f"{seed}:{ns / 1000:.1f}" for seed, ns in row["reference_ns"].items())
+        flag = "  DRAW-DEPENDENT" if row["draw_dependent"] else ""
         print(f"{row['task']:<42} {row['case']:<28} spread {row['spread']:.3f} noise "
-              f"{row['noise']:.3f}{'  DRAW-DEPENDENT' if row['draw_dependent'] else ''}  us {times}")
+              f"{row['noise']:.3f}{flag}  us {times}")
     print(f"{len(summary['draw_dependent'])} draw-dependent cases of {len(summary['rows'])}; "
           f"{len(summary['not_ok'])} samples not ok on some seed")
     for problem in summary["not_ok"]:

@@ -505,10 +505,10 @@ assert SAMPLING_CLUSTER_POOLED[-1][1] != SAMPLING_CLUSTER[-1][1]
 
 SAMPLING_SORT_HELPERS_POOLED = (
     SAMPLING_SORT_HELPERS
-    .replace("// The candidates' keys, sorted (the sorted-thresholds variant): at most every list full.\n"
-             "constexpr int kSortCapacity = kWarps * kWarpCapacity;\n",
-             "// The candidates' keys, sorted (the sorted-thresholds variant): a power of two >= the\n"
-             "// pool.\n"
+    .replace("// The candidates' keys, sorted (the sorted-thresholds variant): at most every list "
+             "full.\nconstexpr int kSortCapacity = kWarps * kWarpCapacity;\n",
+             "// The candidates' keys, sorted (the sorted-thresholds variant): a power of two >= "
+             "the\n// pool.\n"
              "constexpr int kSortCapacity = 8192;\n"
              "static_assert(kSortCapacity >= kCapacity, \"every candidate's key\");\n")
     .replace("  for (int i = lane; i < s.count[warp]; i += 32) keys[offset + i] = "

@@ -19,12 +19,12 @@ def reshape_and_cache_flash(torch, t, s, sym):
 
 
 def prepare(torch, t, s, sym):
-    """FlashInfer's call, set up once per input copy (untimed). Its append takes (request, position)
-    pairs over a page table rather than slots: the cache is one request whose page table is
-    every block in order, so a token's position is its slot. It has no padding rows, so the
-    padding (slot -1) rows are left out here, and the kernel only writes the real tokens (less
-    work than the task's kernel, which reads the slots of every row). The two caches are the
-    halves of one buffer, so the anchor can return both without a copy."""
+    """FlashInfer's call, set up once per input copy (untimed). Its append takes (request,
+    position) pairs over a page table rather than slots: the cache is one request whose page
+    table is every block in order, so a token's position is its slot. It has no padding rows,
+    so the padding (slot -1) rows are left out here, and the kernel only writes the real tokens
+    (less work than the task's kernel, which reads the slots of every row). The two caches are
+    the halves of one buffer, so the anchor can return both without a copy."""
     valid = t["slot_mapping"] >= 0
     device = t["key"].device
     t["_key"] = t["key"][valid].contiguous()
