@@ -11,9 +11,10 @@ filtered set) over rows drawn from each visible case's distributions, under two 
   the row's total counts.
 
 A call's time is its slowest row's, so a call is slow when any of its rows overflows: the figure
-per case is the probability of that under each rule, from the per-setting rates (rows take entry
-b % 8 of the task's top_k and top_p lists). The model computes in float64 from logits rounded to
-fp32; the kernel's fp32 differences can move a logit across a bucket edge only at the last bit.
+per case is the probability of that under each rule, from the per-setting rates (row b takes
+entry b % n of each of the task's top_k and top_p lists). The model computes in float64 from
+logits rounded to fp32; the kernel's fp32 differences can move a logit across a bucket edge
+only at the last bit.
 
 Usage: sampling_capacity.py [--rows N] [--seed S] [--json FILE]
 """
@@ -104,8 +105,8 @@ def visible_cases(manifest):
         assert logits["generator"] == "randn", "the model draws Gaussian logits"
         ks = values["top_k"]["values"]
         ps = values["top_p"]["values"]
-        settings = [(int(ks[i % len(ks)]), float(ps[i % len(ps)]))
-                    for i in range(max(len(ks), len(ps)))]
+        period = len(ks) * len(ps) // math.gcd(len(ks), len(ps))  # row b: ks[b % len(ks)]...
+        settings = [(int(ks[i % len(ks)]), float(ps[i % len(ps)])) for i in range(period)]
         cases.append({"case": case["name"], "batch": case["symbols"]["batch_size"],
                       "vocab": case["symbols"]["vocab_size"], "mean": logits["mean"],
                       "std": logits["std"], "settings": settings})

@@ -442,8 +442,8 @@ SAMPLING_SORTED = [
 # visible cases' distributions a top-p 0.95 row of 152k logits overflows a warp's 256 about 3 % of
 # the time (bench/gpu/sampling_capacity.py), and a call is as slow as its slowest row: the
 # reference's batch_256 time depends on the draw (238 us by crucible, 682 us in the parity
-# harness on other draws of the same distributions, h200_parity.json). Four blocks of 512
-# threads still fit an SM (4 x 53 KiB).
+# harness on other draws of the same distributions, h200_parity.json). Two blocks of 512
+# threads an SM, as before (64 registers a thread), take 2 x 53 KiB.
 SAMPLING_POOLED = [
     ("512>>>(logits, uniform_samples", "512, 49152>>>(logits, uniform_samples"),
     ("// Candidate logits each warp may keep in shared memory (16 x 256 x 8 bytes = 32 KiB).\n"

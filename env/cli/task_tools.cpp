@@ -122,6 +122,7 @@ CheckLine check_parity(const tasks::Task& task) {
   for (const auto& anchor : task.parity->anchors) functions.push_back(anchor.function);
   if (!task.parity->prepare.empty()) functions.push_back(task.parity->prepare);
   if (!task.parity->check.empty()) functions.push_back(task.parity->check);
+  if (!task.parity->canonical.empty()) functions.push_back(task.parity->canonical);
   for (const auto& function : functions) {
     if (module->find("def " + function + "(") == std::string::npos) {
       return failed("parity anchors",

@@ -237,7 +237,7 @@ void JobRunner::launch(const Side& side, const ConcretePlan& concrete, const Cas
                       "block may have at most " +
                       std::to_string(device_.max_smem_optin));
     }
-    if (static_cast<int>(step.smem_bytes) > kernel.configured_smem && step.smem_bytes > 48 * 1024) {
+    if (needs_dynamic_smem_optin(kernel, step.smem_bytes)) {
       const CUresult rc =
           cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                              static_cast<int>(step.smem_bytes));

@@ -27,6 +27,16 @@ struct LoadedKernel {
   int configured_smem = 0;  // dynamic shared memory limit set so far
 };
 
+// Whether a launch of `kernel` with `dynamic` bytes of dynamic shared memory must first raise
+// the kernel's dynamic limit (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES): a block may use
+// 48 KiB of static and dynamic shared memory together without it, so a kernel with static
+// memory needs the opt-in below 48 KiB of dynamic memory too (40 KiB static and 16 KiB dynamic
+// fail to launch without it). Once raised, the limit holds for smaller launches.
+inline bool needs_dynamic_smem_optin(const LoadedKernel& kernel, std::size_t dynamic) {
+  return dynamic > static_cast<std::size_t>(kernel.configured_smem) &&
+         static_cast<std::size_t>(kernel.static_smem) + dynamic > 48 * 1024;
+}
+
 class LoadedModule {
  public:
   // Loads the cubin and finds every kernel the plan launches, with its parameter sizes and

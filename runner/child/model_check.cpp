@@ -401,7 +401,7 @@ void ModelCheckRun::launch_site(SitePlan& plan, std::int64_t layer, bool with_ca
   for (const auto& step : concrete.launches) {
     const action::Launch& launch = launch_plan.launches[step.launch];
     LoadedKernel& kernel = module.kernel(launch.name_expression);
-    if (static_cast<int>(step.smem_bytes) > kernel.configured_smem && step.smem_bytes > 48 * 1024) {
+    if (needs_dynamic_smem_optin(kernel, step.smem_bytes)) {
       check(cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                static_cast<int>(step.smem_bytes)),
             "allow dynamic shared memory");

@@ -136,7 +136,9 @@ std::vector<OutputVerdict> run_case(const tasks::Task& task, const tasks::Case& 
         action::pack_launch_args(launch, task, c, function.param_bytes, buffers, workspaces);
     REQUIRE_MESSAGE(params.ok(), params.error().message);
     std::vector<void*> pointers = runner::child::param_pointers(launch, *params, maps);
-    if (step.smem_bytes > 48 * 1024) {
+    // The dynamic limit raised for any dynamic shared memory: a kernel with static memory
+    // needs it below 48 KiB of dynamic memory too (the runner: needs_dynamic_smem_optin).
+    if (step.smem_bytes > 0) {
       CU_REQUIRE(d.set_attribute(function.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  static_cast<int>(step.smem_bytes)));
     }

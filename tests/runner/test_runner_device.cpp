@@ -18,6 +18,7 @@
 #include "runner/child/cuda_check.hpp"
 #include "runner/child/device.hpp"
 #include "runner/child/kernel_timer.hpp"
+#include "runner/child/loaded_module.hpp"
 #include "tasks/oracle.hpp"
 
 using namespace crucible;
@@ -197,4 +198,18 @@ int main(int argc, char** argv) {
   g_device = &device;
   doctest::Context context(argc, argv);
   return context.run();
+}
+
+TEST_CASE("dynamic shared memory: the limit is raised where static and dynamic pass 48 KiB") {
+  runner::child::LoadedKernel kernel;
+  kernel.static_smem = 40 * 1024;
+  CHECK(runner::child::needs_dynamic_smem_optin(kernel, 16 * 1024));       // 56 KiB in all
+  CHECK_FALSE(runner::child::needs_dynamic_smem_optin(kernel, 8 * 1024));  // 48 KiB exactly
+  kernel.configured_smem = 16 * 1024;  // raised once: enough for that launch and smaller ones
+  CHECK_FALSE(runner::child::needs_dynamic_smem_optin(kernel, 16 * 1024));
+  CHECK(runner::child::needs_dynamic_smem_optin(kernel, 20 * 1024));
+  kernel.static_smem = 0;
+  kernel.configured_smem = 0;
+  CHECK_FALSE(runner::child::needs_dynamic_smem_optin(kernel, 48 * 1024));
+  CHECK(runner::child::needs_dynamic_smem_optin(kernel, 48 * 1024 + 16));
 }

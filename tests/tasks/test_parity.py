@@ -236,6 +236,15 @@ def test_a_kernel_check_compares_every_output_of_a_tuple():
     assert parity.kernel_check((step[1:], b[:1]), (step[:1], b[:1]), rtols)[1] <= 0.0
     assert parity.kernel_check((step[1:] * 1.2, b[:1]), (step[:1], b[:1]), rtols)[1] > 0.02
     assert parity.output_names(fp8, a) == ["result"]
+    # An index is compared exactly, whatever its size.
+    routing = [{"name": "weights", "role": "out", "dtype": "f32"},
+               {"name": "ids", "role": "out", "dtype": "i32"}]
+    rtols = parity.output_rtols(routing, {"f32": {"atol": 1e-6, "rtol": 1e-5}}, (a, b))
+    assert rtols == [parity.KERNEL_CHECK_RTOL, 0.0]
+    ids = torch.tensor([200.0, 7.0])
+    assert parity.kernel_check((a[:2], ids), (a[:2], ids), rtols)[1] <= 0.0
+    assert parity.kernel_check((a[:2], ids + torch.tensor([1.0, 0.0])), (a[:2], ids),
+                               rtols)[1] > parity.KERNEL_CHECK_ATOL
 
 
 def test_a_run_over_some_anchors_merges_into_the_committed_rows():
