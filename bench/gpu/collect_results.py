@@ -171,20 +171,21 @@ def replay(folder, facts, eval_rows):
                          "status": r["status"], "speedup": r.get("speedup")} for r in eval_rows]}
 
 
-def variants(path, facts, seed=1):
+def variants(evals, facts):
     """Design variants of references scored against the references themselves
-    (bench/gpu/variants.py): per case, the variant's and the reference's CUPTI medians from the
-    same interleaved run. Rows of an eval with another case seed (VARIANT_SEEDS) are keyed
-    `<sample id>@seed<N>`, beside seed 1's."""
+    (bench/gpu/variants.py), from `evals`, (case seed, results.jsonl) pairs: per case, the
+    variant's and the reference's CUPTI medians from the same interleaved run. Rows of an eval
+    with another case seed (VARIANT_SEEDS) are keyed `<sample id>@seed<N>`, beside seed 1's."""
     rows = []
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        timing = (record.get("result") or {}).get("timing") or {}
-        key = record["sample_id"] + (f"@seed{seed}" if seed != 1 else "")
-        rows.append({"sample_id": key, "seed": seed, "status": record.get("status"),
-                     "cases": [{"case": c["case"], "variant_ns": c["candidate"]["median_ns"],
-                                "reference_ns": c["reference"]["median_ns"],
-                                "speedup": c["speedup"]} for c in timing.get("cases", [])]})
+    for seed, path in evals:
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            timing = (record.get("result") or {}).get("timing") or {}
+            key = record["sample_id"] + (f"@seed{seed}" if seed != 1 else "")
+            rows.append({"sample_id": key, "seed": seed, "status": record.get("status"),
+                         "cases": [{"case": c["case"], "variant_ns": c["candidate"]["median_ns"],
+                                    "reference_ns": c["reference"]["median_ns"],
+                                    "speedup": c["speedup"]} for c in timing.get("cases", [])]})
     return {"benchmark": "reference design variants, each scored against its task's reference",
             **facts, "command": "bench/gpu/device_run.sh variants "
                                 "(bench/gpu/variants.py, then crucible eval)", "rows": rows}
@@ -411,14 +412,12 @@ def main(argv=None):
         outputs["h200_gpu_bench.json"] = bench(folder, facts)
     if (folder / "replay.json").exists():
         outputs["h200_replay.json"] = replay(folder, facts, eval_rows)
-    variant_evals = [(1, folder / "variants_eval" / "results.jsonl")] + sorted(
-        (int(path.parent.name.removeprefix("variants_eval_seed")), path)
-        for path in folder.glob("variants_eval_seed*/results.jsonl"))
-    variant_evals = [(seed, path) for seed, path in variant_evals if path.exists()]
+    seed_one = folder / "variants_eval" / "results.jsonl"
+    variant_evals = [(1, seed_one)] if seed_one.exists() else []
+    variant_evals += sorted((int(path.parent.name.removeprefix("variants_eval_seed")), path)
+                            for path in folder.glob("variants_eval_seed*/results.jsonl"))
     if variant_evals:
-        run = variants(variant_evals[0][1], facts, variant_evals[0][0])
-        for seed, path in variant_evals[1:]:
-            run["rows"] += variants(path, facts, seed)["rows"]
+        run = variants(variant_evals, facts)
         previous = committed("h200_reference_variants.json")
         # A run over some tasks' variants (VARIANT_TASKS) replaces their rows only.
         outputs["h200_reference_variants.json"] = (
