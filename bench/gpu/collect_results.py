@@ -8,9 +8,14 @@ the parts that run produced (a part not run leaves its committed file as it was)
 """
 import argparse
 import copy
+import glob
 import json
 import pathlib
 import re
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from parity_summary import newest_rows  # noqa: E402  (bench/gpu)
 
 ROW = re.compile(r"^(\S+\.cu)\s+(\S+)\s+([\d.]+) s\s+reward ([-+][\d.]+)\s+(.*)$")
 NEXT = re.compile(r"^\s+(\S+\.cu)\s+(\S+)\s+([\d.]+) s\s+\(next step after (\S+)\)$")
@@ -361,6 +366,13 @@ def merge_anchor_rows(previous, rows, facts):
     return merged
 
 
+def committed_parity_rows(out):
+    """Every task's committed parity rows, each task's from the newest table that measured it
+    (h200_parity*.json): a run over some anchors adds to a task's rows wherever they live."""
+    chosen = newest_rows(sorted(glob.glob(str(out / "h200_parity*.json"))))
+    return [row for _, _, rows in chosen.values() for row in rows]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=pathlib.Path)
@@ -448,7 +460,8 @@ def main(argv=None):
             anchors = next((row["anchors_only"] for row in parity["rows"]
                             if "anchors_only" in row), None)
             if anchors is not None:
-                parity["rows"] = merge_anchor_rows(previous["rows"], parity["rows"], facts)
+                parity["rows"] = merge_anchor_rows(committed_parity_rows(args.out),
+                                                   parity["rows"], facts)
             kept = [row for row in previous["rows"]
                     if (row["task"], row["case"]) not in measured_cases]
             partly = sorted({row["task"] for row in kept} & measured)

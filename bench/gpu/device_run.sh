@@ -20,7 +20,27 @@ mkdir -p build/dev && ln -sfn ../../.bundle/bin build/dev/bin
 B=.bundle/bin
 R=$OUT/r
 pack() { tar -C "$R" -czf "$OUT/results.tar.gz" .; }
-trap pack EXIT
+# DEADLINE (seconds since the epoch): whatever this script still runs then is stopped and what
+# was done is packed, so a command bounded by the device tool's limit still brings its results
+# back; an invocation started past it does nothing. Several invocations in one command add to
+# one $R.
+watchdog=
+# A process and every one below it, the parent first: this script's trap then runs as soon as
+# the part it waits on ends (timeout runs its command in a process group of its own).
+stop_tree() {
+  local child children
+  children=$(pgrep -P "$1")
+  kill -TERM "$1" 2> /dev/null
+  for child in $children; do [ "$child" = "$BASHPID" ] || stop_tree "$child"; done
+}
+if [ -n "${DEADLINE:-}" ]; then
+  left=$((DEADLINE - $(date +%s)))
+  if [ "$left" -le 5 ]; then echo "DEADLINE passed: skipping $parts"; exit 0; fi
+  (sleep "$left"; echo "DEADLINE reached: stopping $parts"; stop_tree $$) &
+  watchdog=$!
+fi
+trap 'exit 143' TERM
+trap 'pack; [ -z "$watchdog" ] || kill "$watchdog" 2> /dev/null' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$R/gpu.txt"
 date -u +%Y-%m-%dT%H:%M:%SZ > "$R/date.txt"
 # cuBLASLt (the llm/linear reference) is loaded with dlopen from the library path above, or

@@ -280,6 +280,33 @@ def test_a_run_over_some_anchors_merges_into_the_committed_rows():
     assert [r["date"] for r in again[0]["anchor_runs"]] == ["2026-12-05T07:00:00Z"]
 
 
+def test_a_run_over_some_anchors_adds_to_rows_committed_in_another_table(tmp_path):
+    # multimodal/layer_norm's rows live in an older table; an anchors-only run of it lands in
+    # h200_parity.json with the older run's libraries kept beside the new anchor.
+    older = {"date": "2026-12-01T00:00:00Z", "rows": [
+        {"task": "multimodal/layer_norm", "case": "vit_b", "reference_ns": 3000.0,
+         "compile_ns": 4000.0, "eager_ns": 9000.0, "library": "torch.compile",
+         "library_ns": 4000.0, "reference_over_library": 0.75}]}
+    newer = {"date": "2026-12-04T00:00:00Z", "rows": [
+        {"task": "llm/rms_norm", "case": "decode_1", "library": "torch.compile",
+         "reference_over_library": 0.9}]}
+    run = {"rows": [{"task": "multimodal/layer_norm", "case": "vit_b", "reference_ns": 2900.0,
+                     "kernels_ns": {"FlashInfer layernorm": 2000.0},
+                     "reference_over": {"FlashInfer layernorm": 1.45},
+                     "anchors_only": ["FlashInfer"]}]}
+    out = _collect_into(tmp_path, {"parity.json": json.dumps(run)},
+                        {"h200_parity.json": newer, "h200_parity_diffusion.json": older})
+    rows = {(row["task"], row["case"]): row for row in out["h200_parity.json"]["rows"]}
+    assert set(rows) == {("llm/rms_norm", "decode_1"), ("multimodal/layer_norm", "vit_b")}
+    merged = rows[("multimodal/layer_norm", "vit_b")]
+    assert merged["compile_ns"] == 4000.0 and merged["reference_ns"] == 3000.0
+    assert merged["reference_over"] == {"torch.compile": 0.75, "FlashInfer layernorm": 1.45}
+    assert merged["library"] == "FlashInfer layernorm"
+    assert merged["anchor_runs"][0]["reference_ns"] == 2900.0
+    # The older table is left as it was.
+    assert out["h200_parity_diffusion.json"] == older
+
+
 def test_a_profile_splits_into_calls_at_the_flushes():
     flush = parity.FLUSH_KERNEL
     events = [("warm_up", 0.0, 1.0),            # before the first flush: no call's
