@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Where llm/top_k_top_p_sampling_from_logits's reference spends a row's time, step by step.
 
-Writes a copy of kernels/llm/top_k_top_p_sampling_from_logits.cu with a clock64() stamp taken
-by thread 0 after each of its steps (an anchor that is no longer in the source is an error),
+Writes a copy of kernels/llm/top_k_top_p_sampling_from_logits.cu in its one-block-a-row form
+(variants.py's one_block_a_row: the reference splits a small batch's rows over clusters of
+blocks, whose steps end on different blocks) with a clock64() stamp taken by thread 0 after
+each of its steps (an anchor that is no longer in the source is an error),
 compiles it with bench/gpu/sampling_steps_main.cu (nvcc, sm_90a) and runs it on rows like the
 task's visible cases (randn logits of std 4 or 5, the task's per-row top_k/top_p mix), printing
 per case the kernel's time (CUDA events) and the median cycles and microseconds of each step
@@ -24,6 +26,8 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KERNEL = ROOT / "kernels/llm/top_k_top_p_sampling_from_logits.cu"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from variants import SAMPLING_ONE_BLOCK  # noqa: E402  (bench/gpu)
 
 # (anchor, step name): the step's stamp is taken right after the anchor's text.
 ANCHORS = [
@@ -39,8 +43,17 @@ ANCHORS = [
 ]
 
 
-def instrumented() -> str:
+def one_block_a_row() -> str:
     source = KERNEL.read_text()
+    for old, new in SAMPLING_ONE_BLOCK:
+        if old not in source:
+            sys.exit(f"{KERNEL}: the one-block-a-row form no longer applies to the source")
+        source = source.replace(old, new)
+    return source
+
+
+def instrumented() -> str:
+    source = one_block_a_row()
     for index, (anchor, name) in enumerate(ANCHORS):
         if source.count(anchor) != 1:
             sys.exit(f"{KERNEL}: the anchor of step '{name}' is not in the source exactly once")

@@ -11,10 +11,11 @@ h200_reference_variants.json): the partition size of paged_decode_attention, the
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, the block
 sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's stages
 gathered by cp.async instead of the tensor memory accelerator, diffusion/attention with three
-stages, on a persistent grid and with 176-row key tiles, flash_attn_varlen_prefill's whole key
-tiles loaded page by page by TMA and its short segments with the group's query heads in one tile,
-and the sampler's passes with a load ahead and its rows split over a thread-block cluster at small
-batches, its thresholds read off the sorted candidate keys. Each is a textual substitution in
+stages and with 176-row key tiles, flash_attn_varlen_prefill's whole key tiles loaded page by
+page by TMA and its short segments with the group's query heads in one tile, and the sampler with
+one block a row instead of a thread-block cluster at small batches and, on that form, its passes
+with a load ahead, its thresholds read off the sorted candidate keys and its lists in one pool,
+alone and with the cluster. Each is a textual substitution in
 today's source; a substitution that no longer applies is an error, not a silent no-op. `--tasks ID
 ...` keeps the variants of those tasks only.
 """
@@ -166,11 +167,11 @@ def sampling_cluster_launches():
     return "\n".join(lines)
 
 
-SAMPLING_CLUSTER_HELPERS = """// What the blocks of a cluster exchange (the cluster variant).
+SAMPLING_CLUSTER_HELPERS = """// What the blocks of a cluster exchange.
 struct ClusterShared {
-  float value;                          // the block's max
-  float z;                              // the block's part of a top-p-only row's mass
-  int total_count[kWarps][kBuckets];    // the row's histogram, summed over the cluster
+  float value;                        // the block's max
+  float z;                            // the block's part of a top-p-only row's mass
+  int total_count[kWarps][kBuckets];  // the row's histogram, summed over the cluster
   float total_mass[kWarps][kBuckets];
 };
 static_assert(kWarps * kBuckets == kThreads, "one thread a (warp, bucket) total");
@@ -195,14 +196,18 @@ __device__ __forceinline__ unsigned peer_address(const void* pointer, int rank) 
 
 __device__ __forceinline__ float load_peer(const float* pointer, int rank) {
   float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\\n" : "=f"(v) : "r"(peer_address(pointer, rank))
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\\n"
+               : "=f"(v)
+               : "r"(peer_address(pointer, rank))
                : "memory");
   return v;
 }
 
 __device__ __forceinline__ int load_peer(const int* pointer, int rank) {
   int v;
-  asm volatile("ld.shared::cluster.s32 %0, [%1];\\n" : "=r"(v) : "r"(peer_address(pointer, rank))
+  asm volatile("ld.shared::cluster.s32 %0, [%1];\\n"
+               : "=r"(v)
+               : "r"(peer_address(pointer, rank))
                : "memory");
   return v;
 }
@@ -310,6 +315,11 @@ SAMPLING_CLUSTER = [
      "    lists.shared = &s;\n"),
 ]
 
+
+# The sampler's rows split over a cluster (the above) is the reference; its inverse, every
+# substitution undone in reverse order, is the one-block-a-row kernel the other sampler variants
+# were written against.
+SAMPLING_ONE_BLOCK = [(new, old) for old, new in reversed(SAMPLING_CLUSTER)]
 
 # The sampler's thresholds over the candidates' keys sorted (a bitonic sort of up to 4096 keys in
 # 16 KiB of dynamic shared memory, descending) instead of two 11-step searches over the key space:
@@ -573,6 +583,14 @@ def dit_scores_function():
                 "\n// d (64 x 128 per warpgroup, fp32) += a (64 x 16, registers)")
 
 
+def deeper(pair):
+    """A substitution written for code two columns shallower (the one-block-a-tile kernel, whose
+    body is now inside the persistent loop): every line of both texts indented two more columns,
+    preprocessor lines excepted."""
+    return tuple("\n".join("  " + line if line and not line.startswith("#") else line
+                           for line in text.split("\n")) for text in pair)
+
+
 DIT_WIDE_KV = 176
 DIT_WIDE_TILES = [
     ("constexpr int kBlockKV = 128;  ", f"constexpr int kBlockKV = {DIT_WIDE_KV};  "),
@@ -598,139 +616,43 @@ DIT_WIDE_TILES = [
      "  auto v_tile = [&](int s) { return base + kQTileBytes + (2 * s + 1) * kTileBytes; };"),
     ("setmaxnreg.dec.sync.aligned.u32 56;", "setmaxnreg.dec.sync.aligned.u32 40;"),
     ("setmaxnreg.inc.sync.aligned.u32 224;", "setmaxnreg.inc.sync.aligned.u32 232;"),
-    ("    const auto load = [&](unsigned tile, const CUtensorMap& rows, int first_row, unsigned bar) {\n"
-     "      arrive_expecting(bar, kTileBytes);\n"
-     "      load_box(tile, rows, 0, head, first_row, sample, bar);\n"
-     "      load_box(tile + kHalfBytes, rows, 64, head, first_row, sample, bar);\n"
-     "    };\n"
-     "    load(q_tile, query_rows, q0, full_q);\n",
-     "    const auto load = [&](unsigned tile, const CUtensorMap& rows, int first_row, unsigned bar,\n"
-     "                          int bytes) {\n"
-     "      arrive_expecting(bar, bytes);\n"
-     "      load_box(tile, rows, 0, head, first_row, sample, bar);\n"
-     "      load_box(tile + bytes / 2, rows, 64, head, first_row, sample, bar);\n"
-     "    };\n"
-     "    load(q_tile, query_rows, q0, full_q, kQTileBytes);\n"),
-    ("      load(k_tile(s), key_rows, tile * kBlockKV, full_k(s));",
-     "      load(k_tile(s), key_rows, tile * kBlockKV, full_k(s), kTileBytes);"),
-    ("      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s));",
-     "      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s), kTileBytes);"),
+    deeper(("    const auto load = [&](unsigned tile, const CUtensorMap& rows, int first_row, "
+            "unsigned bar) {\n"
+            "      arrive_expecting(bar, kTileBytes);\n"
+            "      load_box(tile, rows, 0, head, first_row, sample, bar);\n"
+            "      load_box(tile + kHalfBytes, rows, 64, head, first_row, sample, bar);\n"
+            "    };\n",
+            "    const auto load = [&](unsigned tile, const CUtensorMap& rows, int first_row, "
+            "unsigned bar,\n"
+            "                          int bytes) {\n"
+            "      arrive_expecting(bar, bytes);\n"
+            "      load_box(tile, rows, 0, head, first_row, sample, bar);\n"
+            "      load_box(tile + bytes / 2, rows, 64, head, first_row, sample, bar);\n"
+            "    };\n")),
+    deeper(("    load(q_tile, query_rows, q0, full_q);\n",
+            "    load(q_tile, query_rows, q0, full_q, kQTileBytes);\n")),
+    deeper(("      load(k_tile(s), key_rows, tile * kBlockKV, full_k(s));",
+     "      load(k_tile(s), key_rows, tile * kBlockKV, full_k(s), kTileBytes);")),
+    deeper(("      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s));",
+     "      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s), kTileBytes);")),
     ("  float s[64];\n", "  float s[kBlockKV / 2];\n"),
-    ("  for (int e = 0; e < 64; ++e) {\n    o[e] = 0.0f;\n    s[e] = 0.0f;\n  }\n",
+    deeper(("  for (int e = 0; e < 64; ++e) {\n    o[e] = 0.0f;\n    s[e] = 0.0f;\n  }\n",
      "  for (int e = 0; e < 64; ++e) o[e] = 0.0f;\n#pragma unroll\n"
-     "  for (int e = 0; e < kBlockKV / 2; ++e) s[e] = 0.0f;\n"),
-    ("      const unsigned column = (kk / 4) * kHalfBytes + (kk % 4) * 32;\n"
+     "  for (int e = 0; e < kBlockKV / 2; ++e) s[e] = 0.0f;\n")),
+    deeper(("      const unsigned column = (kk / 4) * kHalfBytes + (kk % 4) * 32;\n"
      "      wgmma_scores(s, descriptor(q_rows + column, 16, kSwizzleAtomBytes),\n",
      "      const unsigned column = (kk / 4) * kHalfBytes + (kk % 4) * 32;\n"
      "      const unsigned q_column = (kk / 4) * kQHalfBytes + (kk % 4) * 32;\n"
-     "      wgmma_scores(s, descriptor(q_rows + q_column, 16, kSwizzleAtomBytes),\n"),
-    ("      for (int e = 0; e < 64; ++e) {\n        if (kv0",
-     "      for (int e = 0; e < kBlockKV / 2; ++e) {\n        if (kv0"),
-    ("for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));",
+     "      wgmma_scores(s, descriptor(q_rows + q_column, 16, kSwizzleAtomBytes),\n")),
+    deeper(("      for (int e = 0; e < 64; ++e) {\n        if (kv0",
+     "      for (int e = 0; e < kBlockKV / 2; ++e) {\n        if (kv0")),
+    deeper(("for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));",
      "for (int i = 0; i < kBlockKV / 8; ++i) {\n"
-     "        m = fmaxf(m, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));\n      }"),
-    ("      float sum = row_sum[r] * rescale[r];\n#pragma unroll\n      for (int i = 0; i < 16; ++i) {",
+     "        m = fmaxf(m, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));\n      }")),
+    deeper(("      float sum = row_sum[r] * rescale[r];\n#pragma unroll\n      for (int i = 0; i < 16; ++i) {",
      "      float sum = row_sum[r] * rescale[r];\n#pragma unroll\n"
-     "      for (int i = 0; i < kBlockKV / 8; ++i) {"),
+     "      for (int i = 0; i < kBlockKV / 8; ++i) {")),
 ]
-
-# diffusion/attention on a persistent grid: min(work tiles, 132) blocks each take every
-# gridDim.x-th work tile (128 query rows of one sample and head, q tiles fastest); the stages and
-# their barrier phases run on across work tiles (g counts the block's key tiles), the query tile
-# gets an "empty" barrier the consumers release after a work tile's last scores (and the last
-# value stage is released too), so the producer loads the next work tile's query and keys while
-# the consumers finish the last one; the consumers' turns restart with each work tile as the
-# reference's do once. flux_768x768 is 528 work tiles, exactly 4 waves, and still the furthest
-# behind (1.09x cuDNN): each block's start and epilogue, once per 22 key tiles there, are the
-# suspects. The prefill kernel's persistent variant was slower (0.918x), but its causal tiles
-# are unequal; these are all the same length.
-DIT_PERSISTENT = [
-    ("// @launch attention_forward<<<dim3(cdiv(seq_len, 128), num_heads, batch), 384, 164992>>>"
-     "(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads)",
-     "// @launch attention_forward<<<min(cdiv(seq_len, 128) * num_heads * batch, 132), 384, "
-     "164992>>>(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads, batch)"),
-    ("// Launch: grid (cdiv(seq_len, 128), num_heads, batch), 384 threads,",
-     "// Launch (persistent): grid min(cdiv(seq_len, 128) * num_heads * batch, 132), 384 threads,"),
-    ("                      const __grid_constant__ CUtensorMap value_rows, float scale, int "
-     "seq_len,\n                      int num_heads) {",
-     "                      const __grid_constant__ CUtensorMap value_rows, float scale, int "
-     "seq_len,\n                      int num_heads, int batch) {"),
-    ("  auto empty_v = [&](int s) { return barriers + 8 * (1 + 3 * kStages + s); };\n",
-     "  auto empty_v = [&](int s) { return barriers + 8 * (1 + 3 * kStages + s); };\n"
-     "  const unsigned empty_q = barriers + 8 * (1 + 4 * kStages);\n"),
-    ("      barrier_init(empty_v(s), 8);\n    }\n",
-     "      barrier_init(empty_v(s), 8);\n    }\n    barrier_init(empty_q, 8);\n"),
-    ("  const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;\n"
-     "  const long long row_stride = static_cast<long long>(num_heads) * kHeadDim;\n"
-     "  const long long head_offset =\n"
-     "      (static_cast<long long>(blockIdx.z) * seq_len * num_heads + blockIdx.y) * kHeadDim;\n"
-     "  const int kv_tiles = (seq_len + kBlockKV - 1) / kBlockKV;\n",
-     "  const long long row_stride = static_cast<long long>(num_heads) * kHeadDim;\n"
-     "  const int kv_tiles = (seq_len + kBlockKV - 1) / kBlockKV;\n"
-     "  const int q_tiles = (seq_len + kBlockQ - 1) / kBlockQ;\n"
-     "  const int work_tiles = q_tiles * num_heads * batch;\n"),
-    ("    const int head = static_cast<int>(blockIdx.y);\n"
-     "    const int sample = static_cast<int>(blockIdx.z);\n",
-     "    int round = 0;\n"
-     "    for (int work = blockIdx.x; work < work_tiles; work += gridDim.x, ++round) {\n"
-     "    const int q0 = work % q_tiles * kBlockQ;\n"
-     "    const int head = work / q_tiles % num_heads;\n"
-     "    const int sample = work / q_tiles / num_heads;\n"),
-    ("    load(q_tile, query_rows, q0, full_q);\n"
-     "    for (int tile = 0; tile < kv_tiles; ++tile) {\n"
-     "      const int s = tile % kStages;\n"
-     "      const unsigned reuse = ((tile / kStages) + 1) & 1;  // parity of the consumers' release\n"
-     "      if (tile >= kStages) barrier_wait(empty_k(s), reuse);\n",
-     "    if (round > 0) barrier_wait(empty_q, (round - 1) & 1);\n"
-     "    load(q_tile, query_rows, q0, full_q);\n"
-     "    for (int tile = 0; tile < kv_tiles; ++tile) {\n"
-     "      const int g = round * kv_tiles + tile;  // the block's key tiles so far\n"
-     "      const int s = g % kStages;\n"
-     "      const unsigned reuse = ((g / kStages) + 1) & 1;  // parity of the consumers' release\n"
-     "      if (g >= kStages) barrier_wait(empty_k(s), reuse);\n"),
-    ("      if (tile >= kStages) barrier_wait(empty_v(s), reuse);\n"
-     "      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s));\n    }\n    return;\n",
-     "      if (g >= kStages) barrier_wait(empty_v(s), reuse);\n"
-     "      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s));\n    }\n    }\n    return;\n"),
-    ("  float o[64];\n  float s[64];\n  unsigned p[kBlockKV / 16][4];\n",
-     "  float o[64];\n  float s[64];\n  unsigned p[kBlockKV / 16][4];\n"
-     "  int round = 0;\n"
-     "  for (int work = blockIdx.x; work < work_tiles; work += gridDim.x, ++round) {\n"
-     "  const int q0 = work % q_tiles * kBlockQ;\n"
-     "  const long long head_offset =\n"
-     "      (static_cast<long long>(work / q_tiles / num_heads) * seq_len * num_heads +\n"
-     "       work / q_tiles % num_heads) * kHeadDim;\n"
-     "  const int g0 = round * kv_tiles;  // the block's key tiles before this work tile's\n"),
-    ("  barrier_wait(full_q, 0);\n", "  barrier_wait(full_q, round & 1);\n"),
-    ("    const unsigned k = k_tile(tile % kStages);\n",
-     "    const unsigned k = k_tile((g0 + tile) % kStages);\n"),
-    ("    const unsigned v = v_tile(tile % kStages);\n",
-     "    const unsigned v = v_tile((g0 + tile) % kStages);\n"),
-    ("    barrier_wait(full_k(0), 0);\n",
-     "    barrier_wait(full_k(g0 % kStages), (g0 / kStages) & 1);\n"),
-    ("    release(empty_k(0));\n", "    release(empty_k(g0 % kStages));\n"),
-    ("    const int stage = tile % kStages;\n"
-     "    const int previous = (tile - 1) % kStages;\n"
-     "    barrier_wait(full_k(stage), (tile / kStages) & 1);\n"
-     "    barrier_wait(full_v(previous), ((tile - 1) / kStages) & 1);\n",
-     "    const int g = g0 + tile;\n"
-     "    const int stage = g % kStages;\n"
-     "    const int previous = (g - 1) % kStages;\n"
-     "    barrier_wait(full_k(stage), (g / kStages) & 1);\n"
-     "    barrier_wait(full_v(previous), ((g - 1) / kStages) & 1);\n"),
-    ("  // The last tile's values.\n  {\n    const int last = kv_tiles - 1;\n",
-     "  // Every score of this work tile is done: the producer may load the next query tile.\n"
-     "  release(empty_q);\n"
-     "  // The last tile's values.\n  {\n    const int last = g0 + kv_tiles - 1;\n"),
-    ("    issue_values(last);\n", "    issue_values(kv_tiles - 1);\n"),
-    ("    wgmma_wait<0>();\n    hold(o);\n  }\n\n  // Epilogue",
-     "    wgmma_wait<0>();\n    hold(o);\n    release(empty_v(last % kStages));\n  }\n\n  // Epilogue"),
-    ("            pack_bf16(o[4 * i + 2 * r] * inverse, o[4 * i + 2 * r + 1] * inverse);\n"
-     "      }\n    }\n  }\n}\n",
-     "            pack_bf16(o[4 * i + 2 * r] * inverse, o[4 * i + 2 * r + 1] * inverse);\n"
-     "      }\n    }\n  }\n  }\n}\n"),
-]
-
 
 # llm/flash_attn_varlen_prefill with the key and value tiles that lie wholly inside what the
 # block's queries see loaded by TMA, one box per page and 64-column half (the tensor maps view
@@ -952,7 +874,6 @@ VARIANTS = [
     ("diffusion/conv2d_3x3", CONV, "cp_async_stages", CONV_CP_ASYNC),
     ("diffusion/attention", DIT, "reference", []),
     ("diffusion/attention", DIT, "three_stages", DIT_THREE_STAGES),
-    ("diffusion/attention", DIT, "persistent", DIT_PERSISTENT),
     ("diffusion/attention", DIT, "wide_key_tiles", DIT_WIDE_TILES),
     ("llm/flash_attn_varlen_prefill", PREFILL, "reference", []),
     ("llm/flash_attn_varlen_prefill", PREFILL, "tma_pages", PREFILL_TMA),
@@ -960,18 +881,22 @@ VARIANTS = [
     ("llm/flash_attn_varlen_prefill", PREFILL, "tma_pages_packed_gqa",
      PREFILL_TMA + PREFILL_PACKED_GQA),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
-    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "load_ahead", SAMPLING_LOAD_AHEAD),
-    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows", SAMPLING_CLUSTER),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "one_block_a_row", SAMPLING_ONE_BLOCK),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "load_ahead",
+     SAMPLING_ONE_BLOCK + SAMPLING_LOAD_AHEAD),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_load_ahead",
-     SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER),
-    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "sorted_thresholds", SAMPLING_SORTED),
+     SAMPLING_ONE_BLOCK + SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "sorted_thresholds",
+     SAMPLING_ONE_BLOCK + SAMPLING_SORTED),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_sorted_thresholds",
-     SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER + SAMPLING_SORTED),
-    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "pooled_lists", SAMPLING_POOLED),
+     SAMPLING_ONE_BLOCK + SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER + SAMPLING_SORTED),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "pooled_lists",
+     SAMPLING_ONE_BLOCK + SAMPLING_POOLED),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_pooled",
-     SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER_POOLED + SAMPLING_POOLED),
+     SAMPLING_ONE_BLOCK + SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER_POOLED + SAMPLING_POOLED),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_sorted_thresholds_pooled",
-     SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER_POOLED + SAMPLING_POOLED + SAMPLING_SORTED_POOLED),
+     SAMPLING_ONE_BLOCK + SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER_POOLED + SAMPLING_POOLED +
+     SAMPLING_SORTED_POOLED),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),

@@ -27,7 +27,7 @@
 // @tensormap query_rows query dims(128, num_heads, seq_len, batch) box(64, 1, 128, 1) swizzle(128)
 // @tensormap key_rows key dims(128, num_heads, seq_len, batch) box(64, 1, 128, 1) swizzle(128)
 // @tensormap value_rows value dims(128, num_heads, seq_len, batch) box(64, 1, 128, 1) swizzle(128)
-// @launch attention_forward<<<dim3(cdiv(seq_len, 128), num_heads, batch), 384, 164992>>>(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads)
+// @launch attention_forward<<<min(cdiv(seq_len, 128) * num_heads * batch, 132), 384, 164992>>>(out, query_rows, key_rows, value_rows, scale, seq_len, num_heads, batch)
 // clang-format on
 //
 // Design notes (why, for whoever optimises this next):
@@ -59,8 +59,8 @@
 //   fence the kernel measured the same (0.998-1.001x on every visible case, 2026-12-04).
 //   setmaxnreg gives the producer 56 registers and each consumer thread 224: the block starts
 //   at 168 a thread (64512 of 65536), and the consumers' increase (256 x 56) must not exceed
-//   what the producer gives back (128 x 112), or setmaxnreg.inc waits forever; a persistent
-//   variant at 64 / 224 hung so (h200_reference_variants_attention.json).
+//   what the producer gives back (128 x 112), or setmaxnreg.inc waits forever; an earlier
+//   persistent variant at 64 / 224 hung so (h200_reference_variants_attention.json).
 // - Ping-pong: two named barriers hand the tensor cores from one consumer to the other. A
 //   consumer waits for its turn, issues tile t's Q K^T and tile t - 1's P V (16 wgmmas), hands
 //   the turn over and then runs tile t's softmax while the other consumer's wgmmas run; it
@@ -78,16 +78,22 @@
 //   zeros without reading memory; keys past the end get a score of -inf (only the last key tile
 //   checks), so they weigh exactly 0 and their zero values add nothing; query rows past the end
 //   are computed on zeros and not stored.
+// - Persistent grid: min(work tiles, 132) blocks, each taking every gridDim.x-th work tile (128
+//   query rows of one sample and head, query tiles fastest). The stages and their barrier phases
+//   run on across a block's work tiles (g counts the key tiles it has loaded); the query tile has
+//   an "empty" barrier the consumers release after a work tile's last scores, so the producer
+//   loads the next work tile's query and first keys while the consumers finish the last one's
+//   P V and epilogue. All work tiles have the same length, so a static share balances (the
+//   causal prefill's unequal tiles did not: its persistent variant ran at 0.918x).
 // - Measured on the H200 (bench/results/h200_reference_variants_attention.json): 1.33x the
 //   speed of the earlier design (both warpgroups loading and computing in step at one block
-//   barrier a tile); three stages instead of two change nothing. Loading the tiles by TMA
-//   instead of 128 producer threads issuing cp.async made it 1.05-1.06x faster on every visible
-//   case (h200_reference_variants_tma.json, 2026-12-04). Side by side with the libraries
-//   (h200_parity.json) it is then 1.04-1.09x the faster of FlashInfer's FlashAttention-3 kernel
-//   and cuDNN's (1.05-1.14x before); what they do that this does not: a persistent grid whose
-//   producer loads the next tile's query and keys while the consumers finish the epilogue (FLUX's
-//   864 blocks are 6.5 waves of 132, each block paying its start and its epilogue), and wider key
-//   tiles (FlashAttention-3 takes 176 keys a tile at head size 128).
+//   barrier a tile); three stages instead of two change nothing (0.97-1.00x again on
+//   2026-12-05). Loading the tiles by TMA instead of 128 producer threads issuing cp.async made
+//   it 1.05-1.06x faster on every visible case (h200_reference_variants_tma.json, 2026-12-04),
+//   and then the persistent grid 1.02-1.06x (h200_reference_variants.json, 2026-12-05; the
+//   one-block-a-tile grid was 1.04-1.09x the faster of FlashInfer's FlashAttention-3 kernel and
+//   cuDNN's in h200_parity.json). Wider key tiles (176 keys, as FlashAttention-3 takes at head
+//   size 128) measured 1.01-1.06x on the one-block-a-tile grid, not yet with this one.
 
 #include <cuda_bf16.h>
 
@@ -267,14 +273,14 @@ __device__ __forceinline__ unsigned pack_bf16(float low, float high) {
 }  // namespace
 
 // out, query, key, value: [batch, seq_len, num_heads, 128] bf16, row-major, 256-byte aligned.
-// Launch: grid (cdiv(seq_len, 128), num_heads, batch), 384 threads, 164992 bytes of dynamic
-// shared memory.
+// Launch (persistent): grid min(cdiv(seq_len, 128) * num_heads * batch, 132), 384 threads, 164992
+// bytes of dynamic shared memory.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     attention_forward(__nv_bfloat16* __restrict__ out,
                       const __grid_constant__ CUtensorMap query_rows,
                       const __grid_constant__ CUtensorMap key_rows,
                       const __grid_constant__ CUtensorMap value_rows, float scale, int seq_len,
-                      int num_heads) {
+                      int num_heads, int batch) {
   extern __shared__ __align__(16) unsigned char shared_storage[];
   const unsigned base = (shared_address(shared_storage) + kSwizzleAtomBytes - 1) &
                         ~static_cast<unsigned>(kSwizzleAtomBytes - 1);
@@ -287,6 +293,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   auto full_v = [&](int s) { return barriers + 8 * (1 + kStages + s); };
   auto empty_k = [&](int s) { return barriers + 8 * (1 + 2 * kStages + s); };
   auto empty_v = [&](int s) { return barriers + 8 * (1 + 3 * kStages + s); };
+  const unsigned empty_q = barriers + 8 * (1 + 4 * kStages);
   auto k_tile = [&](int s) { return base + (1 + 2 * s) * kTileBytes; };
   auto v_tile = [&](int s) { return base + (2 + 2 * s) * kTileBytes; };
 
@@ -298,36 +305,42 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       barrier_init(empty_k(s), 8);  // one arrival per consumer warp
       barrier_init(empty_v(s), 8);
     }
+    barrier_init(empty_q, 8);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;
   const long long row_stride = static_cast<long long>(num_heads) * kHeadDim;
-  const long long head_offset =
-      (static_cast<long long>(blockIdx.z) * seq_len * num_heads + blockIdx.y) * kHeadDim;
   const int kv_tiles = (seq_len + kBlockKV - 1) / kBlockKV;
+  const int q_tiles = (seq_len + kBlockQ - 1) / kBlockQ;
+  const int work_tiles = q_tiles * num_heads * batch;
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
 
   if (warpgroup == 0) {
     // Producer: the query tile, then every key and value tile through the stages.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
     if (threadIdx.x != 0) return;
-    const int head = static_cast<int>(blockIdx.y);
-    const int sample = static_cast<int>(blockIdx.z);
-    const auto load = [&](unsigned tile, const CUtensorMap& rows, int first_row, unsigned bar) {
-      arrive_expecting(bar, kTileBytes);
-      load_box(tile, rows, 0, head, first_row, sample, bar);
-      load_box(tile + kHalfBytes, rows, 64, head, first_row, sample, bar);
-    };
-    load(q_tile, query_rows, q0, full_q);
-    for (int tile = 0; tile < kv_tiles; ++tile) {
-      const int s = tile % kStages;
-      const unsigned reuse = ((tile / kStages) + 1) & 1;  // parity of the consumers' release
-      if (tile >= kStages) barrier_wait(empty_k(s), reuse);
-      load(k_tile(s), key_rows, tile * kBlockKV, full_k(s));
-      if (tile >= kStages) barrier_wait(empty_v(s), reuse);
-      load(v_tile(s), value_rows, tile * kBlockKV, full_v(s));
+    int round = 0;
+    for (int work = blockIdx.x; work < work_tiles; work += gridDim.x, ++round) {
+      const int q0 = work % q_tiles * kBlockQ;
+      const int head = work / q_tiles % num_heads;
+      const int sample = work / q_tiles / num_heads;
+      const auto load = [&](unsigned tile, const CUtensorMap& rows, int first_row, unsigned bar) {
+        arrive_expecting(bar, kTileBytes);
+        load_box(tile, rows, 0, head, first_row, sample, bar);
+        load_box(tile + kHalfBytes, rows, 64, head, first_row, sample, bar);
+      };
+      if (round > 0) barrier_wait(empty_q, (round - 1) & 1);
+      load(q_tile, query_rows, q0, full_q);
+      for (int tile = 0; tile < kv_tiles; ++tile) {
+        const int g = round * kv_tiles + tile;  // the block's key tiles so far
+        const int s = g % kStages;
+        const unsigned reuse = ((g / kStages) + 1) & 1;  // parity of the consumers' release
+        if (g >= kStages) barrier_wait(empty_k(s), reuse);
+        load(k_tile(s), key_rows, tile * kBlockKV, full_k(s));
+        if (g >= kStages) barrier_wait(empty_v(s), reuse);
+        load(v_tile(s), value_rows, tile * kBlockKV, full_v(s));
+      }
     }
     return;
   }
@@ -343,172 +356,185 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   float o[64];
   float s[64];
   unsigned p[kBlockKV / 16][4];
-  float row_max[2] = {__int_as_float(0xff800000), __int_as_float(0xff800000)};
-  float row_sum[2] = {0.0f, 0.0f};
+  int round = 0;
+  for (int work = blockIdx.x; work < work_tiles; work += gridDim.x, ++round) {
+    const int q0 = work % q_tiles * kBlockQ;
+    const long long head_offset =
+        (static_cast<long long>(work / q_tiles / num_heads) * seq_len * num_heads +
+         work / q_tiles % num_heads) *
+        kHeadDim;
+    const int g0 = round * kv_tiles;  // the block's key tiles before this work tile's
+    float row_max[2] = {__int_as_float(0xff800000), __int_as_float(0xff800000)};
+    float row_sum[2] = {0.0f, 0.0f};
 #pragma unroll
-  for (int e = 0; e < 64; ++e) {
-    o[e] = 0.0f;
-    s[e] = 0.0f;
-  }
-  const float scale_log2 = scale * kLog2e;
-
-  barrier_wait(full_q, 0);
-  if (consumer == 1) named_arrive(1);  // consumer 0 issues first
-
-  // Accumulator layout (m64nN, per warp 16 rows): element 4 i + e of lane l is row
-  // 16 warp + l / 4 + 8 (e / 2), column 8 i + 2 (l % 4) + e % 2. "Row half" r is e / 2.
-  // Scores of tile `tile` into s (issued, not waited for): k16 step kk reads columns 16 kk ..
-  // 16 kk + 15, in half kk / 4 at byte 32 (kk % 4) of each 128-byte row.
-  auto issue_scores = [&](int tile) {
-    const unsigned k = k_tile(tile % kStages);
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const unsigned column = (kk / 4) * kHalfBytes + (kk % 4) * 32;
-      wgmma_scores(s, descriptor(q_rows + column, 16, kSwizzleAtomBytes),
-                   descriptor(k + column, 16, kSwizzleAtomBytes), kk > 0);
+    for (int e = 0; e < 64; ++e) {
+      o[e] = 0.0f;
+      s[e] = 0.0f;
     }
-  };
-  // O += P V of tile `tile` (issued, not waited for): k16 step t takes keys 16 t .. 16 t + 15,
-  // the score chunks 2 t and 2 t + 1 and the value rows 16 t .. 16 t + 15 (two 8-key groups of
-  // 1024 bytes, 2048 bytes a step).
-  auto issue_values = [&](int tile) {
-    const unsigned v = v_tile(tile % kStages);
+    const float scale_log2 = scale * kLog2e;
+
+    barrier_wait(full_q, round & 1);
+    if (consumer == 1) named_arrive(1);  // consumer 0 issues first
+
+    // Accumulator layout (m64nN, per warp 16 rows): element 4 i + e of lane l is row
+    // 16 warp + l / 4 + 8 (e / 2), column 8 i + 2 (l % 4) + e % 2. "Row half" r is e / 2.
+    // Scores of tile `tile` into s (issued, not waited for): k16 step kk reads columns 16 kk ..
+    // 16 kk + 15, in half kk / 4 at byte 32 (kk % 4) of each 128-byte row.
+    auto issue_scores = [&](int tile) {
+      const unsigned k = k_tile((g0 + tile) % kStages);
 #pragma unroll
-    for (int t = 0; t < kBlockKV / 16; ++t) {
-      wgmma_values(o, p[t],
-                   descriptor(v + t * 2 * kSwizzleAtomBytes, kHalfBytes, kSwizzleAtomBytes));
-    }
-  };
-  auto release = [&](unsigned bar) {
-    __syncwarp();
-    if (lane == 0) barrier_arrive(bar);
-  };
-  // Online softmax of the scores of tile `tile` in s: the new row maxima, the factor what was
-  // accumulated so far must be rescaled by (returned in rescale), the exponentials in s.
-  auto softmax = [&](int tile, float(&rescale)[2]) {
-    const int kv0 = tile * kBlockKV;
-    if (kv0 + kBlockKV > seq_len) {
-#pragma unroll
-      for (int e = 0; e < 64; ++e) {
-        if (kv0 + (e / 4) * 8 + (lane % 4) * 2 + e % 2 >= seq_len)
-          s[e] = __int_as_float(0xff800000);
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        const unsigned column = (kk / 4) * kHalfBytes + (kk % 4) * 32;
+        wgmma_scores(s, descriptor(q_rows + column, 16, kSwizzleAtomBytes),
+                     descriptor(k + column, 16, kSwizzleAtomBytes), kk > 0);
       }
-    }
+    };
+    // O += P V of tile `tile` (issued, not waited for): k16 step t takes keys 16 t .. 16 t + 15,
+    // the score chunks 2 t and 2 t + 1 and the value rows 16 t .. 16 t + 15 (two 8-key groups of
+    // 1024 bytes, 2048 bytes a step).
+    auto issue_values = [&](int tile) {
+      const unsigned v = v_tile((g0 + tile) % kStages);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float m = row_max[r];
+      for (int t = 0; t < kBlockKV / 16; ++t) {
+        wgmma_values(o, p[t],
+                     descriptor(v + t * 2 * kSwizzleAtomBytes, kHalfBytes, kSwizzleAtomBytes));
+      }
+    };
+    auto release = [&](unsigned bar) {
+      __syncwarp();
+      if (lane == 0) barrier_arrive(bar);
+    };
+    // Online softmax of the scores of tile `tile` in s: the new row maxima, the factor what was
+    // accumulated so far must be rescaled by (returned in rescale), the exponentials in s.
+    auto softmax = [&](int tile, float(&rescale)[2]) {
+      const int kv0 = tile * kBlockKV;
+      if (kv0 + kBlockKV > seq_len) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      rescale[r] = exp2_approx((row_max[r] - m) * scale_log2);
-      row_max[r] = m;
-      const float m_scaled = m * scale_log2;
-      float sum = row_sum[r] * rescale[r];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-#pragma unroll
-        for (int e = 4 * i + 2 * r; e < 4 * i + 2 * r + 2; ++e) {
-          s[e] = exp2_approx(fmaf(s[e], scale_log2, -m_scaled));
-          sum += s[e];
+        for (int e = 0; e < 64; ++e) {
+          if (kv0 + (e / 4) * 8 + (lane % 4) * 2 + e % 2 >= seq_len)
+            s[e] = __int_as_float(0xff800000);
         }
       }
-      row_sum[r] = sum;
-    }
-  };
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float m = row_max[r];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        rescale[r] = exp2_approx((row_max[r] - m) * scale_log2);
+        row_max[r] = m;
+        const float m_scaled = m * scale_log2;
+        float sum = row_sum[r] * rescale[r];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+#pragma unroll
+          for (int e = 4 * i + 2 * r; e < 4 * i + 2 * r + 2; ++e) {
+            s[e] = exp2_approx(fmaf(s[e], scale_log2, -m_scaled));
+            sum += s[e];
+          }
+        }
+        row_sum[r] = sum;
+      }
+    };
 
-  auto pack_scores = [&]() {
+    auto pack_scores = [&]() {
 #pragma unroll
-    for (int t = 0; t < kBlockKV / 16; ++t) {
+      for (int t = 0; t < kBlockKV / 16; ++t) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) p[t][j] = pack_bf16(s[8 * t + 2 * j], s[8 * t + 2 * j + 1]);
-    }
-  };
+        for (int j = 0; j < 4; ++j) p[t][j] = pack_bf16(s[8 * t + 2 * j], s[8 * t + 2 * j + 1]);
+      }
+    };
 
-  // O to a new maximum: each row half r times rescale[r].
-  auto rescale_o = [&](const float(&rescale)[2]) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
-    }
-  };
-
-  // The factor O is rescaled by before the next P V: 2^(previous maximum - this tile's).
-  float rescale[2];
-  // Tile 0: scores only (nothing is accumulated yet).
-  {
-    barrier_wait(full_k(0), 0);
-    fence_for_wgmma();
-    named_sync(my_turn);
-    wgmma_fence();
-    issue_scores(0);
-    wgmma_commit();
-    if (!(consumer == 1 && kv_tiles == 1)) named_arrive(their_turn);
-    wgmma_wait<0>();
-    hold(s);
-    release(empty_k(0));
-    softmax(0, rescale);
-    pack_scores();
-  }
-  // Tile t: its scores, and behind them the previous tile's O += P V, issued in this consumer's
-  // turn; the softmax of tile t runs while the other consumer issues.
-  for (int tile = 1; tile < kv_tiles; ++tile) {
-    const int stage = tile % kStages;
-    const int previous = (tile - 1) % kStages;
-    barrier_wait(full_k(stage), (tile / kStages) & 1);
-    barrier_wait(full_v(previous), ((tile - 1) / kStages) & 1);
-    fence_for_wgmma();
-    named_sync(my_turn);
-    wgmma_fence();
-    issue_scores(tile);
-    wgmma_commit();
-    // O to the previous tile's maximum while the scores run, then its P V on top.
-    rescale_o(rescale);
-    wgmma_fence();
-    issue_values(tile - 1);
-    wgmma_commit();
-    // The other consumer issues next; the last turn consumer 1 would hand over is never taken.
-    if (!(consumer == 1 && tile == kv_tiles - 1)) named_arrive(their_turn);
-    wgmma_wait<1>();
-    hold(s);
-    release(empty_k(stage));
-    softmax(tile, rescale);
-    wgmma_wait<0>();
-    hold(o);
-    hold(p);
-    release(empty_v(previous));
-    pack_scores();
-  }
-  // The last tile's values.
-  {
-    const int last = kv_tiles - 1;
-    barrier_wait(full_v(last % kStages), (last / kStages) & 1);
-    fence_for_wgmma();
-    rescale_o(rescale);
-    wgmma_fence();
-    issue_values(last);
-    wgmma_commit();
-    wgmma_wait<0>();
-    hold(o);
-  }
-
-  // Epilogue: full row sums, normalise, round to bf16, store the rows inside the sequence.
-  __nv_bfloat16* const out_head = out + head_offset;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float total = row_sum[r];
-    total += __shfl_xor_sync(0xffffffffu, total, 1);
-    total += __shfl_xor_sync(0xffffffffu, total, 2);
-    const float inverse = 1.0f / total;
-    const int row = q0 + consumer * 64 + warp * 16 + r * 8 + lane / 4;
-    if (row < seq_len) {
-      __nv_bfloat16* const destination =
-          out_head + static_cast<long long>(row) * row_stride + (lane % 4) * 2;
+    // O to a new maximum: each row half r times rescale[r].
+    auto rescale_o = [&](const float(&rescale)[2]) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
-        *reinterpret_cast<unsigned*>(destination + i * 8) =
-            pack_bf16(o[4 * i + 2 * r] * inverse, o[4 * i + 2 * r + 1] * inverse);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[4 * i + e] *= rescale[e / 2];
+      }
+    };
+
+    // The factor O is rescaled by before the next P V: 2^(previous maximum - this tile's).
+    float rescale[2];
+    // Tile 0: scores only (nothing is accumulated yet).
+    {
+      barrier_wait(full_k(g0 % kStages), (g0 / kStages) & 1);
+      fence_for_wgmma();
+      named_sync(my_turn);
+      wgmma_fence();
+      issue_scores(0);
+      wgmma_commit();
+      if (!(consumer == 1 && kv_tiles == 1)) named_arrive(their_turn);
+      wgmma_wait<0>();
+      hold(s);
+      release(empty_k(g0 % kStages));
+      softmax(0, rescale);
+      pack_scores();
+    }
+    // Tile t: its scores, and behind them the previous tile's O += P V, issued in this consumer's
+    // turn; the softmax of tile t runs while the other consumer issues.
+    for (int tile = 1; tile < kv_tiles; ++tile) {
+      const int g = g0 + tile;
+      const int stage = g % kStages;
+      const int previous = (g - 1) % kStages;
+      barrier_wait(full_k(stage), (g / kStages) & 1);
+      barrier_wait(full_v(previous), ((g - 1) / kStages) & 1);
+      fence_for_wgmma();
+      named_sync(my_turn);
+      wgmma_fence();
+      issue_scores(tile);
+      wgmma_commit();
+      // O to the previous tile's maximum while the scores run, then its P V on top.
+      rescale_o(rescale);
+      wgmma_fence();
+      issue_values(tile - 1);
+      wgmma_commit();
+      // The other consumer issues next; the last turn consumer 1 would hand over is never taken.
+      if (!(consumer == 1 && tile == kv_tiles - 1)) named_arrive(their_turn);
+      wgmma_wait<1>();
+      hold(s);
+      release(empty_k(stage));
+      softmax(tile, rescale);
+      wgmma_wait<0>();
+      hold(o);
+      hold(p);
+      release(empty_v(previous));
+      pack_scores();
+    }
+    // Every score of this work tile is done: the producer may load the next query tile.
+    release(empty_q);
+    // The last tile's values.
+    {
+      const int last = g0 + kv_tiles - 1;
+      barrier_wait(full_v(last % kStages), (last / kStages) & 1);
+      fence_for_wgmma();
+      rescale_o(rescale);
+      wgmma_fence();
+      issue_values(kv_tiles - 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      hold(o);
+      release(empty_v(last % kStages));
+    }
+
+    // Epilogue: full row sums, normalise, round to bf16, store the rows inside the sequence.
+    __nv_bfloat16* const out_head = out + head_offset;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float total = row_sum[r];
+      total += __shfl_xor_sync(0xffffffffu, total, 1);
+      total += __shfl_xor_sync(0xffffffffu, total, 2);
+      const float inverse = 1.0f / total;
+      const int row = q0 + consumer * 64 + warp * 16 + r * 8 + lane / 4;
+      if (row < seq_len) {
+        __nv_bfloat16* const destination =
+            out_head + static_cast<long long>(row) * row_stride + (lane % 4) * 2;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          *reinterpret_cast<unsigned*>(destination + i * 8) =
+              pack_bf16(o[4 * i + 2 * r] * inverse, o[4 * i + 2 * r + 1] * inverse);
+        }
       }
     }
   }

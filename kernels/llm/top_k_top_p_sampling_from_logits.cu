@@ -26,7 +26,13 @@
 // over the row; the task's visible cases seldom take that path (see the notes).
 //
 // clang-format off
-// @launch top_k_top_p_sampling_kernel<<<batch_size, 512>>>(logits, uniform_samples, top_k, top_p, samples, vocab_size)
+// @launch if (batch_size > 0 && batch_size <= 16) top_k_top_p_sampling_kernel<8><<<batch_size * 8, 512>>>(logits, uniform_samples, top_k, top_p, samples, vocab_size)
+// @cluster top_k_top_p_sampling_kernel<8> (8, 1, 1)
+// @launch if (batch_size > 16 && batch_size <= 33) top_k_top_p_sampling_kernel<4><<<batch_size * 4, 512>>>(logits, uniform_samples, top_k, top_p, samples, vocab_size)
+// @cluster top_k_top_p_sampling_kernel<4> (4, 1, 1)
+// @launch if (batch_size > 33 && batch_size <= 66) top_k_top_p_sampling_kernel<2><<<batch_size * 2, 512>>>(logits, uniform_samples, top_k, top_p, samples, vocab_size)
+// @cluster top_k_top_p_sampling_kernel<2> (2, 1, 1)
+// @launch if (batch_size > 66) top_k_top_p_sampling_kernel<1><<<batch_size, 512>>>(logits, uniform_samples, top_k, top_p, samples, vocab_size)
 // clang-format on
 //
 // Design notes:
@@ -39,32 +45,43 @@
 // - Every decision is made from block-wide sums broadcast through shared memory, so all threads
 //   take the same branch; fp32 sums are not the exact ones, which the task's checker allows for
 //   (1e-4 of the filtered mass).
-// - At batch 1 to 32 this is 1.11-1.45x FlashInfer's sampler (bench/results/h200_parity.json): a
-//   row is one multiprocessor's work. Tried on the H200 on 2026-12-04, both slower: eight
-//   16-byte loads in flight a thread in the global passes (batch 1 91 -> 98 us, batch 256
-//   238 -> 1078 us at 118 registers); and histogram counts aggregated with
+// - Small batches split a row over a thread-block cluster: 8 blocks a row up to 16 rows, 4 up
+//   to 33, 2 up to 66 (about one wave of 132 SMs), one block beyond. Warp w's segment of the row
+//   is cut into one piece per block, in rank order; every block runs the max and histogram
+//   passes over its pieces and sums its peers' results through distributed shared memory in rank
+//   order, so every block reaches the same cutoff bit for bit; each collects its pieces'
+//   candidates, and the first block appends its peers' lists to its own (vocabulary order) and
+//   runs the thresholds and the draw alone. Rows without filters, or whose candidates do not fit,
+//   are the first block's alone after the max (the global-memory path). On the H200
+//   (h200_reference_variants.json, 2026-12-05, three draws of the visible cases) 1.44-2.59x the
+//   one-block-a-row kernel up to batch 64 and 0.99-1.01x at 128 and 256 (4.3x on a draw where a
+//   batch-256 row overflowed one block's lists and fitted the cluster's pieces); at batch 1 to
+//   32 the one-block kernel was 1.11-1.45x FlashInfer's sampler (h200_parity.json).
+// - Candidate lists hold 256 entries a warp. With the exact masses most rows fit, not all: a
+//   model of steps 1-2 on the visible cases' distributions (bench/gpu/sampling_capacity.py, 400
+//   rows a setting) finds top-p 0.95 rows without top-k needing up to 4300 candidates, over 256
+//   in the fullest warp in 3 % of the draws of 152k logits. A call is as slow as its slowest
+//   row, so batch_256_qwen (32 such rows, one block a row) takes the global-memory path for some
+//   row in about 62 % of draws: the parity harness timed the kernel at 682 us on its draw of that
+//   case against crucible's 238 us on its own (h200_parity.json). variants.py's pooled_lists
+//   keeps every warp's list in one pool of 6144 entries, which no modelled row overflowed; as
+//   written it returned wrong tokens on the H200 (2 of 8 rows of batch_8_qwen, 2026-12-05), as
+//   did the load-ahead variants, and awaits a fix.
+// - Where a batch-1 row's time went in the one-block kernel (bench/gpu/sampling_steps.py, clock
+//   stamps per step, H200, h200_sampling_steps.json; 128k logits in a 96 us kernel): max pass
+//   5.7 us, histogram pass 25.4, cutoff 1.9, collection 25.9, top-k threshold 15.2, top-p
+//   threshold 15.5, draw 1.8. The histogram and collection passes read the same logits as the
+//   max pass at a fifth of its speed: as compiled, each chunk's loads are used right after they
+//   are issued, behind the previous chunk's shared-memory atomics or stores. Also tried and
+//   slower: eight 16-byte loads in flight a thread in the global passes (batch 1 91 -> 98 us,
+//   batch 256 238 -> 1078 us at 118 registers); histogram counts aggregated with
 //   __match_any_sync, the top-p masses bounded below from the counts instead of summed, with
-//   1024-candidate lists for batches up to 132 (0.12-1.4 ms a call: the looser bound cut
-//   deeper, the candidates overflowed and rows took the global-memory path). With the exact
-//   masses most rows fit, not all: a model of steps 1-2 on the visible cases' distributions
-//   (bench/gpu/sampling_capacity.py, 400 rows a setting) finds top-p 0.95 rows without top-k
-//   needing up to 4300 candidates, over 256 in the fullest warp in 3 % of the draws of 152k
-//   logits. A call is as slow as its slowest row, so batch_256_qwen (32 such rows) takes the
-//   global-memory path for some row in about 62 % of draws: the parity harness timed this
-//   kernel at 682 us on its draw of that case against crucible's 238 us on its own
-//   (h200_parity.json). variants.py's pooled_lists keeps every warp's list in one pool of 6144
-//   entries, which no modelled row overflowed. Batches up to 32 overflow in at most 3.5 % of
-//   draws, so their time is not that path. Where it goes (bench/gpu/sampling_steps.py, clock stamps per step, H200,
-//   h200_sampling_steps.json), a batch-1 row of 128k logits in a 96 us kernel: max pass 5.7 us,
-//   histogram pass 25.4, cutoff 1.9, collection 25.9, top-k threshold 15.2, top-p threshold
-//   15.5, draw 1.8. The histogram and collection passes read the same logits as the max pass
-//   at a fifth of its speed: as compiled, each chunk's loads are used right after they are
-//   issued, behind the previous chunk's shared-memory atomics or stores (variants.py's
-//   load_ahead issues the next chunk's first). Also tried and slower: the histogram over 8 nats
-//   (0.10-0.19x from batch 8: p = 0.95 nuclei no longer fit) and threshold searches in which
-//   every warp sums every candidate against 7 pivots of its own, 5 steps instead of 11 (the
-//   search here is 1.05-1.81x faster, h200_reference_variants_dec04.json). Splitting a row over
-//   a cluster remains the larger remedy.
+//   1024-candidate lists for batches up to 132 (0.12-1.4 ms a call: the looser bound cut deeper,
+//   the candidates overflowed and rows took the global-memory path); the histogram over 8 nats
+//   (0.10-0.19x from batch 8: p = 0.95 nuclei no longer fit); threshold searches in which every
+//   warp sums every candidate against 7 pivots of its own, 5 steps instead of 11 (the search
+//   here is 1.05-1.81x faster, h200_reference_variants_dec04.json); the thresholds over the
+//   sorted candidate keys (0.80-0.85x from batch 8, 2026-12-05).
 
 namespace {
 
@@ -323,28 +340,87 @@ __device__ int draw(const Lists& lists, unsigned int threshold, float m, float u
   return s.result;
 }
 
+// What the blocks of a cluster exchange.
+struct ClusterShared {
+  float value;                        // the block's max
+  float z;                            // the block's part of a top-p-only row's mass
+  int total_count[kWarps][kBuckets];  // the row's histogram, summed over the cluster
+  float total_mass[kWarps][kBuckets];
+};
+static_assert(kWarps * kBuckets == kThreads, "one thread a (warp, bucket) total");
+
+// Every thread of every block of the cluster: shared-memory writes before it are visible to
+// reads after it, in any block.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+
+// The address of `address` (this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ unsigned peer_shared_address(unsigned address, unsigned rank) {
+  unsigned peer;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(peer) : "r"(address), "r"(rank));
+  return peer;
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// `pointer` (this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ unsigned peer_address(const void* pointer, int rank) {
+  return peer_shared_address(static_cast<unsigned>(__cvta_generic_to_shared(pointer)), rank);
+}
+
+__device__ __forceinline__ float load_peer(const float* pointer, int rank) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n"
+               : "=f"(v)
+               : "r"(peer_address(pointer, rank))
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ int load_peer(const int* pointer, int rank) {
+  int v;
+  asm volatile("ld.shared::cluster.s32 %0, [%1];\n"
+               : "=r"(v)
+               : "r"(peer_address(pointer, rank))
+               : "memory");
+  return v;
+}
+
 }  // namespace
 
 // logits: [batch_size, vocab_size]; uniform_samples, top_k, top_p, samples: [batch_size].
-extern "C" __global__ void __launch_bounds__(kThreads)
+template <int kCluster>
+__global__ void __launch_bounds__(kThreads)
     top_k_top_p_sampling_kernel(const float* __restrict__ logits,
                                 const float* __restrict__ uniform_samples,
                                 const int* __restrict__ top_k, const float* __restrict__ top_p,
                                 int* __restrict__ samples, int vocab_size) {
   __shared__ Shared s;
+  __shared__ ClusterShared cs;
+  const int rank = kCluster > 1 ? static_cast<int>(cluster_rank()) : 0;
+  const int row_index = static_cast<int>(blockIdx.x) / kCluster;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const float* row = logits + static_cast<size_t>(blockIdx.x) * static_cast<size_t>(vocab_size);
-  const int k_raw = top_k[blockIdx.x];
+  const float* row = logits + static_cast<size_t>(row_index) * static_cast<size_t>(vocab_size);
+  const int k_raw = top_k[row_index];
   const bool k_active = k_raw > 0 && k_raw < vocab_size;
-  const float p = top_p[blockIdx.x];
+  const float p = top_p[row_index];
   const bool p_active = p < 1.0f;
-  const float u = uniform_samples[blockIdx.x];
+  const float u = uniform_samples[row_index];
 
   // Each warp's segment: a multiple of 128 logits, so 16-byte vectors stay within it.
   const int segment = ((vocab_size + kWarps - 1) / kWarps + 127) / 128 * 128;
-  const int seg_begin = min(vocab_size, warp * segment);
-  const int seg_end = min(vocab_size, seg_begin + segment);
+  // This block's piece of it (pieces of whole chunks, in rank order).
+  const int piece = (segment / 128 + kCluster - 1) / kCluster * 128;
+  const int warp_end = min(vocab_size, warp * segment + segment);
+  const int seg_begin = min(warp_end, warp * segment + rank * piece);
+  const int seg_end = min(warp_end, seg_begin + piece);
   const bool vectors = vocab_size % 4 == 0;
   // Lane `lane` of chunk c holds the logits c * 128 + lane * 4 + j (j < 4) of the segment;
   // positions at or past the segment's end hold -inf. Every load's address is clamped into the
@@ -390,11 +466,20 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < 4; ++j) m = fmaxf(m, v[j]);
   }
   m = block_max(m, s);
+  if constexpr (kCluster > 1) {
+    if (threadIdx.x == 0) cs.value = m;
+    cluster_sync();
+    for (int r = 0; r < kCluster; ++r) m = fmaxf(m, load_peer(&cs.value, r));
+  }
 
   Lists lists{row, vocab_size, segment, nullptr};
   if (!k_active && !p_active) {
+    if constexpr (kCluster > 1) {
+      cluster_sync();  // every peer's max read: the others may leave
+      if (rank != 0) return;
+    }
     const int token = draw(lists, 0u, m, u, s);
-    if (threadIdx.x == 0) samples[blockIdx.x] = token;
+    if (threadIdx.x == 0) samples[row_index] = token;
     return;
   }
 
@@ -424,7 +509,26 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     }
   }
   block_sums(z_row, s);  // its barriers also publish the histograms
-  const float z = z_row[0];
+  float z = z_row[0];
+  if constexpr (kCluster > 1) {
+    // The row's histogram and mass, summed over the cluster in rank order by every block.
+    if (threadIdx.x == 0) cs.z = z;
+    cluster_sync();
+    const int w = threadIdx.x / kBuckets, b = threadIdx.x % kBuckets;
+    int total = 0;
+    float mass = 0.0f;
+    z = 0.0f;
+    for (int r = 0; r < kCluster; ++r) {
+      total += load_peer(&s.histogram_count[w][b], r);
+      mass += load_peer(&s.histogram_mass[w][b], r);
+      z += load_peer(&cs.z, r);
+    }
+    cs.total_count[w][b] = total;
+    cs.total_mass[w][b] = mass;
+    __syncthreads();
+  }
+  const auto& histogram_count = kCluster > 1 ? cs.total_count : s.histogram_count;
+  const auto& histogram_mass = kCluster > 1 ? cs.total_mass : s.histogram_mass;
 
   // The smallest cutoff bucket whose candidates hold the filtered set and fit.
   int cutoff = -1;
@@ -437,9 +541,9 @@ extern "C" __global__ void __launch_bounds__(kThreads)
       bool fits = true;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
-        warp_counts[w] += s.histogram_count[w][b];
-        count += static_cast<float>(s.histogram_count[w][b]);
-        mass += s.histogram_mass[w][b];
+        warp_counts[w] += histogram_count[w][b];
+        count += static_cast<float>(histogram_count[w][b]);
+        mass += histogram_mass[w][b];
         fits = fits && warp_counts[w] <= kWarpCapacity;
       }
       if (!fits) break;
@@ -450,6 +554,12 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   }
 
   unsigned int threshold = 0u;
+  if constexpr (kCluster > 1) {
+    if (cutoff < 0) {  // the whole row from global memory: the first block's work
+      cluster_sync();  // every peer's histogram read
+      if (rank != 0) return;
+    }
+  }
   if (cutoff >= 0) {
     // 3. Collect the candidates (bucket <= cutoff), each warp in the order of its segment.
     int stored = 0;
@@ -485,6 +595,26 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     }
     if (lane == 0) s.count[warp] = stored;
     __syncthreads();
+    if constexpr (kCluster > 1) {
+      // The first block appends its peers' lists to its own, in rank order. The cutoff
+      // held every warp's summed count within kWarpCapacity.
+      cluster_sync();
+      if (rank == 0) {
+        int total = s.count[warp];
+        for (int r = 1; r < kCluster; ++r) {
+          const int n = load_peer(&s.count[warp], r);
+          for (int i = lane; i < n; i += 32) {
+            s.logit[warp][total + i] = load_peer(&s.logit[warp][i], r);
+            s.token[warp][total + i] = load_peer(&s.token[warp][i], r);
+          }
+          total += n;
+        }
+        __syncwarp();
+        if (lane == 0) s.count[warp] = total;
+      }
+      cluster_sync();  // the peers' lists read: they may leave
+      if (rank != 0) return;
+    }
     lists.shared = &s;
   }
 
@@ -498,5 +628,5 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 
   // 5. The draw.
   const int token = draw(lists, threshold, m, u, s);
-  if (threadIdx.x == 0) samples[blockIdx.x] = token;
+  if (threadIdx.x == 0) samples[row_index] = token;
 }

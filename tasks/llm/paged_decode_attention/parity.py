@@ -136,12 +136,13 @@ def flashinfer_paged_decode_tensor_cores(torch, t, s, sym):
 def flashinfer_xqa(torch, t, s, sym):
     # flashinfer.xqa: TensorRT-LLM's XQA decode attention (bf16 query and NHD paged cache, the
     # task's block tables as its page table); its softmax scale is q_scale / sqrt(head_dim).
-    import flashinfer.xqa  # carried to the GPU machine only; the harness names it when absent
+    # flashinfer re-exports the function under its module's name: flashinfer.xqa is the function.
+    from flashinfer.xqa import xqa  # carried to the GPU machine only; the harness names it absent
 
     dims = t["query"].shape[-1]
     scale = float(s.get("scale", 1.0 / (dims ** 0.5)))
-    flashinfer.xqa.xqa(t["query"][:, None], t["key_cache"], t["value_cache"], t["block_tables"],
-                       t["_xqa_seq_lens"], t["_xqa_out"], t["_xqa_workspace"],
-                       t["_xqa_semaphores"], t["key_cache"].shape[2], t["key_cache"].shape[1],
-                       q_scale=scale * dims ** 0.5, kv_layout="NHD")
+    xqa(t["query"][:, None], t["key_cache"], t["value_cache"], t["block_tables"],
+        t["_xqa_seq_lens"], t["_xqa_out"], t["_xqa_workspace"], t["_xqa_semaphores"],
+        t["key_cache"].shape[2], t["key_cache"].shape[1], q_scale=scale * dims ** 0.5,
+        kv_layout="NHD")
     return t["_xqa_out"][:, 0]
