@@ -423,7 +423,13 @@ def main():
         # stream, its kernels summed between flushes like every library's): its ratio to the
         # libraries is then one method's, whatever CUPTI set-up crucible's own timing differs by.
         exported, export_error = None, None
-        if not args.no_harness_reference:
+        library = view.get("reference", {}).get("library")
+        if library:
+            # The timed reference is a library call the server makes (cuBLASLt); the task's
+            # source is the agent's starting point, not the reference, and is not timed here.
+            export_error = (f"the reference is the library call {library}; its source is the "
+                            "starting point, not what crucible times")
+        elif not args.no_harness_reference:
             try:
                 exported = export_reference(task, export_folder.name)
             except Exception as error:  # report, do not hide
