@@ -9,14 +9,15 @@ the task's reference, so its per-case time sits next to the reference's in one r
 The variants are the ones whose figures the reference sources quote (bench/results/
 h200_reference_variants.json): the partition size of paged_decode_attention, the quotient of
 dynamic_per_token_scaled_fp8_quant, fused_moe's block order and prefill tile height, the block
-sizes of moe_sum, silu_and_mul_fp8_quant and per_token_group_quant_fp8, conv2d_3x3's stages
+sizes of moe_sum, silu_and_mul_fp8_quant, per_token_group_quant_fp8 and
+fused_add_rms_norm_static_fp8_quant, conv2d_3x3's stages
 gathered by cp.async instead of the tensor memory accelerator, diffusion/attention with three
 stages and with 176-row key tiles, flash_attn_varlen_prefill's whole key tiles loaded page by
-page by TMA and its short segments with the group's query heads in one tile, and the sampler with
-one block a row instead of a thread-block cluster at small batches and, on that form, its passes
-with a load ahead, its thresholds read off the sorted candidate keys and its lists in one pool,
-alone and with the cluster. Each is a textual substitution in
-today's source; a substitution that no longer applies is an error, not a silent no-op. `--tasks ID
+page by TMA and its short segments one tile a query head (not packed per kv head), and the
+sampler with one block a row instead of a thread-block cluster at small batches and, on that
+form, its passes with a load ahead, its thresholds read off the sorted candidate keys and its
+lists in one pool, alone and with the cluster. Each is a textual substitution in today's
+source; a substitution that no longer applies is an error, not a silent no-op. `--tasks ID
 ...` keeps the variants of those tasks only.
 """
 import argparse
@@ -194,22 +195,22 @@ __device__ __forceinline__ unsigned peer_address(const void* pointer, int rank) 
   return peer_shared_address(static_cast<unsigned>(__cvta_generic_to_shared(pointer)), rank);
 }
 
-__device__ __forceinline__ float load_peer(const float* pointer, int rank) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\\n"
-               : "=f"(v)
+// The 32 bits at `pointer` in block `rank`, as this pointer's type.
+__device__ __forceinline__ unsigned load_peer_bits(const void* pointer, int rank) {
+  unsigned v;
+  asm volatile("ld.shared::cluster.b32 %0, [%1];\\n"
+               : "=r"(v)
                : "r"(peer_address(pointer, rank))
                : "memory");
   return v;
 }
 
+__device__ __forceinline__ float load_peer(const float* pointer, int rank) {
+  return __uint_as_float(load_peer_bits(pointer, rank));
+}
+
 __device__ __forceinline__ int load_peer(const int* pointer, int rank) {
-  int v;
-  asm volatile("ld.shared::cluster.s32 %0, [%1];\\n"
-               : "=r"(v)
-               : "r"(peer_address(pointer, rank))
-               : "memory");
-  return v;
+  return static_cast<int>(load_peer_bits(pointer, rank));
 }
 
 }  // namespace
@@ -755,48 +756,18 @@ PREFILL_TMA = [
 ]
 
 
-# flash_attn_varlen_prefill with the query heads of a kv head packed into one tile for short
-# query segments (q_len * group <= 128: decode rows, short chunks), as FlashInfer's and
-# FlashAttention-3's "pack GQA" do: row r of such a tile is query row r / group of head
-# (kv head * group + r % group), the block of the group's first head does the work and the others
-# return at once. A decode row then costs one block walking its keys per kv head instead of one
-# per query head (mixed_step_llama's 32 decode rows: 256 blocks instead of 1024, each doing the
-# same 128-row tensor-core work for 4 useful rows instead of 1). Longer segments are unchanged.
-PREFILL_PACKED_GQA = [
-    ("  const int context = seq_lens[seq];\n",
-     "  const int group = num_heads / num_kv_heads;\n"
-     "  // Short segments: every head of the kv head's group in one tile, its first head's block.\n"
-     "  const bool packed = q_len * group <= kBlockQ;\n"
-     "  if (packed && static_cast<int>(blockIdx.x) % group != 0) return;\n"
-     "  const int context = seq_lens[seq];\n"),
-    ("  const int rows = min(kBlockQ, q_len - q0);  // query rows of this tile inside the sequence\n"
-     "  // Keys this tile's rows can see: up to the position of its last row.\n"
-     "  const int kv_end = position0 + q0 + rows;\n",
-     "  // Query rows of this tile inside the sequence, and the query positions they are.\n"
-     "  const int positions = packed ? q_len : min(kBlockQ, q_len - q0);\n"
-     "  const int rows = packed ? q_len * group : positions;\n"
-     "  // Keys this tile's rows can see: up to the position of its last row.\n"
-     "  const int kv_end = position0 + q0 + positions;\n"),
-    ("      return row + 8 * k < rows ? q_rows + (row + 8 * k) * row_stride : nullptr;\n",
-     "      const int r = row + 8 * k;\n"
-     "      if (r >= rows) return static_cast<const __nv_bfloat16*>(nullptr);\n"
-     "      return packed ? q_rows + (r / group) * row_stride + (r % group) * kHeadDim\n"
-     "                    : q_rows + r * row_stride;\n"),
-    ("  const int first_row = position0 + q0 + consumer * 64 + warp * 16 + lane / 4;\n"
-     "  const int row_position[2] = {first_row, first_row + 8};\n",
-     "  const int first_row = consumer * 64 + warp * 16 + lane / 4;\n"
-     "  const int row_position[2] = {\n"
-     "      position0 + q0 + (packed ? first_row / group : first_row),\n"
-     "      position0 + q0 + (packed ? (first_row + 8) / group : first_row + 8)};\n"),
-    ("      __nv_bfloat16* const destination =\n"
-     "          out_rows + static_cast<long long>(row) * row_stride + (lane % 4) * 2;\n",
-     "      __nv_bfloat16* const destination =\n"
-     "          out_rows +\n"
-     "          (packed ? static_cast<long long>(row / group) * row_stride + (row % group) * kHeadDim\n"
-     "                  : static_cast<long long>(row) * row_stride) +\n"
-     "          (lane % 4) * 2;\n"),
-]
+# flash_attn_varlen_prefill without its packed tiles for short segments: every segment one tile
+# a query head, as before the reference packed a kv head's query heads (the packed path is dead
+# code then, and compiled away).
+PREFILL_ONE_HEAD_A_TILE = [("  if (q_len * group <= kBlockQ) {\n", "  if (false) {\n")]
 
+
+# fused_add_rms_norm_static_fp8_quant with more threads a row: the reference gives a row
+# cdiv(hidden_size, 1024) warps (at least 4), four 8-element vectors a thread at 4096; at decode
+# batches (a handful of rows, one block each) the row's loads and its sum are a chain of few
+# threads, where FlashInfer's fused_add_rmsnorm_quant is 1.06-1.08x faster.
+ADD_NORM_FP8 = "kernels/llm/fused_add_rms_norm_static_fp8_quant.cu"
+ADD_NORM_FP8_THREADS = "cdiv(hidden_size, 1024) * 32"
 
 VARIANTS = [
     ("llm/paged_decode_attention", ATTENTION, "reference", []),
@@ -877,9 +848,7 @@ VARIANTS = [
     ("diffusion/attention", DIT, "wide_key_tiles", DIT_WIDE_TILES),
     ("llm/flash_attn_varlen_prefill", PREFILL, "reference", []),
     ("llm/flash_attn_varlen_prefill", PREFILL, "tma_pages", PREFILL_TMA),
-    ("llm/flash_attn_varlen_prefill", PREFILL, "packed_gqa", PREFILL_PACKED_GQA),
-    ("llm/flash_attn_varlen_prefill", PREFILL, "tma_pages_packed_gqa",
-     PREFILL_TMA + PREFILL_PACKED_GQA),
+    ("llm/flash_attn_varlen_prefill", PREFILL, "one_head_a_tile", PREFILL_ONE_HEAD_A_TILE),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "one_block_a_row", SAMPLING_ONE_BLOCK),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "load_ahead",
@@ -897,6 +866,11 @@ VARIANTS = [
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_sorted_thresholds_pooled",
      SAMPLING_ONE_BLOCK + SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER_POOLED + SAMPLING_POOLED +
      SAMPLING_SORTED_POOLED),
+    ("llm/fused_add_rms_norm_static_fp8_quant", ADD_NORM_FP8, "reference", []),
+    ("llm/fused_add_rms_norm_static_fp8_quant", ADD_NORM_FP8, "one_vector_a_thread",
+     [(ADD_NORM_FP8_THREADS, "cdiv(hidden_size, 256) * 32")]),
+    ("llm/fused_add_rms_norm_static_fp8_quant", ADD_NORM_FP8, "two_vectors_a_thread",
+     [(ADD_NORM_FP8_THREADS, "cdiv(hidden_size, 512) * 32")]),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "reference", []),
     ("llm/per_token_group_quant_fp8", GROUP_FP8, "blocks_of_32",
      block_size(32, (GROUP_TILE, "cdiv(num_tokens * num_groups, 4), 32>>>"))),

@@ -90,10 +90,12 @@
 //   barrier a tile); three stages instead of two change nothing (0.97-1.00x again on
 //   2026-12-05). Loading the tiles by TMA instead of 128 producer threads issuing cp.async made
 //   it 1.05-1.06x faster on every visible case (h200_reference_variants_tma.json, 2026-12-04),
-//   and then the persistent grid 1.02-1.06x (h200_reference_variants.json, 2026-12-05; the
-//   one-block-a-tile grid was 1.04-1.09x the faster of FlashInfer's FlashAttention-3 kernel and
-//   cuDNN's in h200_parity.json). Wider key tiles (176 keys, as FlashAttention-3 takes at head
-//   size 128) measured 1.01-1.06x on the one-block-a-tile grid, not yet with this one.
+//   and then the persistent grid 1.02-1.06x (h200_reference_variants.json, 2026-12-05). Side by
+//   side with the libraries (h200_parity.json, 2026-12-05) it is 1.00-1.07x the faster of
+//   FlashInfer's FlashAttention-3 kernel and cuDNN's (1.04-1.11x with the reference timed in
+//   the parity harness too; the one-block-a-tile grid was 1.04-1.09x). Wider key tiles (176
+//   keys, as FlashAttention-3 takes at head size 128) measured 1.01-1.06x on the
+//   one-block-a-tile grid and 0.99-1.04x on this one (slower on two FLUX cases): not taken.
 
 #include <cuda_bf16.h>
 

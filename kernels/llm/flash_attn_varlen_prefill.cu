@@ -46,16 +46,28 @@
 //   Inside a sequence the tiles run last first (the longest first), so short tiles fill the
 //   end of the wave. Both consumers walk the same tiles (the ping-pong needs as many turns on
 //   each side); a tile masked whole for one consumer's rows adds nothing to them.
-// - Chunked prefill and decode rows need nothing special: a chunk's rows start at position
-//   n_s - q_s, a decode row is a one-row tile that sees its whole context.
+// - Chunked prefill needs nothing special: a chunk's rows start at position n_s - q_s.
+// - Short segments (q_s * group <= 128 rows, group = num_heads / num_kv_heads: decode rows,
+//   short chunks) pack every query head of a kv head into one tile, as FlashInfer and
+//   FlashAttention-3 do ("pack GQA"): row r of the tile is query row r / group of head
+//   (kv head * group + r % group), the block of the group's first head does the work and the
+//   others return at once. A decode row then costs one block walking its keys per kv head
+//   instead of one per query head (the mixed step's 32 decode rows: 256 blocks instead of
+//   1024, each doing the same tensor-core work for 4 useful rows instead of 1). Packed and
+//   unpacked tiles are two instances of one template (attend_tile<kPacked>), so the long
+//   segments' code carries none of the packed indexing: written with the choice at run time
+//   inside one body, the packing made the mixed step 1.34x faster and every other visible case
+//   0.93-0.98x; as two instances, the mixed step 1.36x and the others within 0.7 % of the
+//   unpacked kernel (h200_reference_variants.json, 2026-12-05: one_head_a_tile).
 // - Measured on the H200 (h200_reference_variants_attention.json): 1.32-1.62x the speed of
 //   the block-barrier design (both warpgroups loading and computing in step), the longer the
 //   key loop the more; starting every head's longest tile first instead of each head's tiles
 //   in turn, 1.005-1.18x more. Against FlashInfer's paged prefill (its FlashAttention-3
-//   kernels), side by side in one run (h200_parity.json): 0.95-1.04x on fresh prompts up to
-//   2048 tokens, 1.18-1.23x on the 8192-token prompt, the mixed step and the 2048-token chunks
-//   of 8k and 32k contexts: the longer the key loop, the further behind, as diffusion/attention
-//   is on its long sequences (its notes list what FlashAttention-3 does that this does not).
+//   kernels), side by side in one run (h200_parity.json, 2026-12-05): 1.00-1.04x on fresh
+//   prompts up to 2048 tokens, 0.91x on the mixed step (1.23x before short segments were
+//   packed), 1.14-1.24x on the 8192-token prompt and the 2048-token chunks of 8k and 32k
+//   contexts: the longer the key loop, the further behind, as diffusion/attention is on its
+//   long sequences.
 // - Tried and measured slower: a persistent grid (132 blocks each taking every 132nd work tile,
 //   the producer loading the next tile's keys and query while the consumers store the last
 //   one's output) ran at 0.918x this kernel's speed: a static share of causal tiles of unequal
@@ -256,43 +268,24 @@ __device__ __forceinline__ unsigned pack_bf16(float low, float high) {
 
 }  // namespace
 
-// out, query: [num_tokens, num_heads, 128]; key_cache, value_cache: [num_blocks, block_size,
-// num_kv_heads, 128], all bf16, row-major, 256-byte aligned; block_tables [num_seqs,
-// max_blocks_per_seq], cu_seqlens_q [num_seqs + 1], seq_lens [num_seqs], int32.
-// Launch: grid (num_heads, cdiv(num_tokens, 128) + num_seqs), 384 threads, 167040 bytes of
-// dynamic shared memory; blocks past the last query tile return at once.
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    prefill_attention(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ query,
-                      const __nv_bfloat16* __restrict__ key_cache,
-                      const __nv_bfloat16* __restrict__ value_cache,
-                      const int* __restrict__ block_tables, const int* __restrict__ cu_seqlens_q,
-                      const int* __restrict__ seq_lens, float scale, int num_seqs, int num_heads,
-                      int num_kv_heads, int block_size, int max_blocks_per_seq) {
-  // This block's sequence and query tile: blockIdx.y counts the query tiles of the sequences
-  // in order. Inside a sequence the tiles are taken last first: later rows see more keys, and
-  // the longest blocks should start first.
-  int seq = 0, q_start = 0, q_len = 0, q_tile = static_cast<int>(blockIdx.y);
-  {
-    int next_start = cu_seqlens_q[0];
-    for (; seq < num_seqs; ++seq) {
-      q_start = next_start;
-      next_start = cu_seqlens_q[seq + 1];
-      q_len = next_start - q_start;
-      const int tiles = (q_len + kBlockQ - 1) / kBlockQ;
-      if (q_tile < tiles) {
-        q_tile = tiles - 1 - q_tile;
-        break;
-      }
-      q_tile -= tiles;
-    }
-    if (seq == num_seqs) return;
-  }
+// One block's work: query tile q_tile of sequence seq (q_len rows from q_start) for head
+// blockIdx.x, or, kPacked, for every head of the kv head's group (see the launch plan).
+template <bool kPacked>
+__device__ __forceinline__ void attend_tile(
+    __nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ query,
+    const __nv_bfloat16* __restrict__ key_cache, const __nv_bfloat16* __restrict__ value_cache,
+    const int* __restrict__ block_tables, const int* __restrict__ seq_lens, float scale,
+    int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int seq, int q_start,
+    int q_len, int q_tile) {
+  const int group = num_heads / num_kv_heads;
   const int context = seq_lens[seq];
   const int position0 = context - q_len;  // position of the sequence's first query row
   const int q0 = q_tile * kBlockQ;
-  const int rows = min(kBlockQ, q_len - q0);  // query rows of this tile inside the sequence
+  // Query rows of this tile inside the sequence, and the query positions they are.
+  const int positions = kPacked ? q_len : min(kBlockQ, q_len - q0);
+  const int rows = kPacked ? q_len * group : positions;
   // Keys this tile's rows can see: up to the position of its last row.
-  const int kv_end = position0 + q0 + rows;
+  const int kv_end = position0 + q0 + positions;
   const int kv_tiles = (kv_end + kBlockKV - 1) / kBlockKV;
 
   extern __shared__ __align__(16) unsigned char shared_storage[];
@@ -338,7 +331,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const long long token_stride = static_cast<long long>(num_kv_heads) * kHeadDim;
     const int row = thread / 16;  // this thread copies rows row + 8 k of every tile
     load_tile(q_smem, query, thread, [&](int k) {
-      return row + 8 * k < rows ? q_rows + (row + 8 * k) * row_stride : nullptr;
+      const int r = row + 8 * k;
+      if (r >= rows) return static_cast<const __nv_bfloat16*>(nullptr);
+      return kPacked ? q_rows + (r / group) * row_stride + (r % group) * kHeadDim
+                     : q_rows + r * row_stride;
     });
     arrive_when_copied(full_q);
     // Row offsets of a stage's tile (elements into a cache, -1: not visible), one row a thread.
@@ -397,8 +393,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
   const float scale_log2 = scale * kLog2e;
   // Positions of this lane's two rows (row halves 0 and 1).
-  const int first_row = position0 + q0 + consumer * 64 + warp * 16 + lane / 4;
-  const int row_position[2] = {first_row, first_row + 8};
+  const int first_row = consumer * 64 + warp * 16 + lane / 4;
+  const int row_position[2] = {
+      position0 + q0 + (kPacked ? first_row / group : first_row),
+      position0 + q0 + (kPacked ? (first_row + 8) / group : first_row + 8)};
 
   barrier_wait(full_q, 0);
   if (consumer == 1) named_arrive(1);  // consumer 0 issues first
@@ -557,12 +555,60 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const int row = consumer * 64 + warp * 16 + r * 8 + lane / 4;
     if (row < rows) {
       __nv_bfloat16* const destination =
-          out_rows + static_cast<long long>(row) * row_stride + (lane % 4) * 2;
+          out_rows +
+          (kPacked ? static_cast<long long>(row / group) * row_stride + (row % group) * kHeadDim
+                   : static_cast<long long>(row) * row_stride) +
+          (lane % 4) * 2;
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         *reinterpret_cast<unsigned*>(destination + i * 8) =
             pack_bf16(o[4 * i + 2 * r] * inverse, o[4 * i + 2 * r + 1] * inverse);
       }
     }
+  }
+}
+
+// out, query: [num_tokens, num_heads, 128]; key_cache, value_cache: [num_blocks, block_size,
+// num_kv_heads, 128], all bf16, row-major, 256-byte aligned; block_tables [num_seqs,
+// max_blocks_per_seq], cu_seqlens_q [num_seqs + 1], seq_lens [num_seqs], int32.
+// Launch: grid (num_heads, cdiv(num_tokens, 128) + num_seqs), 384 threads, 167040 bytes of
+// dynamic shared memory; blocks past the last query tile return at once.
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    prefill_attention(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ query,
+                      const __nv_bfloat16* __restrict__ key_cache,
+                      const __nv_bfloat16* __restrict__ value_cache,
+                      const int* __restrict__ block_tables, const int* __restrict__ cu_seqlens_q,
+                      const int* __restrict__ seq_lens, float scale, int num_seqs, int num_heads,
+                      int num_kv_heads, int block_size, int max_blocks_per_seq) {
+  // This block's sequence and query tile: blockIdx.y counts the query tiles of the sequences
+  // in order. Inside a sequence the tiles are taken last first: later rows see more keys, and
+  // the longest blocks should start first.
+  int seq = 0, q_start = 0, q_len = 0, q_tile = static_cast<int>(blockIdx.y);
+  {
+    int next_start = cu_seqlens_q[0];
+    for (; seq < num_seqs; ++seq) {
+      q_start = next_start;
+      next_start = cu_seqlens_q[seq + 1];
+      q_len = next_start - q_start;
+      const int tiles = (q_len + kBlockQ - 1) / kBlockQ;
+      if (q_tile < tiles) {
+        q_tile = tiles - 1 - q_tile;
+        break;
+      }
+      q_tile -= tiles;
+    }
+    if (seq == num_seqs) return;
+  }
+  // Short segments (q_len * group <= 128 rows: decode rows, short chunks) take every query head
+  // of the kv head's group in one tile, in the block of the group's first head; the others
+  // return at once.
+  const int group = num_heads / num_kv_heads;
+  if (q_len * group <= kBlockQ) {
+    if (static_cast<int>(blockIdx.x) % group != 0) return;
+    attend_tile<true>(out, query, key_cache, value_cache, block_tables, seq_lens, scale, num_heads,
+                      num_kv_heads, block_size, max_blocks_per_seq, seq, q_start, q_len, q_tile);
+  } else {
+    attend_tile<false>(out, query, key_cache, value_cache, block_tables, seq_lens, scale, num_heads,
+                       num_kv_heads, block_size, max_blocks_per_seq, seq, q_start, q_len, q_tile);
   }
 }

@@ -14,8 +14,12 @@
 // Launch plan (DESIGN.md section 2): DeepSeek-V3's 256 experts take the register kernel; any
 // other expert count the general one. 128 threads per block, one warp per token.
 //
-// @launch if (num_experts == 256) grouped_topk_e256<<<cdiv(num_tokens, 4), 128>>>(topk_weights, topk_ids, gating_output, e_score_correction_bias, num_expert_group, topk_group, renormalize, routed_scaling_factor, num_tokens, topk)
-// @launch if (num_experts != 256) grouped_topk_any<<<cdiv(num_tokens, 4), 128>>>(topk_weights, topk_ids, gating_output, e_score_correction_bias, num_expert_group, topk_group, renormalize, routed_scaling_factor, num_tokens, num_experts, topk)
+// @launch if (num_experts == 256) grouped_topk_e256<<<cdiv(num_tokens, 4), 128>>>(topk_weights,
+// topk_ids, gating_output, e_score_correction_bias, num_expert_group, topk_group, renormalize,
+// routed_scaling_factor, num_tokens, topk)
+// @launch if (num_experts != 256) grouped_topk_any<<<cdiv(num_tokens, 4), 128>>>(topk_weights,
+// topk_ids, gating_output, e_score_correction_bias, num_expert_group, topk_group, renormalize,
+// routed_scaling_factor, num_tokens, num_experts, topk)
 //
 // Design notes (why, for whoever optimises this next):
 // - vLLM runs this as about ten torch kernels (sigmoid, add, view/topk/sum, topk, scatter,
@@ -27,9 +31,16 @@
 //   and the lanes of a group end up with the same group score bit for bit.
 // - The group ranking reads the G group scores by shuffles (G = 8) and counts, per lane, the
 //   groups that beat its own; experts of groups ranked topk_group or worse are set to -inf.
-// - k rounds of warp argmax on c (ties to the lower index) carry the winner's original score
-//   s along; lane j keeps round j's winner, so the renormalising sum is one warp reduction and
-//   the k weights and ids are written by k lanes at once, coalesced.
+// - k rounds pick the winners: each lane takes its best remaining c (ties: its lower index),
+//   then two warp reductions (redux.sync: the largest order-preserving key of c, then the lowest
+//   expert index among the lanes holding it) name the round's winner, whose owner retires it and
+//   keeps its round and score; the renormalising sum is one warp sum of the owners' scores at
+//   the end, and each owner writes its winners. Two reductions a round replace a 5-step xor
+//   butterfly of three shuffles a step (value, index, score): the rounds are the kernel's
+//   critical path at decode batches, where the butterflies were 1.23-1.33x FlashInfer's
+//   fused_topk_deepseek and the reductions are 1.20-1.28x (h200_parity.json, 2026-12-05; 0.80x
+//   at 2048 tokens). FlashInfer spreads a token over 256 threads, a group a warp, and takes the
+//   final top-k in one warp over the kept groups' candidates: the next step here.
 // - Other layouts (groups that do not fall on whole lanes, other expert counts) take the
 //   general path: a warp per token re-reading the row from L1, group scores in shared memory.
 
@@ -38,11 +49,16 @@ namespace {
 constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = 4;  // the directives launch 128 threads
 constexpr int kMaxGroups = 64;     // the general path's shared group scores, per warp
-constexpr int kMaxTopK = 32;       // lane j keeps round j's winner
 
 __device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000); }
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Order-preserving key of a float: larger value, larger key (-inf lowest but NaN's).
+__device__ __forceinline__ unsigned order_key(float x) {
+  const unsigned bits = __float_as_uint(x);
+  return (bits & 0x80000000u) != 0u ? ~bits : (bits | 0x80000000u);
+}
 
 // Inserts `value` into a (largest, second largest) pair; a repeated value fills both places.
 __device__ __forceinline__ void insert_top2(float value, float& first, float& second) {
@@ -185,7 +201,8 @@ __device__ void route_row_general(float* __restrict__ topk_weights, int* __restr
 
 // 256 experts (DeepSeek-V3): lane l holds experts 8l .. 8l + 7 in registers. Groups must cover
 // whole, power-of-two runs of lanes (G in 1, 2, 4, 8, 16, 32); other groupings take the
-// general path. Both paths need topk <= kMaxTopK (the task's manifest guarantees it).
+// general path, which needs topk <= 32: lane j keeps round j's winner (the task's manifest
+// guarantees it).
 extern "C" __global__ void __launch_bounds__(128)
     grouped_topk_e256(float* __restrict__ topk_weights, int* __restrict__ topk_ids,
                       const float* __restrict__ gating_output,
@@ -242,33 +259,49 @@ extern "C" __global__ void __launch_bounds__(128)
     for (int i = 0; i < kPerLane; ++i) choice[i] = negative_infinity();
   }
 
-  float my_score = 0.0f;
-  int my_expert = 0;
+  // Round j: every lane's best remaining expert (ties: its lower index), then the warp's best
+  // key and, among the lanes holding it, the lowest expert index, by two warp reductions
+  // (redux.sync); the owner retires the winner and remembers its round.
+  int won_round[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) won_round[i] = -1;
+  float won_sum = 0.0f;  // this lane's winners' scores
   for (int j = 0; j < topk; ++j) {
     float best = choice[0];
-    int best_expert = kPerLane * lane;
-    float best_score = score[0];
+    int best_i = 0;
 #pragma unroll
     for (int i = 1; i < kPerLane; ++i) {
       if (choice[i] > best) {
         best = choice[i];
-        best_expert = kPerLane * lane + i;
-        best_score = score[i];
+        best_i = i;
       }
     }
-    warp_argmax(best, best_expert, best_score);
-    if (lane == j) {
-      my_score = best_score;
-      my_expert = best_expert;
-    }
-    // The owner retires the winner (-inf, like the experts of dropped groups).
+    const unsigned key = order_key(best);
+    const unsigned top = __reduce_max_sync(0xffffffffu, key);
+    const unsigned expert = __reduce_min_sync(
+        0xffffffffu, key == top ? static_cast<unsigned>(kPerLane * lane + best_i) : 0xffffffffu);
+    if (expert / kPerLane == static_cast<unsigned>(lane)) {
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      if (kPerLane * lane + i == best_expert) choice[i] = negative_infinity();
+      for (int i = 0; i < kPerLane; ++i) {
+        if (i == best_i) {
+          choice[i] = negative_infinity();
+          won_round[i] = j;
+          won_sum += score[i];
+        }
+      }
     }
   }
-  write_row(topk_weights, topk_ids, row, topk, my_score, my_expert, renormalize,
-            routed_scaling_factor);
+  // Each owner writes its winners: weight = score (/ the winners' sum) * routed_scaling_factor.
+  const float sum = warp_sum(won_sum);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    if (won_round[i] >= 0) {
+      const size_t index = static_cast<size_t>(row) * topk + won_round[i];
+      const float weight = renormalize != 0 ? score[i] / sum : score[i];
+      topk_weights[index] = weight * routed_scaling_factor;
+      topk_ids[index] = kPerLane * lane + i;
+    }
+  }
 }
 
 // Any other expert count (GLM-4.5's 160, ...): the general path.

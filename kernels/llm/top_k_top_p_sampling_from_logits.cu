@@ -56,7 +56,10 @@
 //   (h200_reference_variants.json, 2026-12-05, three draws of the visible cases) 1.44-2.59x the
 //   one-block-a-row kernel up to batch 64 and 0.99-1.01x at 128 and 256 (4.3x on a draw where a
 //   batch-256 row overflowed one block's lists and fitted the cluster's pieces); at batch 1 to
-//   32 the one-block kernel was 1.11-1.45x FlashInfer's sampler (h200_parity.json).
+//   32 the one-block kernel was 1.11-1.45x FlashInfer's sampler, and this kernel is 0.36-0.73x
+//   the faster of FlashInfer's sampler and its torch.compile at batch 1 to 128 (h200_parity.json,
+//   2026-12-05), but 1.88x at batch 256, where the parity run's draws sent rows to the
+//   global-memory path (below).
 // - Candidate lists hold 256 entries a warp. With the exact masses most rows fit, not all: a
 //   model of steps 1-2 on the visible cases' distributions (bench/gpu/sampling_capacity.py, 400
 //   rows a setting) finds top-p 0.95 rows without top-k needing up to 4300 candidates, over 256
@@ -374,22 +377,22 @@ __device__ __forceinline__ unsigned peer_address(const void* pointer, int rank) 
   return peer_shared_address(static_cast<unsigned>(__cvta_generic_to_shared(pointer)), rank);
 }
 
-__device__ __forceinline__ float load_peer(const float* pointer, int rank) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n"
-               : "=f"(v)
+// The 32 bits at `pointer` in block `rank`, as this pointer's type.
+__device__ __forceinline__ unsigned load_peer_bits(const void* pointer, int rank) {
+  unsigned v;
+  asm volatile("ld.shared::cluster.b32 %0, [%1];\n"
+               : "=r"(v)
                : "r"(peer_address(pointer, rank))
                : "memory");
   return v;
 }
 
+__device__ __forceinline__ float load_peer(const float* pointer, int rank) {
+  return __uint_as_float(load_peer_bits(pointer, rank));
+}
+
 __device__ __forceinline__ int load_peer(const int* pointer, int rank) {
-  int v;
-  asm volatile("ld.shared::cluster.s32 %0, [%1];\n"
-               : "=r"(v)
-               : "r"(peer_address(pointer, rank))
-               : "memory");
-  return v;
+  return static_cast<int>(load_peer_bits(pointer, rank));
 }
 
 }  // namespace
