@@ -66,7 +66,9 @@
 //   in the fullest warp in 3 % of the draws of 152k logits. A call is as slow as its slowest
 //   row, so batch_256_qwen (32 such rows, one block a row) takes the global-memory path for some
 //   row in about 62 % of draws: the parity harness timed the kernel at 682 us on its draw of that
-//   case against crucible's 238 us on its own (h200_parity.json). variants.py's pooled_lists
+//   case against crucible's 238 us on its own (h200_parity.json); in one eval of 2026-12-05 the
+//   same code took 238-244 us on some samples' draws and 1.06 ms on others, so a candidate's
+//   speedup on that case follows its draw until no row overflows. variants.py's pooled_lists
 //   keeps every warp's list in one pool of 6144 entries, which no modelled row overflowed; as
 //   written it returned wrong tokens on the H200 (2 of 8 rows of batch_8_qwen, 2026-12-05), as
 //   did the load-ahead variants, and awaits a fix.
