@@ -14,15 +14,16 @@
 // fp32 and one rounding to bf16 at the end.
 //
 // Launch plan: one block of three warpgroups (384 threads) per 128 query rows of one (sequence,
-// head): a producer warpgroup that gathers the tiles into shared memory and two consumer
-// warpgroups of 64 query rows each. blockIdx.x is the head and blockIdx.y walks the sequences'
-// query tiles in order, the longest (last) tile of each sequence first (cdiv(num_tokens, 128) +
-// num_seqs bounds their count; blocks past the last return at once). Blocks start in that order,
-// every head's tile before the next tile: the longest work starts first and the last wave holds
-// the shortest tiles; the blocks resident together read a few tiles' keys and values of every
-// head, from L2. Dynamic shared memory: the query tile and two stages of a 128-key tile and a
-// 128-value tile, 32 KiB each, 1 KiB to align the tiles to the 1024-byte swizzle pattern, 128 bytes
-// of barriers and 2 KiB of the producer's row offsets: 167040 bytes, one block an SM.
+// head), or of one (sequence, kv head) for short segments (design notes): a producer warpgroup that
+// gathers the tiles into shared memory and two consumer warpgroups of 64 query rows each.
+// blockIdx.x is the head and blockIdx.y walks the sequences' query tiles in order, the longest
+// (last) tile of each sequence first (cdiv(num_tokens, 128) + num_seqs bounds their count; blocks
+// past the last return at once). Blocks start in that order, every head's tile before the next
+// tile: the longest work starts first and the last wave holds the shortest tiles; the blocks
+// resident together read a few tiles' keys and values of every head, from L2. Dynamic shared
+// memory: the query tile and two stages of a 128-key tile and a 128-value tile, 32 KiB each, 1 KiB
+// to align the tiles to the 1024-byte swizzle pattern, 128 bytes of barriers and 2 KiB of the
+// producer's row offsets: 167040 bytes, one block an SM.
 //
 // clang-format off
 // @launch prefill_attention<<<dim3(num_heads, cdiv(num_tokens, 128) + num_seqs), 384, 167040>>>(out, query, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens, scale, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq)
