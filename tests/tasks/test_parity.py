@@ -10,6 +10,7 @@ import json
 import math
 import pathlib
 import tomllib
+import zlib
 
 import pytest
 
@@ -83,11 +84,15 @@ def _smallest_case(data):
 def _inputs(torch, data, device):
     """Inputs of the task's smallest visible case on `device`, outputs poisoned (NaN, or the
     integer dtype's minimum) so that an element left unwritten is seen; skips a case too large
-    to build on CPU."""
+    to build on CPU. The draw is seeded: a test's inputs are the same on every run (a composite
+    and the float64 check differ by about 1 bf16 ulp, and on rare draws a little more than the
+    anchors' tolerance: ssm/mamba_chunk_scan's excess was 0.009-0.018 over 25 draws and 0.0209
+    once, against 0.02)."""
     view, case, count = _smallest_case(data)
     if device == "cpu" and count > CPU_ELEMENT_LIMIT:
         pytest.skip(f"smallest visible case '{case['name']}' has {count} elements, more than "
                     f"{CPU_ELEMENT_LIMIT} on CPU")
+    torch.manual_seed(zlib.crc32(f"{data['id']}/{case['name']}".encode()))
     t = parity.make_inputs(torch, view, case, device)
     for spec in data["tensors"]:
         if spec["role"] == "out":
