@@ -56,11 +56,12 @@ def build(name):
     elif name.startswith("xqa_group_"):
         # TensorRT-LLM's XQA decode, one module per query-head group: 4 (Llama-3, Mixtral) and
         # 7 (Qwen2.5-7B), bf16 with pages of 16 and head size 128, as the visible cases.
-        import flashinfer.xqa
+        from flashinfer.xqa import xqa  # flashinfer.xqa is the function re-exported
+
         group, seqs, pages = int(name.rsplit("_", 1)[1]), 2, 4
         kv = torch.randn(seqs * pages, 16, 2, 128, device=dev, dtype=bf16)
         q = torch.randn(seqs, 1, 2 * group, 128, device=dev, dtype=bf16)
-        flashinfer.xqa.xqa(
+        xqa(
             q, kv, kv, torch.arange(seqs * pages, device=dev, dtype=torch.int32).view(seqs, pages),
             torch.full((seqs, 1), 40, device=dev, dtype=torch.int32).view(torch.uint32),
             torch.empty_like(q), torch.zeros(64 << 20, dtype=torch.uint8, device=dev),
@@ -75,7 +76,9 @@ def build(name):
             torch.zeros(4, heads, dim, dstate, device=dev, dtype=f32),
             torch.randn(seqs, heads, dim, device=dev, dtype=bf16),
             torch.rand(seqs, heads, device=dev, dtype=f32)[..., None].expand(seqs, heads, dim),
-            -torch.rand(heads, device=dev, dtype=f32)[:, None, None].expand(heads, dim, dstate),
+            # A broadcast over (dim, dstate), as the kernel requires (strides 1, 0, 0): negated
+            # before the expand, which the minus would otherwise materialise.
+            (-torch.rand(heads, device=dev, dtype=f32))[:, None, None].expand(heads, dim, dstate),
             torch.randn(seqs, 1, dstate, device=dev, dtype=bf16),
             torch.randn(seqs, 1, dstate, device=dev, dtype=bf16),
             D=torch.ones(heads, device=dev, dtype=f32)[:, None].expand(heads, dim),

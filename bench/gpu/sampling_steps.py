@@ -25,9 +25,10 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-KERNEL = ROOT / "kernels/llm/top_k_top_p_sampling_from_logits.cu"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from variants import SAMPLING_ONE_BLOCK  # noqa: E402  (bench/gpu)
+from variants import SAMPLING, SAMPLING_ONE_BLOCK, applied  # noqa: E402  (bench/gpu)
+
+KERNEL = ROOT / SAMPLING
 
 # (anchor, step name): the step's stamp is taken right after the anchor's text.
 ANCHORS = [
@@ -43,17 +44,8 @@ ANCHORS = [
 ]
 
 
-def one_block_a_row() -> str:
-    source = KERNEL.read_text()
-    for old, new in SAMPLING_ONE_BLOCK:
-        if old not in source:
-            sys.exit(f"{KERNEL}: the one-block-a-row form no longer applies to the source")
-        source = source.replace(old, new)
-    return source
-
-
 def instrumented() -> str:
-    source = one_block_a_row()
+    source = applied(SAMPLING, SAMPLING_ONE_BLOCK, "one_block_a_row")
     for index, (anchor, name) in enumerate(ANCHORS):
         if source.count(anchor) != 1:
             sys.exit(f"{KERNEL}: the anchor of step '{name}' is not in the source exactly once")

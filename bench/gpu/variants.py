@@ -103,6 +103,8 @@ def block_size(threads, *tiles):
 # pass over the same logits, whose loop the compiler unrolls with several loads in flight
 # (h200_sampling_steps.json). Not yet measured: the device was not lent when it was written.
 SAMPLING = "kernels/llm/top_k_top_p_sampling_from_logits.cu"
+# Where the sampler's helpers end and its kernel begins: helpers a variant adds go before it.
+SAMPLING_NAMESPACE_END = "}  // namespace\n\n// logits: [batch_size, vocab_size];"
 SAMPLING_CHUNKS = """// Runs body(base, v) over a warp's segment [begin, end), 128 logits (4 a lane, loaded by
 // load(base, v, valid)) at a time, in order, the next chunk's load issued before the body runs.
 template <class Load, class Body>
@@ -132,7 +134,7 @@ def sampling_loop(indent):
 
 
 SAMPLING_LOAD_AHEAD = [
-    ("}  // namespace\n\n// logits: [batch_size, vocab_size];", SAMPLING_CHUNKS),
+    (SAMPLING_NAMESPACE_END, SAMPLING_CHUNKS),
     ("  float z_row[1] = {0.0f};\n" + sampling_loop("  "),
      "  float z_row[1] = {0.0f};\n"
      "  for_each_chunk(seg_begin, seg_end, load_chunk, [&](int, const float(&v)[4]) {\n"),
@@ -168,58 +170,15 @@ def sampling_cluster_launches():
     return "\n".join(lines)
 
 
-SAMPLING_CLUSTER_HELPERS = """// What the blocks of a cluster exchange.
-struct ClusterShared {
-  float value;                        // the block's max
-  float z;                            // the block's part of a top-p-only row's mass
-  int total_count[kWarps][kBuckets];  // the row's histogram, summed over the cluster
-  float total_mass[kWarps][kBuckets];
-};
-static_assert(kWarps * kBuckets == kThreads, "one thread a (warp, bucket) total");
-
-"""
-# conv2d_3x3's cluster barrier and peer address, then what the sampler adds to them.
-SAMPLING_CLUSTER_HELPERS += span(CONV, "// Every thread of every block of the cluster",
-                                 "// The specialised kernel's 256 consumer threads")
-SAMPLING_CLUSTER_HELPERS += span(
-    CONV, "// The address of `address` (this block's shared memory) in block `rank`",
-    "__device__ __forceinline__ void store_shared_f32x4")
-SAMPLING_CLUSTER_HELPERS += """__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\\n" : "=r"(rank));
-  return rank;
-}
-
-// `pointer` (this block's shared memory) in block `rank` of the cluster.
-__device__ __forceinline__ unsigned peer_address(const void* pointer, int rank) {
-  return peer_shared_address(static_cast<unsigned>(__cvta_generic_to_shared(pointer)), rank);
-}
-
-// The 32 bits at `pointer` in block `rank`, as this pointer's type.
-__device__ __forceinline__ unsigned load_peer_bits(const void* pointer, int rank) {
-  unsigned v;
-  asm volatile("ld.shared::cluster.b32 %0, [%1];\\n"
-               : "=r"(v)
-               : "r"(peer_address(pointer, rank))
-               : "memory");
-  return v;
-}
-
-__device__ __forceinline__ float load_peer(const float* pointer, int rank) {
-  return __uint_as_float(load_peer_bits(pointer, rank));
-}
-
-__device__ __forceinline__ int load_peer(const int* pointer, int rank) {
-  return static_cast<int>(load_peer_bits(pointer, rank));
-}
-
-}  // namespace
-
-// logits: [batch_size, vocab_size];"""
+# What the cluster form adds before the kernel (what its blocks exchange, conv2d_3x3's cluster
+# barrier and peer address, the peer loads): the reference's own text, which the one-block form
+# (SAMPLING_ONE_BLOCK) takes out and the cluster variants below put back.
+SAMPLING_CLUSTER_HELPERS = span(SAMPLING, "// What the blocks of a cluster exchange.",
+                                SAMPLING_NAMESPACE_END) + SAMPLING_NAMESPACE_END
 
 SAMPLING_CLUSTER = [
     (SAMPLING_LAUNCH, sampling_cluster_launches()),
-    ("}  // namespace\n\n// logits: [batch_size, vocab_size];", SAMPLING_CLUSTER_HELPERS),
+    (SAMPLING_NAMESPACE_END, SAMPLING_CLUSTER_HELPERS),
     ('extern "C" __global__ void __launch_bounds__(kThreads)\n    top_k_top_p_sampling_kernel(',
      "template <int kCluster>\n__global__ void __launch_bounds__(kThreads)\n"
      "    top_k_top_p_sampling_kernel("),
@@ -423,7 +382,7 @@ __device__ unsigned int top_p_key(const unsigned int* keys, int n, unsigned int 
 
 SAMPLING_SORTED = [
     ("512>>>(logits, uniform_samples", "512, 16384>>>(logits, uniform_samples"),
-    ("}  // namespace\n\n// logits: [batch_size, vocab_size];", SAMPLING_SORT_HELPERS),
+    (SAMPLING_NAMESPACE_END, SAMPLING_SORT_HELPERS),
     ("  __shared__ Shared s;\n",
      "  __shared__ Shared s;\n  extern __shared__ unsigned int sorted_keys[];  // kSortCapacity\n"),
     ("  float z_k = z;\n  if (k_active) {\n"
@@ -884,6 +843,17 @@ VARIANTS = [
 ]
 
 
+def applied(path, substitutions, name):
+    """The source at `path` (from the repository root) with `substitutions` made in order; a
+    text no longer in the source is an error naming variant `name`, not a silent no-op."""
+    source = (ROOT / path).read_text()
+    for old, new in substitutions:
+        if old not in source:
+            sys.exit(f"{path}: the text of variant {name} is no longer in the source")
+        source = source.replace(old, new)
+    return source
+
+
 def main():
     args = argparse.ArgumentParser(description="Print the reference design variants as eval "
                                    "samples (JSONL).")
@@ -893,11 +863,7 @@ def main():
     for task, path, name, substitutions in VARIANTS:
         if args.tasks and task not in args.tasks or args.names and name not in args.names:
             continue
-        source = (ROOT / path).read_text()
-        for old, new in substitutions:
-            if old not in source:
-                sys.exit(f"{path}: the text of variant {name} is no longer in the source")
-            source = source.replace(old, new)
+        source = applied(path, substitutions, name)
         print(json.dumps({"task": task, "sample_id": f"{task}#{name}", "source": source}))
 
 
