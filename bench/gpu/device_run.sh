@@ -2,8 +2,8 @@
 # Runs the GPU suites, benchmarks and the logged-run replay on the GPU machine, from the
 # repository root, with the binaries carried in .bundle/ (see bench/README.md).
 #   device_run.sh [tests] [bench] [ncu] [trajectory] [parity] [variants] [throughput] [faults]
-#                 [exportop] [model] [steps] [seeds] [multigpu]
-#                 (default: all but steps, seeds and multigpu)
+#                 [exportop] [model] [steps] [state] [seeds] [multigpu]
+#                 (default: all but steps, state, seeds and multigpu)
 # Figures and logs go to $OUT; everything is also packed into $OUT/results.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/crucible-out}
@@ -160,6 +160,14 @@ fi
 if want steps; then
   step "the sampling reference, step by step"
   timeout 300 python3 bench/gpu/sampling_steps.py --json "$R/sampling_steps.json" 2>&1 | tail -40
+fi
+if want state; then
+  # Where the sampler's one-block forms part from their host emulation, row by row
+  # (bench/gpu/sampling_state.py; STATE_VARIANTS, STATE_CASES).
+  step "the sampling kernel's state per step, GPU against host emulation"
+  timeout ${STATE_TIMEOUT:-300} python3 bench/gpu/sampling_state.py \
+    --variants ${STATE_VARIANTS:-one_block_a_row pooled_lists load_ahead} \
+    --cases ${STATE_CASES:-batch_8_qwen batch_32_llama} --json "$R/sampling_state.json" 2>&1 | tail -60
 fi
 if want throughput; then
   # The training mix (bench/gpu/training_mix.py) through one crucible serve at 1, 8 and 64

@@ -12,6 +12,7 @@ import math
 import os
 import pathlib
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -179,3 +180,35 @@ def test_the_pool_holds_the_largest_visible_nuclei():
                                                               case["std"])), 0, 0.95)["total"]
               for _ in range(12)]
     assert 1000 < max(totals) < 0.85 * model.POOL_CAPACITY
+
+
+def test_sampler_one_block_forms_hold_under_host_emulation():
+    # The one-block form of the sampler's reference and the pooled and load-ahead variants, run
+    # on the CPU (cuda_host_emulation.hpp) over rows like batch_8_qwen, every row's token
+    # accepted by the float64 check: their logic, apart from the GPU (about 10 s a form).
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip("no C++ compiler")
+    done = subprocess.run(
+        [sys.executable, str(HERE / "sampling_state.py"), "--host-only", "--cases",
+         "batch_8_qwen", "--variants", "one_block_a_row", "pooled_lists", "load_ahead"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 and all(line.endswith("host 8/8 accepted") for line in lines), lines
+
+
+def test_sampling_state_probes_every_one_block_form():
+    # Every one-block sampler form of variants.py holds the probes' anchors.
+    spec = importlib.util.spec_from_file_location("sampling_state", HERE / "sampling_state.py")
+    state = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(state)
+    names = ["one_block_a_row"] + [name for task, _, name, _ in state.VARIANTS
+                                   if task == state.TASK and name != "reference"
+                                   and not name.startswith("cluster_rows")]
+    assert len(names) >= 4
+    for name in names:
+        source, threads, smem = state.instrumented(name, host=True)
+        assert threads == 512 and smem >= 0
+        for _, probe in state.PROBES:
+            assert probe in source, (name, probe)
+        assert "extern __shared__" not in source, name

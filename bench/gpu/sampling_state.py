@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Where a form of llm/top_k_top_p_sampling_from_logits's kernel goes wrong, step by step.
+
+Instruments a one-block-a-row form of the kernel (the reference's, variants.py's
+one_block_a_row, or a variant built on it, by name) to record each row's state after every step
+(sampling_state_main.cu says what), runs it over rows like the task's visible cases on the GPU
+(nvcc, sm_90a) and on the CPU (the same source and inputs under cuda_host_emulation.hpp), and
+prints, per row the GPU got wrong or where the two differ, the first step at which they part:
+
+    python3 bench/gpu/sampling_state.py [--variants one_block_a_row pooled_lists ...]
+        [--cases batch_8_qwen batch_32_llama] [--seed 1] [--host-only | --gpu-only]
+        [--json FILE]
+
+The host emulation runs blocks one at a time, a thread per CUDA thread (about a second a row of
+152k logits on two cores): it checks a form's logic, and where it agrees with float64 and the
+GPU does not, the fault lies outside the programming model (the hardware's or the compiler's
+behaviour, or undefined behaviour). Exit status 1 when some row is wrong on either side.
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from variants import SAMPLING, SAMPLING_ONE_BLOCK, VARIANTS, applied  # noqa: E402  (bench/gpu)
+
+TASK = "llm/top_k_top_p_sampling_from_logits"
+CASES = {  # name: (rows, vocab, std of the logits), as the task's visible cases
+    "batch_1_llama": (1, 128256, 4.0),
+    "batch_8_qwen": (8, 151936, 4.0),
+    "batch_32_llama": (32, 128256, 4.0),
+    "batch_64_deepseek": (64, 129280, 5.0),
+}
+# (anchor, probe): the probe goes right after every copy of the anchor (a form with two ways to
+# a step has it twice), which must be in the source.
+PROBES = [
+    ("  const float z = z_row[0];\n", "CRUCIBLE_STATE_HISTOGRAM();"),
+    ("\n  unsigned int threshold = 0u;\n", "CRUCIBLE_STATE_CUTOFF();"),
+    ("    lists.shared = &s;\n", "CRUCIBLE_STATE_COLLECTION();"),
+    ("    z_k = kept_mass(lists, threshold, m, s);\n", "CRUCIBLE_STATE_TOP_K();"),
+    ("  // 5. The draw.\n", "CRUCIBLE_STATE_THRESHOLD();"),
+]
+# The fields in the order the kernel computes them: the first that differs names the step.
+STEPS = [("m", "max pass"), ("z", "histogram pass (row mass)"),
+         ("histogram", "histogram pass (counts)"), ("cutoff", "cutoff"),
+         ("collected", "collection (list sizes)"), ("token_sum", "collection (token ids)"),
+         ("at_max", "collection (the max's entries)"), ("k_threshold", "top-k threshold"),
+         ("z_k", "top-k mass"), ("threshold", "top-p threshold"), ("path", "path"),
+         ("token", "draw")]
+
+
+def one_block_source(name):
+    """The one-block form named `name`: one_block_a_row or a sampler variant of variants.py."""
+    if name == "one_block_a_row":
+        return applied(SAMPLING, SAMPLING_ONE_BLOCK, name)
+    for task, path, variant, substitutions in VARIANTS:
+        if task == TASK and variant == name:
+            source = applied(path, substitutions, name)
+            if "template <int kCluster>" in source:
+                sys.exit(f"{name}: splits rows over clusters; only one-block forms are probed")
+            return source
+    sys.exit(f"no sampler variant named {name}")
+
+
+def instrumented(name, host):
+    source = one_block_source(name)
+    for anchor, probe in PROBES:
+        if anchor not in source:
+            sys.exit(f"{name}: the anchor of {probe} is not in the source")
+        source = source.replace(anchor, anchor + f"  {probe}\n")
+    launch = re.search(r"// @launch top_k_top_p_sampling_kernel<<<batch_size, (\d+)(?:, (\d+))?>>>",
+                       source)
+    if launch is None:
+        sys.exit(f"{name}: no one-block launch line")
+    threads, smem = int(launch.group(1)), int(launch.group(2) or 0)
+    if host:  # dynamic shared memory as a static array of the launch's size
+        source = re.sub(r"extern __shared__ (\w[\w ]*?) (\w+)\[\];",
+                        lambda d: f"alignas(16) static {d.group(1)} {d.group(2)}"
+                        f"[{smem} / sizeof({d.group(1)})];", source)
+    return source, threads, smem
+
+
+def build(name, host, work):
+    source, threads, smem = instrumented(name, host)
+    kernel = work / f"{name}{'_host' if host else ''}.cu"
+    kernel.write_text(source)
+    binary = work / f"{name}{'_host' if host else '_gpu'}"
+    defines = [f"-DKERNEL=\"{kernel}\"", f"-DTHREADS={threads}", f"-DDYNAMIC_SMEM={smem}"]
+    main = HERE / "sampling_state_main.cu"
+    if host:
+        command = [os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-pthread",
+                   "-DCRUCIBLE_HOST_EMULATION", f"-I{HERE}", *defines, "-x", "c++", str(main),
+                   "-o", str(binary)]
+    else:
+        command = [os.environ.get("NVCC", "nvcc"), "-gencode", "arch=compute_90a,code=sm_90a",
+                   "-std=c++17", "-O3", *defines, "-o", str(binary), str(main)]
+    subprocess.run(command, check=True)
+    return binary
+
+
+def run(binary, case, seed):
+    rows, vocab, std = CASES[case]
+    out = subprocess.run([str(binary), str(rows), str(vocab), str(std), str(seed)], check=True,
+                         capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+# Sums of exp: the GPU's exp2 is an approximation (2 ulp), the host's is not.
+RELATIVE = {"z": 1e-5, "z_k": 1e-5}
+
+
+def first_difference(a, b):
+    for field, step in STEPS:
+        x, y = a.get(field), b.get(field)
+        if field in RELATIVE and x is not None and y is not None:
+            if abs(x - y) <= RELATIVE[field] * max(abs(x), abs(y)):
+                continue
+        if x != y:
+            return step, x, y
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", nargs="+", default=["one_block_a_row"])
+    parser.add_argument("--cases", nargs="+", default=["batch_8_qwen", "batch_32_llama"],
+                        choices=sorted(CASES))
+    parser.add_argument("--seed", type=int, default=1)
+    side = parser.add_mutually_exclusive_group()
+    side.add_argument("--host-only", action="store_true")
+    side.add_argument("--gpu-only", action="store_true")
+    parser.add_argument("--json", help="write every row's state here too")
+    args = parser.parse_args()
+    report, wrong = [], 0
+    with tempfile.TemporaryDirectory() as scratch:
+        work = pathlib.Path(scratch)
+        for name in args.variants:
+            binaries = {}
+            if not args.gpu_only:
+                binaries["host"] = build(name, True, work)
+            if not args.host_only:
+                binaries["gpu"] = build(name, False, work)
+            for case in args.cases:
+                states = {side: run(binary, case, args.seed) for side, binary in binaries.items()}
+                bad = {side: [r["row"] for r in rows if not r["accepted"]]
+                       for side, rows in states.items()}
+                wrong += sum(len(rows) for rows in bad.values())
+                print(f"{name} {case}: " + ", ".join(
+                    f"{side} {len(states[side]) - len(bad[side])}/{len(states[side])} accepted"
+                    for side in states))
+                if len(states) == 2:
+                    for host_row, gpu_row in zip(states["host"], states["gpu"]):
+                        parted = first_difference(host_row, gpu_row)
+                        if parted is not None:
+                            step, host_value, gpu_value = parted
+                            print(f"  row {host_row['row']} (k {host_row['k']}, p "
+                                  f"{host_row['p']}): parts at {step}: host {host_value}, gpu "
+                                  f"{gpu_value}; accepted host {host_row['accepted']} gpu "
+                                  f"{gpu_row['accepted']}")
+                else:
+                    for side, rows in bad.items():
+                        for row in rows:
+                            print(f"  {side} row {row} wrong: {states[side][row]}")
+                report.append({"variant": name, "case": case, "seed": args.seed,
+                               "states": states})
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(report) + "\n")
+    sys.exit(1 if wrong else 0)
+
+
+if __name__ == "__main__":
+    main()
