@@ -20,6 +20,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -178,6 +179,10 @@ inline unsigned __float_as_uint(float f) { return std::bit_cast<unsigned>(f); }
 inline int __float_as_int(float f) { return std::bit_cast<int>(f); }
 inline int __ffs(unsigned x) { return x == 0 ? 0 : std::countr_zero(x) + 1; }
 inline int __clz(unsigned x) { return std::countl_zero(x); }
+// Named by a cluster form's helpers, which its one-block instance (kCluster = 1, the only one
+// emulated) never calls.
+inline std::size_t __cvta_generic_to_shared(const void*) { std::abort(); }
+
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 using std::fmaxf;

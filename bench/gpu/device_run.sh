@@ -162,11 +162,11 @@ if want steps; then
   timeout 300 python3 bench/gpu/sampling_steps.py --json "$R/sampling_steps.json" 2>&1 | tail -40
 fi
 if want state; then
-  # Where the sampler's one-block forms part from their host emulation, row by row
+  # Where the sampler's forms (one block a row) part from their host emulation, row by row
   # (bench/gpu/sampling_state.py; STATE_VARIANTS, STATE_CASES).
   step "the sampling kernel's state per step, GPU against host emulation"
   timeout ${STATE_TIMEOUT:-300} python3 bench/gpu/sampling_state.py \
-    --variants ${STATE_VARIANTS:-one_block_a_row pooled_lists load_ahead} \
+    --variants ${STATE_VARIANTS:-reference one_block_a_row load_ahead pooled_lists reference_pooled} \
     --cases ${STATE_CASES:-batch_8_qwen batch_32_llama} --json "$R/sampling_state.json" 2>&1 | tail -60
 fi
 if want throughput; then

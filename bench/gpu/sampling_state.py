@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Where a form of llm/top_k_top_p_sampling_from_logits's kernel goes wrong, step by step.
 
-Instruments a one-block-a-row form of the kernel (the reference's, variants.py's
-one_block_a_row, or a variant built on it, by name) to record each row's state after every step
-(sampling_state_main.cu says what), runs it over rows like the task's visible cases on the GPU
-(nvcc, sm_90a) and on the CPU (the same source and inputs under cuda_host_emulation.hpp), and
-prints, per row the GPU got wrong or where the two differ, the first step at which they part:
+Instruments a form of the kernel (the reference, or a variant of variants.py, by name; a form
+that splits rows over clusters runs its one-block instance, kCluster = 1, which large batches
+take) to record each row's state after every step (sampling_state_main.cu says what), runs it
+over rows like the task's visible cases on the GPU (nvcc, sm_90a) and on the CPU (the same
+source and inputs under cuda_host_emulation.hpp), and prints, per row the GPU got wrong or where
+the two differ, the first step at which they part:
 
-    python3 bench/gpu/sampling_state.py [--variants one_block_a_row pooled_lists ...]
+    python3 bench/gpu/sampling_state.py [--variants reference pooled_lists ...]
         [--cases batch_8_qwen batch_32_llama] [--seed 1] [--host-only | --gpu-only]
         [--json FILE]
 
@@ -26,6 +27,7 @@ import sys
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 from variants import SAMPLING, SAMPLING_ONE_BLOCK, VARIANTS, applied  # noqa: E402  (bench/gpu)
 
@@ -39,9 +41,12 @@ CASES = {  # name: (rows, vocab, std of the logits), as the task's visible cases
 # (anchor, probe): the probe goes right after every copy of the anchor (a form with two ways to
 # a step has it twice), which must be in the source.
 PROBES = [
-    ("  const float z = z_row[0];\n", "CRUCIBLE_STATE_HISTOGRAM();"),
+    (("  const float z = z_row[0];\n",
+      "  const auto& histogram_mass = kCluster > 1 ? cs.total_mass : s.histogram_mass;\n"),
+     "CRUCIBLE_STATE_HISTOGRAM();"),
     ("\n  unsigned int threshold = 0u;\n", "CRUCIBLE_STATE_CUTOFF();"),
-    ("    lists.shared = &s;\n", "CRUCIBLE_STATE_COLLECTION();"),
+    (("    lists.shared = &s;\n", "    if (!overflow) lists.shared = &s;\n"),
+     "CRUCIBLE_STATE_COLLECTION();"),
     ("    z_k = kept_mass(lists, threshold, m, s);\n", "CRUCIBLE_STATE_TOP_K();"),
     ("  // 5. The draw.\n", "CRUCIBLE_STATE_THRESHOLD();"),
 ]
@@ -54,43 +59,50 @@ STEPS = [("m", "max pass"), ("z", "histogram pass (row mass)"),
          ("token", "draw")]
 
 
-def one_block_source(name):
-    """The one-block form named `name`: one_block_a_row or a sampler variant of variants.py."""
+def form_source(name):
+    """The kernel named `name`: the reference, one_block_a_row or a sampler variant of
+    variants.py."""
+    if name == "reference":
+        return (ROOT / SAMPLING).read_text()
     if name == "one_block_a_row":
         return applied(SAMPLING, SAMPLING_ONE_BLOCK, name)
     for task, path, variant, substitutions in VARIANTS:
         if task == TASK and variant == name:
-            source = applied(path, substitutions, name)
-            if "template <int kCluster>" in source:
-                sys.exit(f"{name}: splits rows over clusters; only one-block forms are probed")
-            return source
+            return applied(path, substitutions, name)
     sys.exit(f"no sampler variant named {name}")
 
 
 def instrumented(name, host):
-    source = one_block_source(name)
-    for anchor, probe in PROBES:
-        if anchor not in source:
+    """The instrumented source of `name`, its kernel (a form that splits rows over clusters
+    runs its one-block instance, kCluster = 1, the one large batches take), threads a block and
+    dynamic shared memory."""
+    source = form_source(name)
+    for anchors, probe in PROBES:
+        anchors = anchors if isinstance(anchors, tuple) else (anchors,)
+        present = [anchor for anchor in anchors if anchor in source]
+        if not present:
             sys.exit(f"{name}: the anchor of {probe} is not in the source")
-        source = source.replace(anchor, anchor + f"  {probe}\n")
-    launch = re.search(r"// @launch top_k_top_p_sampling_kernel<<<batch_size, (\d+)(?:, (\d+))?>>>",
+        source = source.replace(present[0], present[0] + f"  {probe}\n")
+    launch = re.search(r"// @launch (?:if \(batch_size > \d+\) )?"
+                       r"(top_k_top_p_sampling_kernel(?:<1>)?)<<<batch_size, (\d+)(?:, (\d+))?>>>",
                        source)
     if launch is None:
-        sys.exit(f"{name}: no one-block launch line")
-    threads, smem = int(launch.group(1)), int(launch.group(2) or 0)
+        sys.exit(f"{name}: no launch line of one block a row")
+    kernel, threads, smem = launch.group(1), int(launch.group(2)), int(launch.group(3) or 0)
     if host:  # dynamic shared memory as a static array of the launch's size
         source = re.sub(r"extern __shared__ (\w[\w ]*?) (\w+)\[\];",
                         lambda d: f"alignas(16) static {d.group(1)} {d.group(2)}"
                         f"[{smem} / sizeof({d.group(1)})];", source)
-    return source, threads, smem
+    return source, kernel, threads, smem
 
 
 def build(name, host, work):
-    source, threads, smem = instrumented(name, host)
+    source, kernel_name, threads, smem = instrumented(name, host)
     kernel = work / f"{name}{'_host' if host else ''}.cu"
     kernel.write_text(source)
     binary = work / f"{name}{'_host' if host else '_gpu'}"
-    defines = [f"-DKERNEL=\"{kernel}\"", f"-DTHREADS={threads}", f"-DDYNAMIC_SMEM={smem}"]
+    defines = [f"-DKERNEL=\"{kernel}\"", f"-DKERNEL_NAME={kernel_name}", f"-DTHREADS={threads}",
+               f"-DDYNAMIC_SMEM={smem}"]
     main = HERE / "sampling_state_main.cu"
     if host:
         command = [os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-pthread",
@@ -127,7 +139,7 @@ def first_difference(a, b):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", nargs="+", default=["one_block_a_row"])
+    parser.add_argument("--variants", nargs="+", default=["reference"])
     parser.add_argument("--cases", nargs="+", default=["batch_8_qwen", "batch_32_llama"],
                         choices=sorted(CASES))
     parser.add_argument("--seed", type=int, default=1)

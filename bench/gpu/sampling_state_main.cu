@@ -1,6 +1,7 @@
 // The driver of bench/gpu/sampling_state.py: runs an instrumented one-block-a-row form of
-// llm/top_k_top_p_sampling_from_logits's kernel (KERNEL, launched with THREADS threads and
-// DYNAMIC_SMEM bytes of dynamic shared memory) once over rows like the task's visible cases, and
+// llm/top_k_top_p_sampling_from_logits's kernel (KERNEL_NAME in KERNEL, launched with THREADS
+// threads and DYNAMIC_SMEM bytes of dynamic shared memory) once over rows like the task's
+// visible cases, and
 // prints each row's state after every step as a JSON line: the max m and row mass z, the cutoff
 // bucket, each warp's histogram count up to the cutoff and its collected list (size, sum of
 // token ids, entries equal to m), the top-k threshold key and Z_K, the final threshold, the
@@ -180,8 +181,7 @@ int main(int argc, char** argv) {
 #ifdef CRUCIBLE_HOST_EMULATION
   std::fill(crucible_state, crucible_state + kMaxRows * kWords, 0u);
   cuda_host::launch(rows, THREADS, [&] {
-    top_k_top_p_sampling_kernel(logits.data(), u.data(), top_k.data(), top_p.data(), samples.data(),
-                                vocab);
+    KERNEL_NAME(logits.data(), u.data(), top_k.data(), top_p.data(), samples.data(), vocab);
   });
   std::copy(crucible_state, crucible_state + states.size(), states.begin());
 #else
@@ -198,11 +198,12 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(d_k, top_k.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
   CHECK(cudaMemcpyToSymbol(crucible_state, states.data(), states.size() * sizeof(unsigned)));
   if (DYNAMIC_SMEM > 0) {
-    CHECK(cudaFuncSetAttribute(top_k_top_p_sampling_kernel,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, DYNAMIC_SMEM));
+    CHECK(cudaFuncSetAttribute(KERNEL_NAME, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               DYNAMIC_SMEM));
   }
-  top_k_top_p_sampling_kernel<<<rows, THREADS, DYNAMIC_SMEM> > >(d_logits, d_u, d_k, d_p, d_samples,
-                                                                 vocab);
+  // clang-format off
+  KERNEL_NAME<<<rows, THREADS, DYNAMIC_SMEM>>>(d_logits, d_u, d_k, d_p, d_samples, vocab);
+  // clang-format on
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaMemcpy(samples.data(), d_samples, rows * sizeof(int), cudaMemcpyDeviceToHost));

@@ -183,14 +183,15 @@ def test_the_pool_holds_the_largest_visible_nuclei():
 
 
 def test_sampler_one_block_forms_hold_under_host_emulation():
-    # The one-block form of the sampler's reference and the pooled and load-ahead variants, run
-    # on the CPU (cuda_host_emulation.hpp) over rows like batch_8_qwen, every row's token
-    # accepted by the float64 check: their logic, apart from the GPU (about 10 s a form).
+    # The sampler's reference (its one-block instance, large batches' kernel) and the pooled
+    # variants, run on the CPU (cuda_host_emulation.hpp) over rows like batch_8_qwen, every
+    # row's token accepted by the float64 check: their logic, apart from the GPU (about 10 s a
+    # form).
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         pytest.skip("no C++ compiler")
     done = subprocess.run(
         [sys.executable, str(HERE / "sampling_state.py"), "--host-only", "--cases",
-         "batch_8_qwen", "--variants", "one_block_a_row", "pooled_lists", "load_ahead"],
+         "batch_8_qwen", "--variants", "reference", "pooled_lists", "reference_pooled"],
         cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
@@ -198,16 +199,15 @@ def test_sampler_one_block_forms_hold_under_host_emulation():
 
 
 def test_sampling_state_probes_every_one_block_form():
-    # Every one-block sampler form of variants.py holds the probes' anchors.
+    # Every sampler form of variants.py holds the probes' anchors and a launch of one block a
+    # row.
     spec = importlib.util.spec_from_file_location("sampling_state", HERE / "sampling_state.py")
     state = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(state)
-    names = ["one_block_a_row"] + [name for task, _, name, _ in state.VARIANTS
-                                   if task == state.TASK and name != "reference"
-                                   and not name.startswith("cluster_rows")]
-    assert len(names) >= 4
+    names = ["reference"] + [name for task, _, name, _ in state.VARIANTS if task == state.TASK]
+    assert len(names) >= 8
     for name in names:
-        source, threads, smem = state.instrumented(name, host=True)
+        source, _, threads, smem = state.instrumented(name, host=True)
         assert threads == 512 and smem >= 0
         for _, probe in state.PROBES:
             assert probe in source, (name, probe)

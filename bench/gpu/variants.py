@@ -434,7 +434,8 @@ SAMPLING_POOLED = [
     ("shared != nullptr ? shared->token[w][i] : w * segment + i",
      "shared != nullptr ? pool_token(shared->begin[w] + i) : w * segment + i"),
     ("  int cutoff = -1;\n  {\n",
-     "  int cutoff = -1;\n  int list_begin = 0;  // this warp's list in the pool\n  {\n"),
+     "  int cutoff = -1;\n"
+     "  int list_begin = 0, list_room = 0;  // this warp's region of the pool\n  {\n"),
     ("      bool fits = true;\n", ""),
     ("        fits = fits && warp_counts[w] <= kWarpCapacity;\n      }\n      if (!fits) break;\n",
      "      }\n      if (count > static_cast<float>(kCapacity)) break;\n"),
@@ -443,16 +444,28 @@ SAMPLING_POOLED = [
      "    // The lists in warp order: this warp's starts after the candidates of the warps before\n"
      "    // it (the histogram counted exactly what the collection takes).\n"
      "#pragma unroll\n"
-     "    for (int w = 0; w < kWarps; ++w) list_begin += w < warp ? warp_counts[w] : 0;\n"
+     "    for (int w = 0; w < kWarps; ++w) {\n"
+     "      list_begin += w < warp ? warp_counts[w] : 0;\n"
+     "      list_room += w == warp ? warp_counts[w] : 0;\n"
+     "    }\n"
      "  }\n"),
     ("        if (take[j]) {\n          s.logit[warp][slot] = v[j];\n"
      "          s.token[warp][slot] = base + lane * 4 + j;\n",
-     "        if (take[j] && list_begin + slot < kCapacity) {\n"
+     "        if (take[j] && slot < list_room) {\n"
      "          pool_logit(list_begin + slot) = v[j];\n"
      "          pool_token(list_begin + slot) = base + lane * 4 + j;\n"),
     ("    if (lane == 0) s.count[warp] = stored;\n",
      "    if (lane == 0) {\n      s.count[warp] = stored;\n      s.begin[warp] = list_begin;\n"
-     "    }\n"),
+     "      s.room[warp] = list_room;\n    }\n"),
+    ("  int begin[kWarps];                  // where each warp's list starts in the pool\n",
+     "  int begin[kWarps];                  // where each warp's list starts in the pool\n"
+     "  int room[kWarps];                   // and the entries its region holds\n"),
+    ("    lists.shared = &s;\n",
+     "    // A list longer than its region (the collection took more than the histogram counted)\n"
+     "    // was cut short: the row takes the global-memory path instead of a partial list.\n"
+     "    bool overflow = false;\n"
+     "    for (int w = 0; w < kWarps; ++w) overflow = overflow || s.count[w] > s.room[w];\n"
+     "    if (!overflow) lists.shared = &s;\n"),
 ]
 
 # The pool combined with the cluster variant and the sorted thresholds. Every block of a cluster
@@ -467,6 +480,7 @@ SAMPLING_CLUSTER_POOLED = SAMPLING_CLUSTER[:-1] + [
               "The cutoff\n      // held the row's candidates within kCapacity.")
      .replace("            s.logit[warp][total + i] = load_peer(&s.logit[warp][i], r);\n"
               "            s.token[warp][total + i] = load_peer(&s.token[warp][i], r);\n",
+              "            if (total + i >= list_room) break;\n"
               "            pool_logit(list_begin + total + i) = "
               "load_peer(&pool_logit(list_begin + i), r);\n"
               "            pool_token(list_begin + total + i) = "
@@ -822,6 +836,10 @@ VARIANTS = [
      SAMPLING_ONE_BLOCK + SAMPLING_POOLED),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_pooled",
      SAMPLING_ONE_BLOCK + SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER_POOLED + SAMPLING_POOLED),
+    # The reference (rows over clusters, no load-ahead) with the pool; the kCluster = 1 instance
+    # is batch_256_qwen's kernel.
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference_pooled",
+     SAMPLING_ONE_BLOCK + SAMPLING_CLUSTER_POOLED + SAMPLING_POOLED),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_sorted_thresholds_pooled",
      SAMPLING_ONE_BLOCK + SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER_POOLED + SAMPLING_POOLED +
      SAMPLING_SORTED_POOLED),
