@@ -21,24 +21,24 @@ __device__ __forceinline__ unsigned long long global_nanoseconds() {
   return t;
 }
 
-#define CRUCIBLE_STAMP(n)                                                     \
-  do {                                                                        \
-    if (threadIdx.x == 0) {                                                   \
-      probe_cycles[blockIdx.x * STEPS + (n)] = clock64();                     \
-      if ((n) == 0) probe_nanoseconds[blockIdx.x * 2] = global_nanoseconds(); \
-      probe_nanoseconds[blockIdx.x * 2 + 1] = global_nanoseconds();           \
-    }                                                                         \
+#define CRUCIBLE_STAMP(n)                                                          \
+  do {                                                                             \
+    if (threadIdx.x == 0) {                                                        \
+      probe_cycles[blockIdx.x * STEPS + (n)] = clock64();                          \
+      if ((n) == 0) probe_nanoseconds[blockIdx.x * 2] = global_nanoseconds();      \
+      probe_nanoseconds[blockIdx.x * 2 + 1] = global_nanoseconds();                \
+    }                                                                              \
   } while (0)
 
 #include KERNEL
 
-#define CHECK(x)                                                                           \
-  do {                                                                                     \
-    const cudaError_t e = (x);                                                             \
-    if (e != cudaSuccess) {                                                                \
+#define CHECK(x)                                                                  \
+  do {                                                                            \
+    const cudaError_t e = (x);                                                    \
+    if (e != cudaSuccess) {                                                       \
       std::fprintf(stderr, "CUDA error %s at line %d\n", cudaGetErrorString(e), __LINE__); \
-      std::exit(2);                                                                        \
-    }                                                                                      \
+      std::exit(2);                                                               \
+    }                                                                             \
   } while (0)
 
 namespace {
@@ -134,10 +134,9 @@ int main(int argc, char** argv) {
       }
     }
     const double cycles_per_ns = median(per_ns);
-    std::printf(
-        "%s{\"name\": \"%s\", \"rows\": %d, \"vocab\": %d, \"kernel_us\": %.3f, "
-        "\"cycles_per_ns\": %.4f, \"steps\": [",
-        c ? ", " : "", k.name, k.rows, k.vocab, median(kernel_us), cycles_per_ns);
+    std::printf("%s{\"name\": \"%s\", \"rows\": %d, \"vocab\": %d, \"kernel_us\": %.3f, "
+                "\"cycles_per_ns\": %.4f, \"steps\": [",
+                c ? ", " : "", k.name, k.rows, k.vocab, median(kernel_us), cycles_per_ns);
     for (int i = 1; i < STEPS; ++i) {
       const double m = median(steps[i]);
       std::printf("%s{\"cycles\": %.0f, \"us\": %.3f, \"rows_timed\": %zu}", i > 1 ? ", " : "", m,
