@@ -212,3 +212,30 @@ def test_sampling_state_probes_every_one_block_form():
         for _, probe in state.PROBES:
             assert probe in source, (name, probe)
         assert "extern __shared__" not in source, name
+
+
+def test_grouped_topk_forms_route_as_float64_under_host_emulation(tmp_path):
+    # llm/grouped_topk's reference and variants, their DeepSeek-V3 kernel run on the CPU
+    # (cuda_host_emulation.hpp) against float64 routing: DeepSeek-V3's grouping, other groupings
+    # of 256 experts, exact ties everywhere and saturated sigmoids (a few seconds a form).
+    compiler = os.environ.get("CXX", "g++")
+    if shutil.which(compiler) is None:
+        pytest.skip("no C++ compiler")
+    settings = [("64", "8", "4", "8", "2.0", "1"), ("64", "8", "4", "8", "2.0", "2", "1"),
+                ("32", "4", "2", "6", "1.0", "3"), ("32", "16", "3", "8", "30.0", "4"),
+                ("32", "1", "1", "8", "1.0", "5"), ("32", "32", "5", "8", "1.0", "6")]
+    forms = [s for s in variants() if s["task"] == "llm/grouped_topk"]
+    assert len(forms) >= 3
+    for form in forms:
+        name = form["sample_id"].split("#")[1]
+        kernel = tmp_path / f"{name}.cu"
+        kernel.write_text(form["source"].replace('extern "C" ', ""))
+        binary = tmp_path / name
+        subprocess.run([compiler, "-std=c++20", "-O2", "-pthread", f"-I{HERE}",
+                        f"-DKERNEL=\"{kernel}\"", "-x", "c++",
+                        str(HERE / "grouped_topk_host_main.cpp"), "-o", str(binary)], check=True)
+        for setting in settings:
+            done = subprocess.run([str(binary), *setting], capture_output=True, text=True,
+                                  timeout=120)
+            assert done.returncode == 0, (name, setting, done.stdout, done.stderr)
+            assert " 0 expert sets differ, 0 weights outside tolerance" in done.stdout, done.stdout

@@ -742,6 +742,149 @@ PREFILL_ONE_HEAD_A_TILE = [("  if (q_len * group <= kBlockQ) {\n", "  if (false)
 ADD_NORM_FP8 = "kernels/llm/fused_add_rms_norm_static_fp8_quant.cu"
 ADD_NORM_FP8_THREADS = "cdiv(hidden_size, 1024) * 32"
 
+# llm/grouped_topk's router (one warp a token) at decode sizes, where it is latency bound:
+# 1.20-1.28x FlashInfer's fused_topk_deepseek there (h200_parity.json, 2026-12-05). As compiled
+# (nvcc 13.0, sm_90a), each of a lane's eight sigmoids is an accurate expf and an IEEE division
+# whose slow-path test is a branch, so the eight run one after another (as do the owners' eight
+# weight divisions at the end); each of the k rounds scans the lane's eight choice scores
+# (seven dependent compares) before its two warp reductions. fast_sigmoid takes exp2 of the
+# fp32 product and an approximate reciprocal (__expf, __fdividef: within 3e-6 relative for the
+# routers' logits, far inside the task's rtol of 1e-5, and 0 where the sigmoid is below 1e-38)
+# and unrolls the group ranking's shuffles. sorted_lanes also sorts each lane's eight (choice,
+# expert, score) triples once, descending (a 19-comparator network), so its two largest are the
+# group's candidates at once and a round's candidate is the lane's head: the winner's owner
+# shifts its lists by one, and lane j keeps round j's winner and writes it (one division a
+# lane). In SASS (nvcc 13.0) a sorted round is two REDUX with about ten instructions between
+# them, and neither variant branches in its sigmoids. Both route as float64 does under host
+# emulation (test_variants.py). Not yet measured on a GPU: the device was not lent when they
+# were written.
+GROUPED = "kernels/llm/grouped_topk.cu"
+GROUPED_FAST_SIGMOID = [
+    ("__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }",
+     "__device__ __forceinline__ float sigmoid(float x) {\n"
+     "  return __fdividef(1.0f, 1.0f + __expf(-x));\n}"),
+    ("  int rank = 0;\n  for (int q = 0; q < num_expert_group; ++q) {\n",
+     "  int rank = 0;\n#pragma unroll 8\n  for (int q = 0; q < num_expert_group; ++q) {\n"),
+]
+GROUPED_SORT_HELPERS = """// The choice score whose order_key is `key`.
+__device__ __forceinline__ float value_of_key(unsigned key) {
+  return __uint_as_float((key & 0x80000000u) != 0u ? (key & 0x7fffffffu) : ~key);
+}
+
+// Puts entries i and j of (key, slot, score) in order: the larger key first, ties the lower
+// slot first.
+__device__ __forceinline__ void order_pair(unsigned (&key)[8], int (&slot)[8], float (&score)[8],
+                                           int i, int j) {
+  const bool swap = key[j] > key[i] || (key[j] == key[i] && slot[j] < slot[i]);
+  const unsigned ki = key[i];
+  const int si = slot[i];
+  const float ci = score[i];
+  key[i] = swap ? key[j] : ki;
+  slot[i] = swap ? slot[j] : si;
+  score[i] = swap ? score[j] : ci;
+  key[j] = swap ? ki : key[j];
+  slot[j] = swap ? si : slot[j];
+  score[j] = swap ? ci : score[j];
+}
+
+// Sorts eight (key, slot, score) triples, the larger key first, ties the lower slot first: a
+// network of 19 comparators in 6 layers.
+__device__ __forceinline__ void sort8(unsigned (&key)[8], int (&slot)[8], float (&score)[8]) {
+  order_pair(key, slot, score, 0, 2);
+  order_pair(key, slot, score, 1, 3);
+  order_pair(key, slot, score, 4, 6);
+  order_pair(key, slot, score, 5, 7);
+  order_pair(key, slot, score, 0, 4);
+  order_pair(key, slot, score, 1, 5);
+  order_pair(key, slot, score, 2, 6);
+  order_pair(key, slot, score, 3, 7);
+  order_pair(key, slot, score, 0, 1);
+  order_pair(key, slot, score, 2, 3);
+  order_pair(key, slot, score, 4, 5);
+  order_pair(key, slot, score, 6, 7);
+  order_pair(key, slot, score, 2, 4);
+  order_pair(key, slot, score, 3, 5);
+  order_pair(key, slot, score, 1, 4);
+  order_pair(key, slot, score, 3, 6);
+  order_pair(key, slot, score, 1, 2);
+  order_pair(key, slot, score, 3, 4);
+  order_pair(key, slot, score, 5, 6);
+}
+
+}  // namespace
+"""
+GROUPED_SORTED_BODY = """  // The lane's (choice, expert, score) triples, the choice as its order key and the expert as
+  // its index in the lane, sorted by choice, descending: key 0, below the key of any choice
+  // score, marks a retired or excluded entry.
+  unsigned key[kPerLane];
+  int slot[kPerLane];
+  float score[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    score[i] = sigmoid(logits[i]);
+    key[i] = order_key(score[i] + biases[i]);
+    slot[i] = i;
+  }
+  sort8(key, slot, score);
+  float first = value_of_key(key[0]);
+  float second = value_of_key(key[1]);
+  for (int offset = 1; offset < lanes_per_group; offset *= 2) merge_top2(first, second, offset);
+  const float my_group_score = first + second;
+
+  // Rank of this lane's group among all groups: the number of groups that beat it.
+  const int my_group = lane / lanes_per_group;
+  int rank = 0;
+#pragma unroll 8
+  for (int q = 0; q < num_expert_group; ++q) {
+    const float other = __shfl_sync(0xffffffffu, my_group_score, q * lanes_per_group);
+    rank += (other > my_group_score || (other == my_group_score && q < my_group)) ? 1 : 0;
+  }
+  if (rank >= topk_group) {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) key[i] = 0u;
+  }
+
+  // Round j: the warp's largest head key and, among the lanes holding it, the lowest expert
+  // index, by two warp reductions; the owner retires its head (its lists move up by one) and
+  // lane j keeps the winner and its score (a shuffle off the rounds' critical path).
+  float my_score = 0.0f;
+  int my_expert = 0;
+  for (int j = 0; j < topk; ++j) {
+    const unsigned top = __reduce_max_sync(0xffffffffu, key[0]);
+    const unsigned expert = __reduce_min_sync(
+        0xffffffffu, key[0] == top ? static_cast<unsigned>(kPerLane * lane + slot[0]) : 0xffffffffu);
+    const int owner_lane = static_cast<int>(expert / kPerLane);
+    const float won = __shfl_sync(0xffffffffu, score[0], owner_lane);
+    if (lane == j) {
+      my_score = won;
+      my_expert = static_cast<int>(expert);
+    }
+    const bool owner = lane == owner_lane;
+#pragma unroll
+    for (int i = 0; i + 1 < kPerLane; ++i) {
+      key[i] = owner ? key[i + 1] : key[i];
+      slot[i] = owner ? slot[i + 1] : slot[i];
+      score[i] = owner ? score[i + 1] : score[i];
+    }
+    key[kPerLane - 1] = owner ? 0u : key[kPerLane - 1];
+  }
+  write_row(topk_weights, topk_ids, row, topk, my_score, my_expert, renormalize,
+            routed_scaling_factor);
+}
+"""
+
+
+def grouped_sorted_lanes():
+    """fast_sigmoid's sigmoid, the sort helpers and the sorted rounds in place of the scans."""
+    source = (ROOT / GROUPED).read_text()
+    begin = source.index("  float score[kPerLane];\n  float choice[kPerLane];\n")
+    end = source.index("\n// Any other expert count", begin)
+    return GROUPED_FAST_SIGMOID[:1] + [
+        ("}  // namespace\n\n// 256 experts (DeepSeek-V3)",
+         GROUPED_SORT_HELPERS + "\n// 256 experts (DeepSeek-V3)"),
+        (source[begin:end], GROUPED_SORTED_BODY)]
+
+
 VARIANTS = [
     ("llm/paged_decode_attention", ATTENTION, "reference", []),
     ("llm/paged_decode_attention", ATTENTION, "two_waves_for_one_sequence",
@@ -822,6 +965,9 @@ VARIANTS = [
     ("llm/flash_attn_varlen_prefill", PREFILL, "reference", []),
     ("llm/flash_attn_varlen_prefill", PREFILL, "tma_pages", PREFILL_TMA),
     ("llm/flash_attn_varlen_prefill", PREFILL, "one_head_a_tile", PREFILL_ONE_HEAD_A_TILE),
+    ("llm/grouped_topk", GROUPED, "reference", []),
+    ("llm/grouped_topk", GROUPED, "fast_sigmoid", GROUPED_FAST_SIGMOID),
+    ("llm/grouped_topk", GROUPED, "sorted_lanes", grouped_sorted_lanes()),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference", []),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "one_block_a_row", SAMPLING_ONE_BLOCK),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "load_ahead",
