@@ -447,6 +447,13 @@ def main(argv=None):
                          "(clock64 stamps in an instrumented copy, bench/gpu/sampling_steps.py)",
             **facts, "command": "bench/gpu/device_run.sh steps",
             **json.loads((folder / "sampling_steps.json").read_text())}
+    if (folder / "sampling_state.json").exists():
+        outputs["h200_sampling_state.json"] = {
+            "benchmark": "llm/top_k_top_p_sampling_from_logits forms, each row's state after every "
+                         "step on the GPU (bench/gpu/sampling_state.py --gpu-only; compare with "
+                         "--compare bench/results/sampling_state_host.json)",
+            **facts, "command": "bench/gpu/device_run.sh state",
+            "runs": json.loads((folder / "sampling_state.json").read_text())}
     if (folder / "parity.json").exists():
         parity = {**json.loads((folder / "parity.json").read_text()), **facts}
         # A run over some tasks (or some of their cases) replaces those rows and keeps the others'.

@@ -162,12 +162,13 @@ if want steps; then
   timeout 300 python3 bench/gpu/sampling_steps.py --json "$R/sampling_steps.json" 2>&1 | tail -40
 fi
 if want state; then
-  # Where the sampler's forms (one block a row) part from their host emulation, row by row
-  # (bench/gpu/sampling_state.py; STATE_VARIANTS, STATE_CASES).
-  step "the sampling kernel's state per step, GPU against host emulation"
-  timeout ${STATE_TIMEOUT:-300} python3 bench/gpu/sampling_state.py \
-    --variants ${STATE_VARIANTS:-reference one_block_a_row load_ahead pooled_lists reference_pooled} \
-    --cases ${STATE_CASES:-batch_8_qwen batch_32_llama} --json "$R/sampling_state.json" 2>&1 | tail -60
+  # The sampler's forms (one block a row), each row's state after every step on the GPU
+  # (bench/gpu/sampling_state.py --gpu-only; STATE_VARIANTS, STATE_CASES): set beside their host
+  # emulation (bench/results/sampling_state_host.json) with --compare afterwards.
+  step "the sampling kernel's state per step on the GPU"
+  timeout ${STATE_TIMEOUT:-300} python3 bench/gpu/sampling_state.py --gpu-only \
+    --variants ${STATE_VARIANTS:-reference load_ahead pooled_lists reference_pooled wide_lists} \
+    --cases ${STATE_CASES:-batch_8_qwen batch_32_llama flat_8_qwen} --json "$R/sampling_state.json" 2>&1 | tail -60
 fi
 if want throughput; then
   # The training mix (bench/gpu/training_mix.py) through one crucible serve at 1, 8 and 64

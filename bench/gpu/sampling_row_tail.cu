@@ -1,7 +1,9 @@
 // GPU check of llm/top_k_top_p_sampling_from_logits's reference on hidden case h_uniform_logits
 // (4 rows of 5000 zero logits, top_k 10^6 / 10 / 4999 / 1, top_p 1 / 1 / 0.95 / 0.9, the case's
 // draw-0 uniforms), with other values right after the rows, as the runner's canaries are:
-// a kernel that reads past a row's end answers differently here than on a clean buffer.
+// a kernel that reads past a row's end answers differently here than on a clean buffer. Each
+// call runs the kernel twice: as its launch plan runs 4 rows (clusters of 8 blocks a row) and
+// as its one-block instance.
 //
 //   nvcc -gencode arch=compute_90a,code=sm_90a -std=c++17 -O3 -lineinfo \
 //        -DKERNEL='"../../kernels/llm/top_k_top_p_sampling_from_logits.cu"' \
@@ -20,14 +22,7 @@
 
 #include KERNEL
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    const cudaError_t e = (x);                                                    \
-    if (e != cudaSuccess) {                                                       \
-      std::printf("CUDA error %s at line %d\n", cudaGetErrorString(e), __LINE__); \
-      std::exit(2);                                                               \
-    }                                                                             \
-  } while (0)
+#include "cuda_check.hpp"
 
 int main(int argc, char **argv) {
   constexpr int kRows = 4, kVocab = 5000, kAfter = 4096;  // floats after the rows
@@ -56,19 +51,41 @@ int main(int argc, char **argv) {
       host[i] = 1e30f * (1.0f + static_cast<float>(state >> 8) / 16777216.0f);
     }
     CHECK(cudaMemcpy(logits, host.data(), total * sizeof(float), cudaMemcpyHostToDevice));
-    CHECK(cudaMemset(samples, 0xff, kRows * sizeof(int)));
-    top_k_top_p_sampling_kernel<<<kRows, 512>>>(logits, uniform, k, p, samples, kVocab);
-    CHECK(cudaDeviceSynchronize());
-    int out[kRows];
-    CHECK(cudaMemcpy(out, samples, sizeof out, cudaMemcpyDeviceToHost));
-    for (int row = 0; row < kRows; ++row) {
-      const int expected = static_cast<int>(u[row] * kVocab);
-      if (out[row] < expected - 1 || out[row] > expected + 1) {
-        ++bad;
-        std::printf("call %d row %d: token %d, expected %d\n", call, row, out[row], expected);
+    // The kernel as its launch plan runs 4 rows (8 blocks a row in clusters of 8), and its
+    // one-block instance (a row a block, as batches over 66 take it).
+    for (const int cluster : {8, 1}) {
+      CHECK(cudaMemset(samples, 0xff, kRows * sizeof(int)));
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(kRows * cluster);
+      config.blockDim = dim3(512);
+      cudaLaunchAttribute attribute = {};
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = cluster;
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      const float* row_logits = logits;
+      const float* row_uniform = uniform;
+      const int* row_k = k;
+      const float* row_p = p;
+      CHECK(cluster == 8 ? cudaLaunchKernelEx(&config, top_k_top_p_sampling_kernel<8>, row_logits,
+                                              row_uniform, row_k, row_p, samples, kVocab)
+                         : cudaLaunchKernelEx(&config, top_k_top_p_sampling_kernel<1>, row_logits,
+                                              row_uniform, row_k, row_p, samples, kVocab));
+      CHECK(cudaDeviceSynchronize());
+      int out[kRows];
+      CHECK(cudaMemcpy(out, samples, sizeof out, cudaMemcpyDeviceToHost));
+      for (int row = 0; row < kRows; ++row) {
+        const int expected = static_cast<int>(u[row] * kVocab);
+        if (out[row] < expected - 1 || out[row] > expected + 1) {
+          ++bad;
+          std::printf("call %d, clusters of %d, row %d: token %d, expected %d\n", call, cluster,
+                      row, out[row], expected);
+        }
       }
     }
   }
-  std::printf("%d calls, %d of %d rows wrong\n", calls, bad, calls * kRows);
+  std::printf("%d calls, %d of %d rows wrong\n", calls, bad, calls * kRows * 2);
   return bad == 0 ? 0 : 1;
 }

@@ -11,6 +11,10 @@ the two differ, the first step at which they part:
     python3 bench/gpu/sampling_state.py [--variants reference pooled_lists ...]
         [--cases batch_8_qwen batch_32_llama] [--seed 1] [--host-only | --gpu-only]
         [--json FILE]
+    python3 bench/gpu/sampling_state.py --compare HOST_JSON GPU_JSON
+
+The host side is slow (below): run it where time is cheap (--host-only --json) and the GPU
+side on the GPU machine (--gpu-only --json), then --compare the two reports.
 
 The host emulation runs blocks one at a time, a thread per CUDA thread (about a second a row of
 152k logits on two cores): it checks a form's logic, and where it agrees with float64 and the
@@ -37,6 +41,9 @@ CASES = {  # name: (rows, vocab, std of the logits), as the task's visible cases
     "batch_8_qwen": (8, 151936, 4.0),
     "batch_32_llama": (32, 128256, 4.0),
     "batch_64_deepseek": (64, 129280, 5.0),
+    # Flatter rows (std 3.5): top-p 0.95 candidates of several hundred a warp, over the
+    # reference's 256 (its global-memory path) and within 512.
+    "flat_8_qwen": (8, 151936, 3.5),
 }
 # (anchor, probe): the probe goes right after every copy of the anchor (a form with two ways to
 # a step has it twice), which must be in the source.
@@ -137,6 +144,41 @@ def first_difference(a, b):
     return None
 
 
+def summarise(name, case, states):
+    """Prints a (variant, case)'s verdicts and where its sides part; returns its wrong rows."""
+    bad = {side: [r["row"] for r in rows if not r["accepted"]] for side, rows in states.items()}
+    print(f"{name} {case}: " + ", ".join(
+        f"{side} {len(states[side]) - len(bad[side])}/{len(states[side])} accepted"
+        for side in states))
+    if len(states) == 2:
+        for host_row, gpu_row in zip(states["host"], states["gpu"]):
+            parted = first_difference(host_row, gpu_row)
+            if parted is not None:
+                step, host_value, gpu_value = parted
+                print(f"  row {host_row['row']} (k {host_row['k']}, p {host_row['p']}): parts at "
+                      f"{step}: host {host_value}, gpu {gpu_value}; accepted host "
+                      f"{host_row['accepted']} gpu {gpu_row['accepted']}")
+    else:
+        for side, rows in bad.items():
+            for row in rows:
+                print(f"  {side} row {row} wrong: {states[side][row]}")
+    return sum(len(rows) for rows in bad.values())
+
+
+def compare(host_file, gpu_file):
+    """Sets the states of two reports side by side (a --host-only and a --gpu-only run)."""
+    host = {(r["variant"], r["case"], r["seed"]): r["states"]["host"]
+            for r in json.loads(pathlib.Path(host_file).read_text())}
+    wrong = 0
+    for run in json.loads(pathlib.Path(gpu_file).read_text()):
+        key = (run["variant"], run["case"], run["seed"])
+        states = {"gpu": run["states"]["gpu"]}
+        if key in host:
+            states = {"host": host[key], **states}
+        wrong += summarise(run["variant"], run["case"], states)
+    return wrong
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", nargs="+", default=["reference"])
@@ -146,8 +188,12 @@ def main():
     side = parser.add_mutually_exclusive_group()
     side.add_argument("--host-only", action="store_true")
     side.add_argument("--gpu-only", action="store_true")
+    side.add_argument("--compare", nargs=2, metavar=("HOST_JSON", "GPU_JSON"),
+                      help="set a --host-only run's states beside a --gpu-only run's")
     parser.add_argument("--json", help="write every row's state here too")
     args = parser.parse_args()
+    if args.compare:
+        sys.exit(1 if compare(*args.compare) else 0)
     report, wrong = [], 0
     with tempfile.TemporaryDirectory() as scratch:
         work = pathlib.Path(scratch)
@@ -159,25 +205,7 @@ def main():
                 binaries["gpu"] = build(name, False, work)
             for case in args.cases:
                 states = {side: run(binary, case, args.seed) for side, binary in binaries.items()}
-                bad = {side: [r["row"] for r in rows if not r["accepted"]]
-                       for side, rows in states.items()}
-                wrong += sum(len(rows) for rows in bad.values())
-                print(f"{name} {case}: " + ", ".join(
-                    f"{side} {len(states[side]) - len(bad[side])}/{len(states[side])} accepted"
-                    for side in states))
-                if len(states) == 2:
-                    for host_row, gpu_row in zip(states["host"], states["gpu"]):
-                        parted = first_difference(host_row, gpu_row)
-                        if parted is not None:
-                            step, host_value, gpu_value = parted
-                            print(f"  row {host_row['row']} (k {host_row['k']}, p "
-                                  f"{host_row['p']}): parts at {step}: host {host_value}, gpu "
-                                  f"{gpu_value}; accepted host {host_row['accepted']} gpu "
-                                  f"{gpu_row['accepted']}")
-                else:
-                    for side, rows in bad.items():
-                        for row in rows:
-                            print(f"  {side} row {row} wrong: {states[side][row]}")
+                wrong += summarise(name, case, states)
                 report.append({"variant": name, "case": case, "seed": args.seed,
                                "states": states})
     if args.json:

@@ -14,7 +14,7 @@
 #ifdef CRUCIBLE_HOST_EMULATION
 #include "cuda_host_emulation.hpp"
 #else
-#include <cuda_runtime.h>
+#include "cuda_check.hpp"
 #endif
 
 #include <algorithm>
@@ -88,16 +88,6 @@ __device__ __forceinline__ unsigned* row_state() { return crucible_state + block
 
 #include KERNEL
 
-#ifndef CRUCIBLE_HOST_EMULATION
-#define CHECK(x)                                                                           \
-  do {                                                                                     \
-    const cudaError_t e = (x);                                                             \
-    if (e != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "CUDA error %s at line %d\n", cudaGetErrorString(e), __LINE__); \
-      std::exit(2);                                                                        \
-    }                                                                                      \
-  } while (0)
-#endif
 
 namespace {
 

@@ -32,14 +32,7 @@ __device__ __forceinline__ unsigned long long global_nanoseconds() {
 
 #include KERNEL
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    const cudaError_t e = (x);                                                    \
-    if (e != cudaSuccess) {                                                       \
-      std::fprintf(stderr, "CUDA error %s at line %d\n", cudaGetErrorString(e), __LINE__); \
-      std::exit(2);                                                               \
-    }                                                                             \
-  } while (0)
+#include "cuda_check.hpp"
 
 namespace {
 

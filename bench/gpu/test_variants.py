@@ -182,20 +182,30 @@ def test_the_pool_holds_the_largest_visible_nuclei():
     assert 1000 < max(totals) < 0.85 * model.POOL_CAPACITY
 
 
-def test_sampler_one_block_forms_hold_under_host_emulation():
-    # The sampler's reference (its one-block instance, large batches' kernel) and the pooled
-    # variants, run on the CPU (cuda_host_emulation.hpp) over rows like batch_8_qwen, every
-    # row's token accepted by the float64 check: their logic, apart from the GPU (about 10 s a
-    # form).
+def test_sampler_forms_hold_under_host_emulation(tmp_path):
+    # The sampler's reference (its one-block instance, large batches' kernel) and the variants
+    # that widen its lists, run on the CPU (cuda_host_emulation.hpp) over rows like batch_8_qwen
+    # and flatter ones, every row's token accepted by the float64 check: their logic, apart
+    # from the GPU (about 10 s a form and case). On the flat rows' seed, row 2's candidates
+    # overflow the reference's 256 a warp (the global-memory path) and fit the wider lists.
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         pytest.skip("no C++ compiler")
+    report = tmp_path / "state.json"
     done = subprocess.run(
-        [sys.executable, str(HERE / "sampling_state.py"), "--host-only", "--cases",
-         "batch_8_qwen", "--variants", "reference", "pooled_lists", "reference_pooled"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240)
+        [sys.executable, str(HERE / "sampling_state.py"), "--host-only", "--seed", "5",
+         "--cases", "batch_8_qwen", "flat_8_qwen", "--variants", "reference", "wide_lists",
+         "reference_pooled", "--json", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
-    assert len(lines) == 3 and all(line.endswith("host 8/8 accepted") for line in lines), lines
+    runs = json.loads(report.read_text())
+    assert len(runs) == 6
+    for run in runs:
+        rows = run["states"]["host"]
+        assert len(rows) == 8 and all(row["accepted"] for row in rows), run["variant"]
+    paths = {(run["variant"], run["case"]): run["states"]["host"][2]["path"] for run in runs}
+    assert paths[("reference", "flat_8_qwen")] == "global"
+    assert paths[("wide_lists", "flat_8_qwen")] == "shared"
+    assert paths[("reference_pooled", "flat_8_qwen")] == "shared"
 
 
 def test_sampling_state_probes_every_one_block_form():

@@ -813,7 +813,7 @@ __device__ __forceinline__ void sort8(unsigned (&key)[8], int (&slot)[8], float 
 
 }  // namespace
 """
-GROUPED_SORTED_BODY = """  // The lane's (choice, expert, score) triples, the choice as its order key and the expert as
+GROUPED_SORTED_SETUP = """  // The lane's (choice, expert, score) triples, the choice as its order key and the expert as
   // its index in the lane, sorted by choice, descending: key 0, below the key of any choice
   // score, marks a retired or excluded entry.
   unsigned key[kPerLane];
@@ -828,23 +828,8 @@ GROUPED_SORTED_BODY = """  // The lane's (choice, expert, score) triples, the ch
   sort8(key, slot, score);
   float first = value_of_key(key[0]);
   float second = value_of_key(key[1]);
-  for (int offset = 1; offset < lanes_per_group; offset *= 2) merge_top2(first, second, offset);
-  const float my_group_score = first + second;
-
-  // Rank of this lane's group among all groups: the number of groups that beat it.
-  const int my_group = lane / lanes_per_group;
-  int rank = 0;
-#pragma unroll 8
-  for (int q = 0; q < num_expert_group; ++q) {
-    const float other = __shfl_sync(0xffffffffu, my_group_score, q * lanes_per_group);
-    rank += (other > my_group_score || (other == my_group_score && q < my_group)) ? 1 : 0;
-  }
-  if (rank >= topk_group) {
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) key[i] = 0u;
-  }
-
-  // Round j: the warp's largest head key and, among the lanes holding it, the lowest expert
+"""
+GROUPED_SORTED_ROUNDS = """  // Round j: the warp's largest head key and, among the lanes holding it, the lowest expert
   // index, by two warp reductions; the owner retires its head (its lists move up by one) and
   // lane j keeps the winner and its score (a shuffle off the rounds' critical path).
   float my_score = 0.0f;
@@ -875,14 +860,56 @@ GROUPED_SORTED_BODY = """  // The lane's (choice, expert, score) triples, the ch
 
 
 def grouped_sorted_lanes():
-    """fast_sigmoid's sigmoid, the sort helpers and the sorted rounds in place of the scans."""
+    """fast_sigmoid, the sort helpers, the sorted triples in place of the scores and top-2
+    inserts, key 0 for excluded groups, and the rounds over the lanes' heads."""
     source = (ROOT / GROUPED).read_text()
-    begin = source.index("  float score[kPerLane];\n  float choice[kPerLane];\n")
-    end = source.index("\n// Any other expert count", begin)
-    return GROUPED_FAST_SIGMOID[:1] + [
+    setup = source.index("  float score[kPerLane];\n  float choice[kPerLane];\n")
+    top2 = "  for (int offset = 1; offset < lanes_per_group; offset *= 2) merge_top2("
+    rounds = source.index("  // Round j: every lane's best remaining expert")
+    return GROUPED_FAST_SIGMOID + [
         ("}  // namespace\n\n// 256 experts (DeepSeek-V3)",
          GROUPED_SORT_HELPERS + "\n// 256 experts (DeepSeek-V3)"),
-        (source[begin:end], GROUPED_SORTED_BODY)]
+        (source[setup:source.index(top2, setup)], GROUPED_SORTED_SETUP),
+        ("    for (int i = 0; i < kPerLane; ++i) choice[i] = negative_infinity();\n",
+         "    for (int i = 0; i < kPerLane; ++i) key[i] = 0u;\n"),
+        (source[rounds:source.index("\n// Any other expert count", rounds)], GROUPED_SORTED_ROUNDS)]
+
+
+# The sampler's reference with 512 candidates a warp instead of 256, the lists in 64 KiB of
+# dynamic shared memory (static shared memory stops at 48 KiB): the layout, the capacity rule
+# and every step as in the reference, so nothing leans on the histogram counting exactly what
+# the collection takes (pooled_lists does). The visible cases' fullest warp held at most 310
+# candidates over 400 drawn rows a setting (sampling_capacity_model.json), so batch_256_qwen's
+# top-p 0.95 rows, which overflow 256 in about 3 % of draws and send a call to the
+# global-memory path in about 62 %, would fit. Two blocks an SM still fit (2 x 73 KiB).
+SAMPLING_WIDE_LISTS = [
+    *[(f"{blocks}, 512>>>{SAMPLING_ARGS}", f"{blocks}, 512, 65536>>>{SAMPLING_ARGS}")
+      for blocks in ("batch_size * 8", "batch_size * 4", "batch_size * 2", "batch_size")],
+    ("// Candidate logits each warp may keep in shared memory (16 x 256 x 8 bytes = 32 KiB).\n"
+     "constexpr int kWarpCapacity = 256;\n",
+     "// Candidate logits each warp may keep in dynamic shared memory (16 x 512 x 8 bytes =\n"
+     "// 64 KiB, the launch's third argument): every warp's logits, then every warp's token ids.\n"
+     "constexpr int kWarpCapacity = 512;\n"
+     "extern __shared__ float candidate_lists[];\n"
+     "__device__ __forceinline__ float& list_logit(int w, int i) {\n"
+     "  return candidate_lists[w * kWarpCapacity + i];\n"
+     "}\n"
+     "__device__ __forceinline__ int& list_token(int w, int i) {\n"
+     "  int* const tokens = reinterpret_cast<int*>(candidate_lists + kWarps * kWarpCapacity);\n"
+     "  return tokens[w * kWarpCapacity + i];\n"
+     "}\n"),
+    ("  float logit[kWarps][kWarpCapacity];\n  int token[kWarps][kWarpCapacity];\n", ""),
+    ("shared->logit[w][i]", "list_logit(w, i)"),
+    ("shared->token[w][i]", "list_token(w, i)"),
+    ("          s.logit[warp][slot] = v[j];\n"
+     "          s.token[warp][slot] = base + lane * 4 + j;\n",
+     "          list_logit(warp, slot) = v[j];\n"
+     "          list_token(warp, slot) = base + lane * 4 + j;\n"),
+    ("            s.logit[warp][total + i] = load_peer(&s.logit[warp][i], r);\n"
+     "            s.token[warp][total + i] = load_peer(&s.token[warp][i], r);\n",
+     "            list_logit(warp, total + i) = load_peer(&list_logit(warp, i), r);\n"
+     "            list_token(warp, total + i) = load_peer(&list_token(warp, i), r);\n"),
+]
 
 
 VARIANTS = [
@@ -982,6 +1009,7 @@ VARIANTS = [
      SAMPLING_ONE_BLOCK + SAMPLING_POOLED),
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "cluster_rows_pooled",
      SAMPLING_ONE_BLOCK + SAMPLING_LOAD_AHEAD + SAMPLING_CLUSTER_POOLED + SAMPLING_POOLED),
+    ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "wide_lists", SAMPLING_WIDE_LISTS),
     # The reference (rows over clusters, no load-ahead) with the pool; the kCluster = 1 instance
     # is batch_256_qwen's kernel.
     ("llm/top_k_top_p_sampling_from_logits", SAMPLING, "reference_pooled",
