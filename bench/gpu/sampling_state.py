@@ -165,12 +165,20 @@ def summarise(name, case, states):
     return sum(len(rows) for rows in bad.values())
 
 
+def runs_of(path):
+    """A report's runs: this script's --json list, or a committed file's "runs"."""
+    report = json.loads(pathlib.Path(path).read_text())
+    return report["runs"] if isinstance(report, dict) else report
+
+
 def compare(host_file, gpu_file):
     """Sets the states of two reports side by side (a --host-only and a --gpu-only run)."""
     host = {(r["variant"], r["case"], r["seed"]): r["states"]["host"]
-            for r in json.loads(pathlib.Path(host_file).read_text())}
+            for r in runs_of(host_file)}
     wrong = 0
-    for run in json.loads(pathlib.Path(gpu_file).read_text()):
+    for run in runs_of(gpu_file):
+        if "gpu" not in run["states"]:
+            sys.exit(f"{gpu_file}: not a --gpu-only report")
         key = (run["variant"], run["case"], run["seed"])
         states = {"gpu": run["states"]["gpu"]}
         if key in host:

@@ -249,3 +249,26 @@ def test_grouped_topk_forms_route_as_float64_under_host_emulation(tmp_path):
                                   timeout=120)
             assert done.returncode == 0, (name, setting, done.stdout, done.stderr)
             assert " 0 expert sets differ, 0 weights outside tolerance" in done.stdout, done.stdout
+
+
+def test_sampling_state_compare_names_the_first_step_that_differs(tmp_path, capsys):
+    # A GPU report made from the committed host states with one row's collected lists changed:
+    # --compare names the collection as where that row parts, and nothing else.
+    spec = importlib.util.spec_from_file_location("sampling_state", HERE / "sampling_state.py")
+    state = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(state)
+    host = ROOT / "bench/results/sampling_state_host.json"
+    runs = state.runs_of(host)
+    gpu = []
+    for run in runs:
+        rows = [dict(row) for row in run["states"]["host"]]
+        if run["variant"] == "pooled_lists" and run["case"] == "batch_8_qwen":
+            rows[2]["collected"] = [n + (w == 9) for w, n in enumerate(rows[2]["collected"])]
+            rows[2]["accepted"] = False
+        gpu.append({**run, "states": {"gpu": rows}})
+    report = tmp_path / "gpu.json"
+    report.write_text(json.dumps(gpu))
+    assert state.compare(host, report) == 1
+    out = capsys.readouterr().out
+    assert out.count("parts at") == 1
+    assert "row 2 (k 1000000, p 0.95): parts at collection (list sizes)" in out
