@@ -1,10 +1,13 @@
 """Tests of the reference design variants (bench/gpu/variants.py), no GPU needed: every
-variant's substitutions still apply to today's sources, and every variant's launch plan is
+variant's substitutions still apply to today's sources, every variant's launch plan is
 accepted for its task and evaluates on every case of it, tensor maps included (through the
-module `crucible export-op` writes, which evaluates plans as the server does).
+module `crucible export-op` writes, which evaluates plans as the server does), and every variant
+compiles with NVRTC in its reference's place (`crucible tasks check`); the sampler's and
+grouped_topk's forms run on the CPU under host emulation (cuda_host_emulation.hpp) and are held
+to float64.
 
-Needs a crucible binary: set CRUCIBLE_BIN (ctest does); without it the plan test reports itself
-skipped.
+Needs a crucible binary: set CRUCIBLE_BIN (ctest does); without it the plan and NVRTC tests
+report themselves skipped.
 """
 import importlib.util
 import json
@@ -272,3 +275,30 @@ def test_sampling_state_compare_names_the_first_step_that_differs(tmp_path, caps
     out = capsys.readouterr().out
     assert out.count("parts at") == 1
     assert "row 2 (k 1000000, p 0.95): parts at collection (list sizes)" in out
+
+
+@pytest.mark.skipif(not os.environ.get("CRUCIBLE_BIN"), reason="CRUCIBLE_BIN is not set")
+def test_every_variant_compiles_with_nvrtc(tmp_path):
+    # Each variant in place of its task's reference in a copy of the kernels, held to
+    # `crucible tasks check` (its plans and NVRTC, as the server compiles it): a variant that does
+    # not compile is found here, not in a GPU call (a few seconds a variant).
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "tasks").symlink_to(ROOT / "tasks")
+    shutil.copytree(ROOT / "kernels", home / "kernels")
+    for sample in variants():
+        if sample["sample_id"].endswith("#reference"):
+            continue  # tasks check --all holds the references themselves
+        manifest = tomllib.loads((ROOT / "tasks" / sample["task"] / "task.toml").read_text())
+        reference = home / manifest["reference"]["source"]
+        original = reference.read_text()
+        reference.write_text(sample["source"])
+        try:
+            done = subprocess.run([os.environ["CRUCIBLE_BIN"], "--home", str(home), "tasks",
+                                   "check", sample["task"]], capture_output=True, text=True,
+                                  timeout=300)
+        finally:
+            reference.write_text(original)
+        assert done.returncode == 0, f"{sample['sample_id']}: {done.stdout}{done.stderr}"
+        assert "ok    reference compiles with NVRTC" in done.stdout, (sample["sample_id"],
+                                                                      done.stdout)

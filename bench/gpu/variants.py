@@ -663,6 +663,14 @@ PREFILL_TMA = [
      "                      const __nv_bfloat16* __restrict__ value_cache,\n"
      "                      const __grid_constant__ CUtensorMap key_pages,\n"
      "                      const __grid_constant__ CUtensorMap value_pages,\n"),
+    # attend_tile (the block's work, both instances) takes the maps from the kernel's parameters.
+    ("const __nv_bfloat16* __restrict__ value_cache,\n    const int* __restrict__ block_tables,",
+     "const __nv_bfloat16* __restrict__ value_cache,\n"
+     "    const CUtensorMap& key_pages, const CUtensorMap& value_pages,\n"
+     "    const int* __restrict__ block_tables,"),
+    *[(f"attend_tile<{packed}>(out, query, key_cache, value_cache, block_tables,",
+       f"attend_tile<{packed}>(out, query, key_cache, value_cache, key_pages, value_pages, "
+       "block_tables,") for packed in ("true", "false")],
     ("// Named barriers 1 and 2 of the two consumers' turns",
      tma_helpers() + "// Named barriers 1 and 2 of the two consumers' turns"),
     ("      const int j = tile * kBlockKV + thread;\n"
