@@ -1,10 +1,11 @@
-// A host emulation of the CUDA features llm/top_k_top_p_sampling_from_logits's one-block kernel
-// uses, so that the same source runs on a CPU (bench/gpu/sampling_state.py): blocks run one
-// after another, each CUDA thread is an OS thread, __syncthreads is a barrier of the block's
-// threads, and every warp intrinsic (shuffles, ballots, redux, __syncwarp) is an exchange through
-// a barrier of the warp's 32 threads. __shared__ variables are function statics (one block at a
-// time shares them), shared atomics are std::atomic_ref, __expf is exp2 of the fp32 product as
-// the GPU computes it (to the host's exp2f, not the GPU's approximation).
+// A host emulation of the CUDA features that the sampling kernel
+// (llm/top_k_top_p_sampling_from_logits, one block a row) and the grouped_topk router use, so
+// that their own source runs on a CPU (bench/gpu/sampling_state.py, grouped_topk_host_main.cpp):
+// blocks run one after another, each CUDA thread is an OS thread, __syncthreads is a barrier of
+// the block's threads, and every warp intrinsic (shuffles, ballots, redux, __syncwarp) is an
+// exchange through a barrier of the warp's 32 threads. __shared__ variables are function statics
+// (one block at a time shares them), shared atomics are std::atomic_ref, __expf is exp2 of the
+// fp32 product as the GPU computes it (to the host's exp2f, not the GPU's approximation).
 //
 // It models the CUDA programming model, not a GPU: a kernel correct here and wrong on a GPU
 // depends on something outside that model (the hardware, the compiler's code, or undefined

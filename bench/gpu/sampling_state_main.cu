@@ -1,12 +1,12 @@
 // The driver of bench/gpu/sampling_state.py: runs an instrumented one-block-a-row form of
 // llm/top_k_top_p_sampling_from_logits's kernel (KERNEL_NAME in KERNEL, launched with THREADS
 // threads and DYNAMIC_SMEM bytes of dynamic shared memory) once over rows like the task's
-// visible cases, and
-// prints each row's state after every step as a JSON line: the max m and row mass z, the cutoff
-// bucket, each warp's histogram count up to the cutoff and its collected list (size, sum of
-// token ids, entries equal to m), the top-k threshold key and Z_K, the final threshold, the
-// path taken, the token, and whether a float64 check accepts it (its interval of the filtered
-// CDF in vocabulary order holds the draw within 1e-4, for some nucleus of p -+ 1e-4).
+// visible cases, and prints each row's state after every step as a JSON line: the max m and
+// row mass z, the cutoff bucket, each warp's histogram count up to the cutoff and its
+// collected list (size, sum of token ids, entries equal to m), the top-k threshold key and
+// Z_K, the final threshold, the path taken, the token, and whether a float64 check accepts it
+// (its interval of the filtered CDF in vocabulary order holds the draw within 1e-4, for some
+// nucleus of p -+ 1e-4).
 //
 // Built by nvcc for the GPU, or as C++ with -DCRUCIBLE_HOST_EMULATION for the CPU
 // (cuda_host_emulation.hpp), from the same source and the same inputs:
@@ -87,7 +87,6 @@ __device__ __forceinline__ unsigned* row_state() { return crucible_state + block
   } while (0)
 
 #include KERNEL
-
 
 namespace {
 
