@@ -73,12 +73,14 @@
 //   written it returned wrong tokens on the H200 (2 of 8 rows of batch_8_qwen, 2026-12-05), as
 //   did the load-ahead variants. Run on the CPU under a host emulation of the CUDA model
 //   (bench/gpu/sampling_state.py), on the very inputs of those cases, both give the right
-//   tokens; the H200's wrong ones fit a lost maximum (one load-ahead row's token is the one
-//   drawn without the row's top token) and a pooled list written past its end (tokens that end
-//   a warp's segment), so the fault looks to lie outside the programming model. sampling_state.py
-//   compares each row's state step by step on the GPU against the emulation; until it names
-//   the step, the pool is not taken. variants.py's wide_lists keeps this layout with 512
-//   entries a warp (dynamic shared memory), which the modelled rows' fullest warp (310) fits.
+//   tokens. The H200's wrong ones do not follow the data: one load-ahead row's token is the one
+//   drawn without the row's top token, and the pooled kernel's come from the last chunk of a
+//   warp's segment, the same token under two different draws (inside the nucleus in one, far
+//   outside it in the other). So the fault looks to lie outside the programming model.
+//   sampling_state.py compares each row's state step by step on the GPU against the emulation;
+//   until it names the step, the pool is not taken. variants.py's wide_lists keeps this layout
+//   with 512 entries a warp (dynamic shared memory), which the modelled rows' fullest warp (310)
+//   fits.
 // - Where a batch-1 row's time went in the one-block kernel (bench/gpu/sampling_steps.py, clock
 //   stamps per step, H200, h200_sampling_steps.json; 128k logits in a 96 us kernel): max pass
 //   5.7 us, histogram pass 25.4, cutoff 1.9, collection 25.9, top-k threshold 15.2, top-p
