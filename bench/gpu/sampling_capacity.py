@@ -8,7 +8,8 @@ filtered set) over rows drawn from each visible case's distributions, under two 
   row; one warp over 256 sends the whole row to the global-memory path (every threshold search
   step a pass over the row in global memory);
 - pooled (variants.py's `pooled_lists`): every warp's list in one pool of 6144 entries, so only
-  the row's total counts.
+  the row's total counts;
+- wide (variants.py's `wide_lists`): the reference's rule at 512 candidates a warp.
 
 A call's time is its slowest row's, so a call is slow when any of its rows overflows: the figure
 per case is the probability of that under each rule, from the per-setting rates (row b takes
@@ -32,6 +33,7 @@ TASK = ROOT / "tasks/llm/top_k_top_p_sampling_from_logits/task.toml"
 WARPS = 16
 WARP_CAPACITY = 256  # the reference's kWarpCapacity
 POOL_CAPACITY = 6144  # the pooled_lists variant's kCapacity
+WIDE_CAPACITY = 512  # the wide_lists variant's kWarpCapacity
 BUCKETS = 32
 BUCKETS_PER_NAT = 2.0
 RANGE = BUCKETS / BUCKETS_PER_NAT
@@ -85,9 +87,10 @@ def cutoff(hist, k, p):
 def overflows(result):
     """Whether a row with this cutoff takes the global-memory path under each rule."""
     if result["bucket"] is None:
-        return {"per_warp": True, "pooled": True}
+        return {"per_warp": True, "pooled": True, "wide": True}
     return {"per_warp": result["warp_max"] > WARP_CAPACITY,
-            "pooled": result["total"] > POOL_CAPACITY}
+            "pooled": result["total"] > POOL_CAPACITY,
+            "wide": result["warp_max"] > WIDE_CAPACITY}
 
 
 def gaussian_row(rng, vocab, mean, std):
@@ -137,12 +140,13 @@ def measure(cases, rows, seed):
             for k, p in settings:
                 results[(k, p)].append(cutoff(hist, k, p))
         per_setting = []
-        call_fits = {"per_warp": 1.0, "pooled": 1.0}
+        call_fits = {"per_warp": 1.0, "pooled": 1.0, "wide": 1.0}
         for (k, p), in_call in settings.items():
             flags = [overflows(r) for r in results[(k, p)]]
             entry = {"k": k, "p": p, "rows_in_call": in_call, "rows_drawn": rows,
                      "overflow_per_warp": sum(f["per_warp"] for f in flags) / rows,
                      "overflow_pooled": sum(f["pooled"] for f in flags) / rows,
+                     "overflow_wide": sum(f["wide"] for f in flags) / rows,
                      "max_total": max(r["total"] for r in results[(k, p)]),
                      "max_warp": max(r["warp_max"] for r in results[(k, p)])}
             per_setting.append(entry)
@@ -151,7 +155,8 @@ def measure(cases, rows, seed):
         out.append({"case": case["case"], "batch": batch, "vocab": vocab, "std": case["std"],
                     "settings": per_setting,
                     "call_overflow_per_warp": 1.0 - call_fits["per_warp"],
-                    "call_overflow_pooled": 1.0 - call_fits["pooled"]})
+                    "call_overflow_pooled": 1.0 - call_fits["pooled"],
+                    "call_overflow_wide": 1.0 - call_fits["wide"]})
     return out
 
 
@@ -165,10 +170,11 @@ def main():
     figures = measure(visible_cases(manifest), args.rows, args.seed)
     for case in figures:
         print(f"{case['case']:<20} P(call overflows): per warp {case['call_overflow_per_warp']:.3f}"
-              f"  pooled {case['call_overflow_pooled']:.3f}")
+              f"  pooled {case['call_overflow_pooled']:.3f}  wide {case['call_overflow_wide']:.3f}")
         for s in case["settings"]:
             print(f"    k={s['k']:<8} p={s['p']:<5} x{s['rows_in_call']:<3} row overflow: per warp "
-                  f"{s['overflow_per_warp']:.3f} pooled {s['overflow_pooled']:.3f}  "
+                  f"{s['overflow_per_warp']:.3f} pooled {s['overflow_pooled']:.3f} wide "
+                  f"{s['overflow_wide']:.3f}  "
                   f"max candidates {s['max_total']} (one warp {s['max_warp']})")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({
@@ -179,6 +185,7 @@ def main():
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "machine": "CPU (a model of the kernel's steps 1-2; no GPU)",
             "warp_capacity": WARP_CAPACITY, "pool_capacity": POOL_CAPACITY,
+            "wide_capacity": WIDE_CAPACITY,
             "cases": figures}, indent=1) + "\n")
 
 

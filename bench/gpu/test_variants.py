@@ -147,9 +147,13 @@ def test_the_capacity_model_has_the_kernels_capacities():
     assert f"constexpr int kCapacity = {model.POOL_CAPACITY};" in pooled
     # The pool's bytes (a logit and a token id an entry) are the launch's dynamic shared memory.
     assert f"512, {model.POOL_CAPACITY * 8}>>>" in pooled
+    wide = next(sample["source"] for sample in variants()
+                if sample["sample_id"].endswith("#wide_lists"))
+    assert f"constexpr int kWarpCapacity = {model.WIDE_CAPACITY};" in wide
+    assert f"512, {16 * model.WIDE_CAPACITY * 8}>>>" in wide
 
 
-def test_one_full_warp_overflows_the_reference_but_not_the_pool():
+def test_one_full_warp_overflows_the_reference_but_not_the_pool_or_wide_lists():
     model = _capacity_model()
     vocab = 16 * 1024
     segment = model.segment(vocab)
@@ -160,13 +164,19 @@ def test_one_full_warp_overflows_the_reference_but_not_the_pool():
     hist = model.histogram(row)
     top_k = model.cutoff(hist, 300, 1.0)
     assert top_k == {"bucket": 0, "total": 300, "warp_max": 300}
-    assert model.overflows(top_k) == {"per_warp": True, "pooled": False}
+    assert model.overflows(top_k) == {"per_warp": True, "pooled": False, "wide": False}
     # The same 300 spread over the warps fit both.
     row = [-100.0] * vocab
     for i in range(300):
         row[(i % 16) * segment + i // 16] = 10.0
     assert model.overflows(model.cutoff(model.histogram(row), 300, 1.0)) == {
-        "per_warp": False, "pooled": False}
+        "per_warp": False, "pooled": False, "wide": False}
+    # 600 in one warp's sixteenth: past the wide lists too, within the pool.
+    row = [-100.0] * vocab
+    for i in range(600):
+        row[3 * segment + i] = 10.0
+    assert model.overflows(model.cutoff(model.histogram(row), 600, 1.0)) == {
+        "per_warp": True, "pooled": False, "wide": True}
     # Top-p over a flat row: the nucleus is most of it, more than any pool.
     flat = model.cutoff(model.histogram([0.0] * vocab), 0, 0.95)
     assert flat["total"] == vocab and model.overflows(flat)["pooled"]

@@ -919,9 +919,11 @@ def grouped_sorted_lanes():
 # dynamic shared memory (static shared memory stops at 48 KiB): the layout, the capacity rule
 # and every step as in the reference, so nothing leans on the histogram counting exactly what
 # the collection takes (pooled_lists does). The visible cases' fullest warp held at most 310
-# candidates over 400 drawn rows a setting (sampling_capacity_model.json), so batch_256_qwen's
-# top-p 0.95 rows, which overflow 256 in about 3 % of draws and send a call to the
-# global-memory path in about 62 %, would fit. Two blocks an SM still fit (2 x 73 KiB).
+# candidates over 400 drawn rows a setting (sampling_capacity_model.json): batch_256_qwen's
+# top-p 0.95 rows overflow 256 in about 3 % of draws, sending a call to the global-memory path
+# in 62 %, and 512 in none (the model's call overflow for this rule: 0 on every case but
+# batch_64_deepseek's 2 %, top-k 1000 rows whose cutoff lies past 16 nats under any rule). Two
+# blocks an SM still fit (2 x 73 KiB).
 SAMPLING_WIDE_LISTS = [
     *[(f"{blocks}, 512>>>{SAMPLING_ARGS}", f"{blocks}, 512, 65536>>>{SAMPLING_ARGS}")
       for blocks in ("batch_size * 8", "batch_size * 4", "batch_size * 2", "batch_size")],
