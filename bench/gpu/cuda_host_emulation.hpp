@@ -37,7 +37,6 @@ inline dim3 gridDim;
 
 #define __global__
 #define __device__
-#define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__
@@ -140,10 +139,6 @@ T __shfl_xor_sync(unsigned, T v, int mask) {
 template <class T>
 T __shfl_up_sync(unsigned, T v, int delta) {
   return cuda_host::exchange(v, [&](int l) { return l >= delta ? l - delta : l; });
-}
-template <class T>
-T __shfl_down_sync(unsigned, T v, int delta) {
-  return cuda_host::exchange(v, [&](int l) { return l + delta < 32 ? l + delta : l; });
 }
 template <class T>
 T __shfl_sync(unsigned, T v, int source) {

@@ -65,14 +65,11 @@ int main(int argc, char **argv) {
       attribute.val.clusterDim.z = 1;
       config.attrs = &attribute;
       config.numAttrs = 1;
-      const float* row_logits = logits;
-      const float* row_uniform = uniform;
-      const int* row_k = k;
-      const float* row_p = p;
-      CHECK(cluster == 8 ? cudaLaunchKernelEx(&config, top_k_top_p_sampling_kernel<8>, row_logits,
-                                              row_uniform, row_k, row_p, samples, kVocab)
-                         : cudaLaunchKernelEx(&config, top_k_top_p_sampling_kernel<1>, row_logits,
-                                              row_uniform, row_k, row_p, samples, kVocab));
+      void (*const kernel)(const float*, const float*, const int*, const float*, int*, int) =
+          cluster == 8 ? top_k_top_p_sampling_kernel<8> : top_k_top_p_sampling_kernel<1>;
+      CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const float*>(logits),
+                               static_cast<const float*>(uniform), static_cast<const int*>(k),
+                               static_cast<const float*>(p), samples, kVocab));
       CHECK(cudaDeviceSynchronize());
       int out[kRows];
       CHECK(cudaMemcpy(out, samples, sizeof out, cudaMemcpyDeviceToHost));

@@ -31,9 +31,8 @@ import sys
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from variants import SAMPLING, SAMPLING_ONE_BLOCK, VARIANTS, applied  # noqa: E402  (bench/gpu)
+from variants import VARIANTS, applied  # noqa: E402  (bench/gpu)
 
 TASK = "llm/top_k_top_p_sampling_from_logits"
 CASES = {  # name: (rows, vocab, std of the logits), as the task's visible cases
@@ -67,12 +66,7 @@ STEPS = [("m", "max pass"), ("z", "histogram pass (row mass)"),
 
 
 def form_source(name):
-    """The kernel named `name`: the reference, one_block_a_row or a sampler variant of
-    variants.py."""
-    if name == "reference":
-        return (ROOT / SAMPLING).read_text()
-    if name == "one_block_a_row":
-        return applied(SAMPLING, SAMPLING_ONE_BLOCK, name)
+    """The kernel named `name`: a sampler form of variants.py (the reference among them)."""
     for task, path, variant, substitutions in VARIANTS:
         if task == TASK and variant == name:
             return applied(path, substitutions, name)

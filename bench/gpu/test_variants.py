@@ -221,12 +221,17 @@ def test_sampler_forms_hold_under_host_emulation(tmp_path):
     assert paths[("reference_pooled", "flat_8_qwen")] == "shared"
 
 
-def test_sampling_state_probes_every_one_block_form():
-    # Every sampler form of variants.py holds the probes' anchors and a launch of one block a
-    # row.
+def _sampling_state():
     spec = importlib.util.spec_from_file_location("sampling_state", HERE / "sampling_state.py")
     state = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(state)
+    return state
+
+
+def test_sampling_state_probes_every_one_block_form():
+    # Every sampler form of variants.py holds the probes' anchors and a launch of one block a
+    # row.
+    state = _sampling_state()
     names = ["reference"] + [name for task, _, name, _ in state.VARIANTS if task == state.TASK]
     assert len(names) >= 8
     for name in names:
@@ -267,9 +272,7 @@ def test_grouped_topk_forms_route_as_float64_under_host_emulation(tmp_path):
 def test_sampling_state_compare_names_the_first_step_that_differs(tmp_path, capsys):
     # A GPU report made from the committed host states with one row's collected lists changed:
     # --compare names the collection as where that row parts, and nothing else.
-    spec = importlib.util.spec_from_file_location("sampling_state", HERE / "sampling_state.py")
-    state = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(state)
+    state = _sampling_state()
     host = ROOT / "bench/results/sampling_state_host.json"
     runs = state.runs_of(host)
     gpu = []
